@@ -1,0 +1,36 @@
+"""oelm: research toolkit for Orthogonal ELM Transformers (head-wise orthogonal, frozen Q/K)."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GPT",
+    "GPTClassifier",
+    "GPTConfig",
+    "apply_method",
+    "audit_model",
+    "get_method",
+    "list_methods",
+    "verify_audit",
+]
+
+_LAZY = {
+    "GPT": "oelm.models.gpt",
+    "GPTClassifier": "oelm.models.gpt",
+    "GPTConfig": "oelm.models.gpt",
+    "apply_method": "oelm.freezing",
+    "get_method": "oelm.methods",
+    "list_methods": "oelm.methods",
+    "audit_model": "oelm.audit",
+    "verify_audit": "oelm.audit",
+}
+
+
+def __getattr__(name: str):
+    # Lazy so that `import oelm` stays cheap for the CLI and does not import torch eagerly.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'oelm' has no attribute {name!r}")

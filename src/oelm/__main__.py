@@ -1,0 +1,5 @@
+import sys
+
+from oelm.cli import main
+
+sys.exit(main())

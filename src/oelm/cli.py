@@ -1,0 +1,43 @@
+"""The `oelm` command: a thin layer over library functions, one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each name is a module `oelm.commands.<name>` exposing `register(subparsers)`, which adds
+# its parser and sets `func` (a callable taking the parsed args and returning an exit code).
+COMMANDS: list[str] = ["methods", "params"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="oelm",
+        description="Orthogonal ELM Transformers: frozen head-wise orthogonal Q/K, compared fairly.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"oelm.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `oelm` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:  # one clear message, no traceback
+        print(f"oelm: error: {err}", file=sys.stderr)
+        return 2
+
+
+from oelm.errors import UserError  # noqa: E402  (kept below main for a readable module top)
+
+if __name__ == "__main__":
+    sys.exit(main())

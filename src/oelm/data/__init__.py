@@ -1,0 +1,1 @@
+"""data components of oelm."""

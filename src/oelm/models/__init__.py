@@ -1,0 +1,1 @@
+"""models components of oelm."""

@@ -1,0 +1,1 @@
+"""training components of oelm."""

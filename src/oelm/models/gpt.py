@@ -1,0 +1,250 @@
+"""The study's GPT: pre-LayerNorm blocks, learned positions, tied LM head, separate Q/K/V/O."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oelm.errors import UserError
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Architecture of a GPT; `d_ff` defaults to 4 * d_model."""
+
+    vocab_size: int = 50257
+    block_size: int = 512
+    n_layer: int = 6
+    n_head: int = 8
+    d_model: int = 512
+    d_ff: int | None = None
+    dropout: float = 0.0
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_head:
+            raise UserError(
+                f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
+                "pick a head count that divides the model width"
+            )
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        for field in ("vocab_size", "block_size", "n_layer", "n_head", "d_model", "d_ff"):
+            if getattr(self, field) <= 0:
+                raise UserError(f"GPTConfig.{field} must be positive, got {getattr(self, field)}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+
+PRESETS: dict[str, GPTConfig] = {
+    "gpt-tiny": GPTConfig(n_layer=2, d_model=128, n_head=4),
+    "gpt-small": GPTConfig(n_layer=4, d_model=256, n_head=4),
+    "gpt-medium-512": GPTConfig(n_layer=6, d_model=512, n_head=8, d_ff=2048, block_size=512),
+    "gpt-large": GPTConfig(n_layer=8, d_model=768, n_head=12),
+}
+
+
+def gpt_config(preset: str, **overrides) -> GPTConfig:
+    """A preset's config with fields (e.g. vocab_size, block_size) overridden."""
+    if preset not in PRESETS:
+        raise UserError(f"unknown GPT preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise UserError(f"unknown GPTConfig field(s) {unknown}; valid fields: {sorted(fields)}")
+    return dataclasses.replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
+
+
+class SelfAttention(nn.Module):
+    """Multi-head attention with separate bias-free Q/K/V/O projections (so Q/K can be frozen alone)."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.n_head = cfg.n_head
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.dropout = cfg.dropout
+        self.resid_drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, t, d = x.shape
+        # [B, T, D] -> [B, H, T, Dh]: head h owns rows h*Dh:(h+1)*Dh of each projection's weight.
+        q, k, v = (
+            proj(x).view(b, t, self.n_head, d // self.n_head).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=causal and attn_mask is None,
+        )
+        return self.resid_drop(self.o_proj(y.transpose(1, 2).reshape(b, t, d)))
+
+
+class MLP(nn.Module):
+    """Feed-forward d -> d_ff -> d with biases and GELU."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc_out(F.gelu(self.fc_in(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = SelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), causal, attn_mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Backbone(nn.Module):
+    """Embeddings, blocks and the final LayerNorm, shared by the LM and the classifier."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.block_size = cfg.block_size
+
+    def forward(self, idx: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        t = idx.shape[1]
+        if t > self.block_size:
+            raise ValueError(f"sequence length {t} exceeds the model context {self.block_size}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.h:
+            x = block(x, causal, attn_mask)
+        return self.ln_f(x)
+
+
+def _init_weights(module: nn.Module, std: float) -> None:
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+class GPT(nn.Module):
+    """Causal language model; the LM head shares its weight with the token embedding."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.transformer = Backbone(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+        self.apply(lambda m: _init_weights(m, config.init_std))
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits [B, T, V] and, given targets, the mean token cross-entropy."""
+        logits = self.lm_head(self.transformer(idx, causal=True))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Sample continuations of idx [B, T]; temperature 0 means greedy."""
+        for _ in range(max_new_tokens):
+            ctx = idx[:, -self.config.block_size :]
+            logits = self(ctx)[0][:, -1, :].float()
+            if temperature <= 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+
+
+class GPTClassifier(nn.Module):
+    """Sequence classifier on the GPT backbone: bidirectional by default, last-token pooling."""
+
+    def __init__(self, config: GPTConfig, num_labels: int, causal: bool = False) -> None:
+        super().__init__()
+        if num_labels < 2:
+            raise UserError(f"num_labels must be at least 2, got {num_labels}")
+        self.config = config
+        self.num_labels = num_labels
+        self.causal = causal
+        self.transformer = Backbone(config)
+        self.score = nn.Linear(config.d_model, num_labels)
+        self.apply(lambda m: _init_weights(m, config.init_std))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Class logits [B, num_labels] and, given labels, the mean cross-entropy."""
+        b, t = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        keep = attention_mask.bool()
+        mask = _attention_bias(keep, self.causal)
+        hidden = self.transformer(input_ids, causal=self.causal, attn_mask=mask)
+        # Index of the last kept position per row: works for left and right padding alike.
+        positions = torch.arange(t, device=input_ids.device).expand(b, t)
+        last = torch.where(keep, positions, torch.full_like(positions, -1)).max(dim=1).values.clamp(min=0)
+        pooled = hidden[torch.arange(b, device=input_ids.device), last]
+        logits = self.score(pooled)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return logits, loss
+
+
+def _attention_bias(keep: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Boolean [B, 1, T, T] mask (True = attend) from a key-padding mask, optionally causal."""
+    b, t = keep.shape
+    allowed = keep[:, None, None, :].expand(b, 1, t, t)
+    if causal:
+        allowed = allowed & torch.ones(t, t, dtype=torch.bool, device=keep.device).tril()
+    # A padded query row with nothing to attend to would give NaN; let it see itself.
+    eye = torch.eye(t, dtype=torch.bool, device=keep.device)
+    return allowed | eye
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Unique parameters of a model (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters())
+

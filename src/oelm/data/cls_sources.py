@@ -1,0 +1,296 @@
+"""Readers for classification sources: official local file layouts, generic tables, the HF hub."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oelm.errors import UserError
+
+NLI_LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")  # HF glue/xnli order
+
+# GLUE/XNLI text fields can exceed csv's default 128 KiB field limit (IMDB-like reviews in tables).
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled example: a text, an optional second text (pair tasks) and a label id."""
+
+    text: str
+    text_pair: str | None
+    label: int
+
+
+Splits = dict[str, list[Example]]
+
+
+# ----------------------------------------------------------------------------- file helpers
+
+
+def require_files(data_dir: Path, dataset: str, required: Iterable[str]) -> None:
+    """Raise one UserError listing the expected and found files when any is missing."""
+    required = list(required)
+    if not data_dir.is_dir():
+        raise UserError(
+            f"data_dir {data_dir} for dataset {dataset!r} does not exist or is not a folder; "
+            f"pass a folder holding {', '.join(required)}"
+        )
+    missing = [name for name in required if not (data_dir / name).is_file()]
+    if missing:
+        found = sorted(p.name for p in data_dir.iterdir())
+        raise UserError(
+            f"data_dir {data_dir} lacks {', '.join(missing)} for dataset {dataset!r}; "
+            f"expected files: {', '.join(required)}; found: {', '.join(found) or 'nothing'}"
+        )
+
+
+def _nonempty(rows: list[Any], path: Path) -> list[Any]:
+    if not rows:
+        raise UserError(f"{path} has no data rows; check that it is the right file and not empty")
+    return rows
+
+
+def _check_label(label: int, num_labels: int, path: Path, row: int, names: Iterable[str]) -> int:
+    if not 0 <= label < num_labels:
+        hint = " (-1 means the labels of this split are hidden, e.g. a GLUE test file)" if label == -1 else ""
+        raise UserError(
+            f"{path} row {row}: label {label} is outside 0..{num_labels - 1} "
+            f"({', '.join(names)}){hint}; fix the file or pick the labelled split"
+        )
+    return label
+
+
+def _named_label(value: str, names: tuple[str, ...], path: Path, row: int) -> int:
+    if value not in names:
+        raise UserError(
+            f"{path} row {row}: label {value!r} is not one of {', '.join(names)}; fix the file"
+        )
+    return names.index(value)
+
+
+def _int_label(value: Any, path: Path, row: int) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise UserError(f"{path} row {row}: label {value!r} is not an integer; fix the file") from None
+
+
+def _tsv_rows(path: Path) -> Iterator[list[str]]:
+    # GLUE/XTREME TSVs are unquoted: a literal quote is part of the text (README hint).
+    with open(path, encoding="utf-8", newline="") as f:
+        yield from csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+
+
+def _header_rows(path: Path, required: list[str], hint: str) -> tuple[list[str], Iterator[list[str]]]:
+    rows = _tsv_rows(path)
+    header = next(rows, None)
+    if header is None:
+        raise UserError(f"{path} is empty; expected a header with columns {', '.join(required)}")
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise UserError(
+            f"{path} lacks column(s) {', '.join(missing)}; found columns: {', '.join(header)}; {hint}"
+        )
+    return header, rows
+
+
+# ----------------------------------------------------------------------------- official layouts
+
+
+def read_sst2_tsv(path: Path) -> list[Example]:
+    """GLUE SST-2 TSV with header `sentence<TAB>label`."""
+    header, rows = _header_rows(path, ["sentence", "label"], "expected the GLUE SST-2 train/dev layout")
+    i_s, i_l = header.index("sentence"), header.index("label")
+    out = []
+    for n, r in enumerate(rows, start=2):
+        if not r:
+            continue
+        label = _check_label(_int_label(r[i_l], path, n), 2, path, n, ("negative", "positive"))
+        out.append(Example(r[i_s], None, label))
+    return _nonempty(out, path)
+
+
+def read_mnli_tsv(path: Path) -> list[Example]:
+    """GLUE MNLI TSV (sentence1, sentence2, gold_label); rows without a gold label are skipped."""
+    header, rows = _header_rows(
+        path, ["sentence1", "sentence2", "gold_label"], "expected the GLUE MNLI train/dev layout"
+    )
+    i_a, i_b, i_l = header.index("sentence1"), header.index("sentence2"), header.index("gold_label")
+    out = []
+    for n, r in enumerate(rows, start=2):
+        if not r:
+            continue
+        if len(r) <= max(i_a, i_b, i_l):
+            raise UserError(f"{path} row {n} has {len(r)} fields, fewer than the header; fix the file")
+        if r[i_l] == "-":  # MultiNLI marks pairs without annotator consensus with "-"
+            continue
+        out.append(Example(r[i_a], r[i_b], _named_label(r[i_l], NLI_LABELS, path, n)))
+    return _nonempty(out, path)
+
+
+def read_xnli_tsv(path: Path) -> list[Example]:
+    """XTREME XNLI TSV without header: `premise<TAB>hypothesis<TAB>label` (label as a word)."""
+    out = []
+    for n, r in enumerate(_tsv_rows(path), start=1):
+        if not r:
+            continue
+        if len(r) < 3:
+            raise UserError(
+                f"{path} row {n} has {len(r)} column(s); expected premise, hypothesis, label "
+                "(unlabelled test files cannot be used for training or evaluation)"
+            )
+        out.append(Example(r[0], r[1], _named_label(r[2].strip(), NLI_LABELS, path, n)))
+    return _nonempty(out, path)
+
+
+def read_imdb_jsonl(path: Path) -> list[Example]:
+    """JSON lines with keys `text` and `label` (0 negative, 1 positive)."""
+    rows = list(_jsonl(path))
+    _require_keys(rows, path, ["text", "label"], "expected JSON lines with text and label")
+    return [
+        Example(r["text"], None, _check_label(_int_label(r["label"], path, n), 2, path, n, ("neg", "pos")))
+        for n, r in enumerate(rows, start=1)
+    ]
+
+
+def read_ag_news_csv(path: Path) -> list[Example]:
+    """AG News CSV without header: class index 1-4, title, description."""
+    out = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for n, r in enumerate(csv.reader(f), start=1):
+            if not r:
+                continue
+            if len(r) < 3:
+                raise UserError(f"{path} row {n} has {len(r)} column(s); expected class, title, description")
+            label = _check_label(_int_label(r[0], path, n) - 1, 4, path, n, ("1", "2", "3", "4"))
+            out.append(Example(f"{r[1]} {r[2]}", None, label))
+    return _nonempty(out, path)
+
+
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path} line {n} is not valid JSON ({err.msg}); fix the file") from None
+            if not isinstance(obj, dict):
+                raise UserError(f"{path} line {n} is not a JSON object; expected one object per line")
+            yield obj
+
+
+def _require_keys(rows: list[dict[str, Any]], path: Path, keys: list[str], hint: str) -> None:
+    _nonempty(rows, path)
+    for n, r in enumerate(rows, start=1):
+        missing = [k for k in keys if k not in r]
+        if missing:
+            raise UserError(
+                f"{path} line {n} lacks column(s) {', '.join(missing)}; found columns: "
+                f"{', '.join(r)}; {hint}"
+            )
+
+
+# ----------------------------------------------------------------------------- generic tables
+
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which columns of a generic local table hold the text, the optional pair and the label."""
+
+    text: str = "text"
+    text_pair: str | None = None
+    label: str = "label"
+
+
+def read_table(path: Path, cols: Columns) -> list[tuple[str, str | None, str]]:
+    """Read (text, text_pair, raw label) rows from a CSV/TSV (with header) or JSON-lines file."""
+    if path.suffix in (".jsonl", ".json"):
+        records = list(_jsonl(path))
+    else:
+        with open(path, encoding="utf-8", newline="") as f:
+            records = list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
+    _nonempty(records, path)
+    wanted = [c for c in (cols.text, cols.text_pair, cols.label) if c is not None]
+    missing = [c for c in wanted if c not in records[0]]
+    if missing:
+        raise UserError(
+            f"{path} lacks column(s) {', '.join(missing)}; found columns: {', '.join(records[0])}; "
+            "set text_column / text_pair_column / label_column to the right names"
+        )
+    return [_table_row(r, cols, path, n) for n, r in enumerate(records, start=2)]
+
+
+def _table_row(r: dict[str, Any], cols: Columns, path: Path, n: int) -> tuple[str, str | None, str]:
+    if any(r.get(c) is None for c in (cols.text, cols.label)):
+        raise UserError(f"{path} row {n} has an empty text or label field; fix the file")
+    pair = None if cols.text_pair is None else str(r.get(cols.text_pair) or "")
+    return str(r[cols.text]), pair, str(r[cols.label]).strip()
+
+
+def label_vocabulary(raw_labels: Iterable[str]) -> tuple[list[str], dict[str, int]]:
+    """Map raw label strings to ids: integer labels keep their value, other labels sorted order."""
+    values = sorted(set(raw_labels))
+    try:
+        ints = sorted({int(v) for v in values})
+    except ValueError:
+        return values, {v: i for i, v in enumerate(values)}
+    if ints[0] < 0:
+        raise UserError(
+            f"integer labels must be >= 0 but {ints[0]} was found (-1 usually marks hidden test "
+            "labels); drop those rows or use a labelled split"
+        )
+    names = [str(i) for i in range(ints[-1] + 1)]
+    return names, {v: int(v) for v in values}
+
+
+# ----------------------------------------------------------------------------- hub
+
+# Column names of each hub dataset: (text, text_pair or None, label).
+HUB_COLUMNS: dict[str, tuple[str, str | None, str]] = {
+    "nyu-mll/glue/sst2": ("sentence", None, "label"),
+    "nyu-mll/glue/mnli": ("premise", "hypothesis", "label"),
+    "facebook/xnli/en": ("premise", "hypothesis", "label"),
+    "stanfordnlp/imdb": ("text", None, "label"),
+    "fancyzhx/ag_news": ("text", None, "label"),
+}
+
+
+def default_hub_loader(path: str, config: str | None) -> Any:
+    """Call `datasets.load_dataset` (network or the local HF cache)."""
+    import datasets  # heavy import, only when the hub is asked for
+
+    return datasets.load_dataset(path, config)
+
+
+def load_hub_splits(
+    path: str,
+    config: str | None,
+    splits: Iterable[str],
+    num_labels: int,
+    loader: Callable[[str, str | None], Any] | None = None,
+) -> Splits:
+    """Load the named labelled splits of a hub dataset as Examples."""
+    key = f"{path}/{config}" if config else path
+    text_col, pair_col, label_col = HUB_COLUMNS[key]
+    dsd = (loader or default_hub_loader)(path, config)
+    out: Splits = {}
+    for split in splits:
+        ds = dsd[split]
+        texts = ds[text_col]
+        pairs = ds[pair_col] if pair_col else [None] * len(texts)
+        labels = [int(v) for v in ds[label_col]]
+        where = Path(f"hub:{key}[{split}]")
+        for n, lab in enumerate(labels):
+            _check_label(lab, num_labels, where, n, [str(i) for i in range(num_labels)])
+        out[split] = [Example(t, p, lab) for t, p, lab in zip(texts, pairs, labels, strict=True)]
+    return out

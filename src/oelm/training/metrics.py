@@ -1,0 +1,61 @@
+"""Classification metrics: accuracy, multi-class macro-F1, majority baseline, collapse rule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Union
+
+import numpy as np
+import torch
+
+ArrayLike = Union[Sequence[int], np.ndarray, torch.Tensor]
+
+# A run whose accuracy is at most this far above the majority-class rate learned nothing usable.
+COLLAPSE_MARGIN = 0.02
+
+
+def _as_array(values: ArrayLike) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+def _pair(preds: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    p, y = _as_array(preds), _as_array(labels)
+    if p.shape != y.shape:
+        raise ValueError(f"predictions ({p.size}) and labels ({y.size}) differ in length")
+    if p.size == 0:
+        raise ValueError("metrics need at least one example")
+    return p, y
+
+
+def accuracy(preds: ArrayLike, labels: ArrayLike) -> float:
+    """Fraction of predictions equal to the label."""
+    p, y = _pair(preds, labels)
+    return float((p == y).mean())
+
+
+def macro_f1(preds: ArrayLike, labels: ArrayLike) -> float:
+    """Mean over classes of per-class F1; classes absent from both labels and predictions are excluded."""
+    p, y = _pair(preds, labels)
+    scores = []
+    for c in np.union1d(p, y):
+        tp = int(np.sum((p == c) & (y == c)))
+        fp = int(np.sum((p == c) & (y != c)))
+        fn = int(np.sum((p != c) & (y == c)))
+        # 2tp / (2tp + fp + fn) is F1 without the 0/0 of precision when a class is never predicted.
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores))
+
+
+def majority_accuracy(labels: ArrayLike) -> float:
+    """Accuracy of always predicting the most frequent label of this (evaluation) split."""
+    y = _as_array(labels)
+    if y.size == 0:
+        raise ValueError("majority_accuracy needs at least one label")
+    return float(np.bincount(y).max() / y.size)
+
+
+def collapsed(acc: float, majority: float, margin: float = COLLAPSE_MARGIN) -> bool:
+    """True when accuracy is not more than `margin` (2 points) above the majority-class rate."""
+    return bool(acc <= majority + margin)

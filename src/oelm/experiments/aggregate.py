@@ -1,0 +1,252 @@
+"""Aggregate run records into per-dataset comparisons: LR chosen on validation, seeds pooled."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from oelm.experiments import stats
+from oelm.experiments.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord
+from oelm.experiments.study import StudyNumbers
+
+BASELINE = "baseline"
+
+
+@dataclass
+class LrCell:
+    """All finished runs of one method at one learning rate."""
+
+    lr: float
+    runs: list[RunRecord]
+    excluded: list[RunRecord]
+    selection: stats.Summary
+
+    @property
+    def eligible(self) -> bool:
+        """An LR where a seed collapsed or diverged is chosen only if every LR did."""
+        return not any(r.status == COLLAPSED for r in self.excluded)
+
+
+@dataclass
+class Arm:
+    """One method of a dataset table at its chosen learning rate."""
+
+    method: str
+    lr: float | None
+    cells: list[LrCell]
+    runs: list[RunRecord]
+    primary: stats.Summary
+    by_seed: dict[int, float]
+    step_time: stats.Summary
+    tokens_per_second: stats.Summary
+    trainable_params: int | None
+    frozen_params: int | None
+    theoretical_saving: Any = None
+    gap: float | None = None
+    gap_paired: stats.Summary | None = None
+    delta: float | None = None
+    test: stats.PairedTest | None = None
+    step_time_ratio: float | None = None
+    study: dict[str, Any] | None = None
+
+
+@dataclass
+class Group:
+    """One table: runs of one task, dataset, model and primary metric."""
+
+    task: str
+    dataset: str
+    model: str
+    primary_metric: str
+    selection_metric: str
+    arms: list[Arm]
+    baseline: str | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def higher_is_better(self) -> bool:
+        """Direction of the primary metric."""
+        return stats.is_higher_better(self.primary_metric)
+
+    @property
+    def title(self) -> str:
+        """Heading of the table."""
+        return f"{self.dataset} ({self.task}, {self.model})"
+
+
+@dataclass
+class Comparison:
+    """Everything a report shows, computed only from stored run records."""
+
+    groups: list[Group]
+    incomplete: list[RunRecord]
+    excluded: list[RunRecord]
+    n_runs: int
+
+
+def _num(value: Any) -> float | None:
+    """A finite float or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _group_key(run: RunRecord) -> tuple[str, str, str, str, str]:
+    """Runs that share a table: task, dataset, model, primary and selection metric."""
+    res = run.results
+    return (
+        run.task,
+        run.dataset,
+        run.model,
+        str(res.get("primary_metric") or "?"),
+        str(res.get("selection_metric") or "?"),
+    )
+
+
+def _lr_cells(runs: list[RunRecord], selection_metric: str) -> list[LrCell]:
+    """Runs of one method split by learning rate, with the mean validation selection metric."""
+    by_lr: dict[float, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        by_lr[run.lr if run.lr is not None else math.nan].append(run)
+    cells = []
+    for lr, members in sorted(by_lr.items()):
+        good = [r for r in members if r.status == COMPLETE]
+        bad = [r for r in members if r.status != COMPLETE]
+        sel = stats.summarize([_num(r.results.get(selection_metric)) for r in good])
+        cells.append(LrCell(lr, good, bad, sel))
+    return cells
+
+
+def choose_lr(cells: Sequence[LrCell], higher_is_better: bool) -> LrCell | None:
+    """The LR cell with the best mean validation selection metric (collapse-free cells first)."""
+    scored = [c for c in cells if c.selection.mean is not None]
+    pool = [c for c in scored if c.eligible] or scored
+    if not pool:
+        return None
+    sign = -1.0 if higher_is_better else 1.0
+    return min(pool, key=lambda c: (sign * c.selection.mean, c.lr))
+
+
+def _first(runs: list[RunRecord], key: str) -> Any:
+    """The first non-null value of a results key among runs."""
+    for run in runs:
+        val = run.results.get(key)
+        if val is not None:
+            return val
+    return None
+
+
+def _saving(runs: list[RunRecord]) -> Any:
+    """Theoretical compute saving recorded by the runs (results, then timing_stats)."""
+    for run in runs:
+        for source in (run.results, run.timing):
+            if source.get("theoretical_saving") is not None:
+                return source["theoretical_saving"]
+    return None
+
+
+def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
+    """Pick the LR on validation and summarize the primary metric of that LR's seeds."""
+    primary, selection = group_key[3], group_key[4]
+    cells = _lr_cells(runs, selection)
+    chosen = choose_lr(cells, stats.is_higher_better(selection))
+    chosen_runs = chosen.runs if chosen else []
+    by_seed = {
+        r.seed: v
+        for r in chosen_runs
+        if r.seed is not None and (v := _num(r.results.get(primary))) is not None
+    }
+    return Arm(
+        method=method,
+        lr=chosen.lr if chosen else None,
+        cells=cells,
+        runs=chosen_runs,
+        primary=stats.summarize([_num(r.results.get(primary)) for r in chosen_runs]),
+        by_seed=by_seed,
+        step_time=stats.summarize([_num(r.results.get("mean_step_time")) for r in chosen_runs]),
+        tokens_per_second=stats.summarize(
+            [_num(r.results.get("tokens_per_second")) for r in chosen_runs]
+        ),
+        trainable_params=_first(chosen_runs, "trainable_params"),
+        frozen_params=_first(chosen_runs, "frozen_params"),
+        theoretical_saving=_saving(chosen_runs),
+    )
+
+
+def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
+    """Fill the arm's gap, paired test and step-time ratio against the baseline arm."""
+    if arm.primary.mean is not None and base.primary.mean is not None:
+        arm.gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
+        arm.delta = arm.primary.mean - base.primary.mean
+    if arm is not base:
+        arm.gap_paired = stats.summarize(
+            stats.paired_gaps(arm.by_seed, base.by_seed, higher_is_better)
+        )
+        arm.test = stats.paired_test(arm.by_seed, base.by_seed)
+    if arm.step_time.mean and base.step_time.mean:
+        arm.step_time_ratio = arm.step_time.mean / base.step_time.mean
+
+
+def _budget_warnings(arms: list[Arm]) -> list[str]:
+    """Warn when arms of one table did not get the same steps or tokens."""
+    warnings = []
+    for key in ("steps", "tokens_seen"):
+        seen = {
+            a.method: sorted({r.results.get(key) for r in a.runs if r.results.get(key) is not None})
+            for a in arms
+        }
+        values = {v for vals in seen.values() for v in vals}
+        if len(values) > 1:
+            detail = "; ".join(f"{m}: {v}" for m, v in seen.items())
+            warnings.append(f"unequal budgets ({key} differ between runs: {detail})")
+    return warnings
+
+
+def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
+    """Baseline first, then the rest alphabetically."""
+    return sorted(methods, key=lambda m: (m != baseline, m))
+
+
+def _group(
+    key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None
+) -> Group:
+    """Build one dataset table."""
+    by_method: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        by_method[run.method or "?"].append(run)
+    arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
+    group = Group(key[0], key[1], key[2], key[3], key[4], arms, None)
+    group.warnings = _budget_warnings(arms)
+    base = next((a for a in arms if a.method == baseline and a.primary.n > 0), None)
+    if base is None:
+        group.warnings.append(
+            f"no finished '{baseline}' runs in this table: gaps and tests are not computed"
+        )
+    else:
+        group.baseline = baseline
+        for arm in arms:
+            _compare_to_baseline(arm, base, group.higher_is_better)
+    if study is not None:
+        for arm in arms:
+            arm.study = study.lookup(group.task, group.dataset, group.model, arm.method)
+    return group
+
+
+def compare(
+    runs: Sequence[RunRecord], baseline: str = BASELINE, study: StudyNumbers | None = None
+) -> Comparison:
+    """Group finished runs into dataset tables; list incomplete and excluded runs apart."""
+    finished = [r for r in runs if r.status != INCOMPLETE]
+    grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
+    for run in finished:
+        grouped[_group_key(run)].append(run)
+    groups = [_group(k, grouped[k], baseline, study) for k in sorted(grouped)]
+    return Comparison(
+        groups=groups,
+        incomplete=[r for r in runs if r.status == INCOMPLETE],
+        excluded=[r for r in runs if r.status in (COLLAPSED, INVALID)],
+        n_runs=len(runs),
+    )

@@ -1,0 +1,310 @@
+"""`oelm report`: read stored run records only and write report.md, report.json and PNGs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from oelm.experiments import plots
+from oelm.experiments.aggregate import BASELINE, Arm, Comparison, Group, compare
+from oelm.experiments.records import RunRecord, load_runs
+from oelm.experiments.stats import Summary
+from oelm.experiments.study import StudyNumbers
+
+NA = "n/a"
+
+
+def _pct_scale(group: Group) -> float:
+    """Accuracy stored as a fraction is shown in percent; other metrics as stored."""
+    if not group.higher_is_better:
+        return 1.0
+    values = [v for a in group.arms for v in a.by_seed.values()]
+    return 100.0 if values and max(values) <= 1.0 else 1.0
+
+
+def fmt_num(x: float | None, digits: int = 4) -> str:
+    """A number with `digits` significant figures (at least 2 decimals above 1), or n/a."""
+    if x is None or not math.isfinite(x):
+        return NA
+    if abs(x) >= 1:
+        return f"{x:.{max(2, digits - len(str(int(abs(x)))))}f}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_summary(s: Summary, scale: float = 1.0) -> str:
+    """'mean ± half-width (n=k)'; the interval is shown as undefined when n < 2."""
+    if s.n == 0 or s.mean is None:
+        return NA
+    if s.half_width is None:
+        return f"{fmt_num(s.mean * scale)} ± n/a (n={s.n})"
+    return f"{fmt_num(s.mean * scale)} ± {fmt_num(s.half_width * scale, 2)} (n={s.n})"
+
+
+def fmt_gap(arm: Arm, group: Group) -> str:
+    """Gap of the means in %, with the paired-by-seed 95% interval when there is one."""
+    if arm.method == group.baseline:
+        return "0 (reference)"
+    if arm.gap is None:
+        return NA
+    text = f"{arm.gap:+.2f}%"
+    paired = arm.gap_paired
+    if paired is not None and paired.ci_low is not None:
+        text += f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]"
+    return text
+
+
+def fmt_p(arm: Arm, group: Group) -> str:
+    """Paired t-test p-value (Wilcoxon too when there are enough seeds)."""
+    if arm.method == group.baseline:
+        return "—"
+    test = arm.test
+    if test is None:
+        paired = arm.gap_paired.n if arm.gap_paired else 0
+        return f"n/a ({paired} paired seeds; needs >= 3)"
+    p = NA if test.p_value is None else f"{test.p_value:.3g}"
+    text = f"{p} (t, n={test.n})"
+    if test.wilcoxon_p is not None:
+        text += f"; Wilcoxon {test.wilcoxon_p:.3g}"
+    return text
+
+
+def fmt_saving(value: Any) -> str:
+    """Theoretical saving as recorded: a fraction is shown as a percentage."""
+    if value is None:
+        return NA
+    if isinstance(value, (int, float)):
+        return f"{value * 100:.1f}%" if abs(value) <= 1 else f"{value:.1f}%"
+    if isinstance(value, dict):
+        for key in ("training_flops_saving", "saving", "fraction", "train"):
+            if isinstance(value.get(key), (int, float)):
+                return fmt_saving(value[key])
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def fmt_int(x: Any) -> str:
+    """An integer with thousands separators, or n/a."""
+    return f"{int(x):,}" if isinstance(x, (int, float)) and not isinstance(x, bool) else NA
+
+
+def _ms(s: Summary) -> str:
+    """Mean step time in milliseconds."""
+    return NA if s.mean is None else f"{s.mean * 1000:.1f}"
+
+
+def _study_cell(arm: Arm) -> str:
+    """The study's reported number for this arm, with its experiment id."""
+    if not arm.study:
+        return NA
+    return f"{arm.study['value']} {arm.study.get('unit', '')} ({arm.study['id']})".replace("  ", " ")
+
+
+def _main_table(group: Group, scale: float) -> list[str]:
+    """Markdown rows of a dataset's main table."""
+    unit = " (%)" if scale == 100.0 else ""
+    sel_dir = "higher" if not group.selection_metric.endswith("loss") else "lower"
+    head = [
+        "method",
+        f"LR (best mean {group.selection_metric} on val, {sel_dir} is better)",
+        f"{group.primary_metric}{unit}: mean ± 95% CI (n seeds)",
+        f"gap vs {group.baseline or BASELINE}, % of baseline (+ = worse) [paired 95% CI]",
+    ]
+    if group.higher_is_better:
+        head.append(f"Δ {group.primary_metric} (points{unit}, + = better)")
+    head += [
+        "p (paired by seed)",
+        "step time (ms)",
+        "tokens/s",
+        "step-time ratio vs baseline (measured)",
+        "theoretical saving",
+        "trainable / frozen params",
+        "study (reported)",
+    ]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in group.arms:
+        cells = [
+            arm.method,
+            NA if arm.lr is None else f"{arm.lr:g}",
+            fmt_summary(arm.primary, scale),
+            fmt_gap(arm, group),
+        ]
+        if group.higher_is_better:
+            cells.append(NA if arm.delta is None else f"{arm.delta * scale:+.2f}")
+        cells += [
+            fmt_p(arm, group),
+            _ms(arm.step_time),
+            NA if arm.tokens_per_second.mean is None else f"{arm.tokens_per_second.mean:,.0f}",
+            NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.3f}",
+            fmt_saving(arm.theoretical_saving),
+            f"{fmt_int(arm.trainable_params)} / {fmt_int(arm.frozen_params)}",
+            _study_cell(arm),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _lr_table(group: Group) -> list[str]:
+    """Markdown rows of the learning-rate sweep on validation (the selection evidence)."""
+    rows = [
+        f"| method | LR | {group.selection_metric} (val): mean ± 95% CI (n) | excluded runs | chosen |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in group.arms:
+        for cell in arm.cells:
+            excluded = ", ".join(f"seed {r.seed}: {r.status}" for r in cell.excluded) or "—"
+            chosen = "**yes**" if cell.lr == arm.lr else ""
+            lr = NA if math.isnan(cell.lr) else f"{cell.lr:g}"
+            rows.append(
+                f"| {arm.method} | {lr} | {fmt_summary(cell.selection)} | {excluded} | {chosen} |"
+            )
+    return rows
+
+
+def _slug(text: str) -> str:
+    """File-name-safe version of a table title."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:80] or "table"
+
+
+def _group_section(group: Group, out: Path, index: int) -> list[str]:
+    """Markdown of one dataset table with its LR sweep, warnings and figures."""
+    scale = _pct_scale(group)
+    lines = [f"## {group.title}", ""]
+    lines.append(
+        f"Primary metric `{group.primary_metric}` (held-out split where the data has one). "
+        f"Each method's LR is the one whose mean `{group.selection_metric}` over seeds is best "
+        "on validation; the primary metric is then reported for that LR only."
+    )
+    lines.append("")
+    lines += [f"> **Warning:** {w}" for w in group.warnings]
+    lines += ["", *_main_table(group, scale), "", "### Learning-rate sweep (validation)", ""]
+    lines += _lr_table(group)
+    slug = f"{index:02d}-{_slug(group.title)}"
+    curves = plots.plot_curves(group, out / f"curves-{slug}.png")
+    gaps = plots.plot_gaps(group, out / f"gaps-{slug}.png")
+    lines.append("")
+    if curves:
+        lines.append(f"![validation curves]({curves.name})")
+    if gaps:
+        lines.append(f"![gaps vs baseline]({gaps.name})")
+    return lines
+
+
+def _runs_list(title: str, runs: Sequence[RunRecord], note: str) -> list[str]:
+    """A section listing runs that are not averaged."""
+    if not runs:
+        return []
+    lines = [f"## {title}", "", note, ""]
+    for run in runs:
+        lines.append(
+            f"- `{run.path.as_posix()}`: {run.method} lr={run.lr} seed={run.seed}: {run.reason}"
+        )
+    return lines + [""]
+
+
+READING_NOTES = [
+    "How to read: mean ± half-width of the two-sided 95% Student-t interval over seeds "
+    "(n/a when n = 1). Gaps are relative to the baseline's mean, in % of the baseline, "
+    "signed so that + means worse (perplexity: (m/b - 1)·100; accuracy: (b - m)/b·100); "
+    "the bracket is the 95% interval of the per-seed gaps, paired by seed. p-values come from "
+    "a paired t-test over seeds both arms share (>= 3 seeds; Wilcoxon signed-rank too at >= 6). "
+    "The step-time ratio is measured (method / baseline mean step time); the theoretical "
+    "saving is what the run recorded (n/a when it did not). 'study (reported)' is the original "
+    "study's own number at its own scale, copied from configs/study/study_numbers.yaml; it is "
+    "not computed here.",
+]
+
+
+def render(comparison: Comparison, out: Path, sources: Sequence[str]) -> str:
+    """The full markdown report; writes the figures into `out`."""
+    lines = ["# OELM comparison report", ""]
+    lines.append(
+        f"Generated by `oelm report` from {comparison.n_runs} stored run directories under "
+        + ", ".join(f"`{s}`" for s in sources)
+        + ". Every number is computed from their results.json / metrics.jsonl."
+    )
+    lines += ["", *READING_NOTES, ""]
+    for i, group in enumerate(comparison.groups):
+        lines += _group_section(group, out, i) + [""]
+    lines += _runs_list(
+        "Excluded runs (collapsed, diverged or failed freeze check)",
+        comparison.excluded,
+        "These runs finished but are **not** in any mean above.",
+    )
+    lines += _runs_list(
+        "Incomplete runs",
+        comparison.incomplete,
+        "No results.json with status complete: listed, never averaged.",
+    )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _arm_json(arm: Arm) -> dict[str, Any]:
+    """Numbers of one arm for report.json."""
+    return {
+        "method": arm.method,
+        "lr": arm.lr,
+        "primary": arm.primary.to_dict(),
+        "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
+        "gap_percent": arm.gap,
+        "gap_paired": arm.gap_paired.to_dict() if arm.gap_paired else None,
+        "delta": arm.delta,
+        "paired_test": arm.test.to_dict() if arm.test else None,
+        "mean_step_time": arm.step_time.mean,
+        "tokens_per_second": arm.tokens_per_second.mean,
+        "step_time_ratio": arm.step_time_ratio,
+        "theoretical_saving": arm.theoretical_saving,
+        "trainable_params": arm.trainable_params,
+        "frozen_params": arm.frozen_params,
+        "study": arm.study,
+        "lr_sweep": [
+            {"lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
+             "excluded": [str(r.path) for r in c.excluded]}
+            for c in arm.cells
+        ],
+    }
+
+
+def to_json(comparison: Comparison) -> dict[str, Any]:
+    """Machine-readable form of the report (the same numbers as the markdown)."""
+    return {
+        "groups": [
+            {
+                "task": g.task, "dataset": g.dataset, "model": g.model,
+                "primary_metric": g.primary_metric, "selection_metric": g.selection_metric,
+                "baseline": g.baseline, "warnings": g.warnings,
+                "arms": [_arm_json(a) for a in g.arms],
+            }
+            for g in comparison.groups
+        ],
+        "excluded": [{"path": str(r.path), "reason": r.reason} for r in comparison.excluded],
+        "incomplete": [{"path": str(r.path), "reason": r.reason} for r in comparison.incomplete],
+    }
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file and rename, so a crash never leaves half a report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_report(
+    paths: Sequence[str | Path],
+    out: str | Path | None = None,
+    baseline: str = BASELINE,
+    study_numbers: str | Path | None = None,
+) -> tuple[Path, Comparison]:
+    """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both."""
+    study = StudyNumbers.load(study_numbers) if study_numbers else None
+    runs = load_runs(paths)
+    out_dir = Path(out) if out else Path(paths[0]) / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    comparison = compare(runs, baseline=baseline, study=study)
+    _write_atomic(out_dir / "report.md", render(comparison, out_dir, [str(p) for p in paths]))
+    _write_atomic(out_dir / "report.json", json.dumps(to_json(comparison), indent=2, default=str))
+    return out_dir / "report.md", comparison

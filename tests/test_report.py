@@ -1,0 +1,153 @@
+"""`oelm report` on synthetic run directories written exactly to the run-directory schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats as sps
+
+from oelm.cli import main
+from oelm.errors import UserError
+from oelm.experiments import records
+from oelm.experiments.report import write_report
+
+# test perplexity and best_val_loss per (method, lr, seed); chosen LRs: baseline 1e-3, oelm 3e-3
+LM = {
+    ("baseline", 3e-4): {0: (5.0, 1.70), 1: (5.2, 1.72), 2: (5.1, 1.71)},
+    ("baseline", 1e-3): {0: (4.2, 1.50), 1: (4.4, 1.52), 2: (4.3, 1.49)},
+    ("oelm-freeze", 1e-3): {0: (5.5, 1.80), 1: (5.4, 1.79), 2: (5.6, 1.81)},
+    ("oelm-freeze", 3e-3): {0: (4.6, 1.60), 1: (4.9, 1.62), 2: (4.7, 1.61)},
+}
+STEP_TIME = {"baseline": 0.10, "oelm-freeze": 0.09}
+
+
+def make_run(root: Path, method: str, lr: float, seed: int, **results) -> Path:
+    """A complete run directory following docs/architecture.md exactly."""
+    run = root / "runs" / method / f"lr{lr:g}" / f"seed{seed}"
+    run.mkdir(parents=True)
+    task = results.pop("task", "lm")
+    config = {"task": task, "data": "data/tinystories", "model": "gpt-tiny", "method": method,
+              "seed": seed, "lr": lr, "steps": 40}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    curve = results.pop("curve", [2.0, 1.8])
+    lines = [{"kind": "train", "step": 1, "loss": 3.0, "lr": lr, "tokens": 512, "step_time": 0.1}]
+    lines += [{"kind": "eval", "step": 20 * (i + 1), "split": "val", "loss": v,
+               "perplexity": float(np.exp(v))} for i, v in enumerate(curve)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    base = {
+        "schema_version": 1, "status": "complete", "task": task, "method": method,
+        "model_type": method, "model": "gpt-tiny", "dataset": "tinystories", "seed": seed,
+        "lr": lr, "steps": 40, "tokens_seen": 40 * 512, "best_step": 40, "total_wall_time": 5.0,
+        "mean_step_time": STEP_TIME.get(method, 0.1), "median_step_time": 0.1,
+        "tokens_per_second": 512 / STEP_TIME.get(method, 0.1), "peak_memory_bytes": 0,
+        "trainable_params": 1000 if method == "baseline" else 900,
+        "frozen_params": 0 if method == "baseline" else 100,
+        "freeze_check": {"ok": True}, "git_commit": "abc", "device": "cpu",
+        "primary_metric": "test_perplexity", "selection_metric": "best_val_loss",
+    }
+    base.update(results)
+    (run / "results.json").write_text(json.dumps(base))
+    return run
+
+
+@pytest.fixture()
+def lm_sweep(tmp_path: Path) -> Path:
+    for (method, lr), seeds in LM.items():
+        for seed, (ppl, val) in seeds.items():
+            make_run(tmp_path, method, lr, seed, test_perplexity=ppl, best_val_loss=val,
+                     theoretical_saving=0.05 if method != "baseline" else 0.0,
+                     curve=[val + 0.3, val])
+    # A diverged run at the otherwise best-looking LR of oelm-random: that LR must not be chosen.
+    make_run(tmp_path, "oelm-random", 1e-2, 0, test_perplexity=float("nan"), best_val_loss=1.0)
+    make_run(tmp_path, "oelm-random", 1e-2, 1, test_perplexity=4.0, best_val_loss=1.1)
+    make_run(tmp_path, "oelm-random", 1e-3, 0, test_perplexity=6.0, best_val_loss=1.9)
+    # An unfinished run: config and metrics, no results.json.
+    unfinished = make_run(tmp_path, "oelm-random", 1e-3, 1, test_perplexity=6.1, best_val_loss=2.0)
+    (unfinished / "results.json").unlink()
+    return tmp_path
+
+
+def _arm(report: dict, method: str) -> dict:
+    return next(a for a in report["groups"][0]["arms"] if a["method"] == method)
+
+
+def test_report_numbers_equal_those_from_records(lm_sweep: Path) -> None:
+    md_path, comp = write_report([lm_sweep], lm_sweep / "out")
+    report = json.loads((lm_sweep / "out" / "report.json").read_text())
+    base, oelm = _arm(report, "baseline"), _arm(report, "oelm-freeze")
+    assert base["lr"] == 1e-3 and oelm["lr"] == 3e-3  # best mean best_val_loss per method
+    b = np.array([LM[("baseline", 1e-3)][s][0] for s in range(3)])
+    m = np.array([LM[("oelm-freeze", 3e-3)][s][0] for s in range(3)])
+    assert base["primary"]["mean"] == pytest.approx(b.mean())
+    lo, hi = sps.t.interval(0.95, df=2, loc=m.mean(), scale=sps.sem(m))
+    assert (oelm["primary"]["ci_low"], oelm["primary"]["ci_high"]) == pytest.approx((lo, hi))
+    assert oelm["gap_percent"] == pytest.approx((m.mean() / b.mean() - 1) * 100)
+    assert oelm["gap_paired"]["mean"] == pytest.approx(np.mean((m / b - 1) * 100))
+    assert oelm["paired_test"]["p_value"] == pytest.approx(sps.ttest_rel(m, b).pvalue)
+    assert oelm["step_time_ratio"] == pytest.approx(0.9)
+    assert oelm["trainable_params"] == 900 and oelm["frozen_params"] == 100
+
+    md = md_path.read_text()
+    assert f"{m.mean():.3f} ± " in md and f"{(m.mean() / b.mean() - 1) * 100:+.2f}%" in md
+    assert f"{sps.ttest_rel(m, b).pvalue:.3g} (t, n=3)" in md
+    assert "5.0%" in md  # theoretical saving next to the measured ratio 0.900
+    assert "0.900" in md
+    assert any(p.suffix == ".png" for p in (lm_sweep / "out").iterdir())
+
+
+def test_collapsed_and_incomplete_runs_are_listed_not_averaged(lm_sweep: Path) -> None:
+    md_path, comp = write_report([lm_sweep], lm_sweep / "out")
+    report = json.loads((lm_sweep / "out" / "report.json").read_text())
+    rnd = _arm(report, "oelm-random")
+    # lr 1e-2 has the best validation loss but a diverged seed: the collapse-free LR is chosen.
+    assert rnd["lr"] == 1e-3 and rnd["primary"]["n"] == 1 and rnd["primary"]["mean"] == 6.0
+    assert rnd["primary"]["ci_low"] is None
+    assert len(report["excluded"]) == 1 and "lr0.01/seed0" in report["excluded"][0]["path"]
+    assert len(report["incomplete"]) == 1
+    md = md_path.read_text()
+    assert "## Excluded runs" in md and "diverged" in md
+    assert "## Incomplete runs" in md and "no results.json" in md
+    assert "6.000 ± n/a (n=1)" in md
+
+
+def test_classification_collapse_and_accuracy_in_points(tmp_path: Path) -> None:
+    acc = {"baseline": [0.80, 0.82, 0.81], "oelm-freeze": [0.85, 0.86, 0.84]}
+    for method, values in acc.items():
+        for seed, a in enumerate(values):
+            make_run(tmp_path, method, 1e-4, seed, task="classification", heldout_accuracy=a,
+                     best_accuracy=a + 0.01, collapsed=False, primary_metric="heldout_accuracy",
+                     selection_metric="best_accuracy")
+    make_run(tmp_path, "oelm-freeze", 1e-4, 3, task="classification", heldout_accuracy=0.5,
+             best_accuracy=0.5, collapsed=True, primary_metric="heldout_accuracy",
+             selection_metric="best_accuracy")
+    md_path, comp = write_report([tmp_path])
+    arm = comp.groups[0].arms[1]
+    assert arm.method == "oelm-freeze" and arm.primary.n == 3  # the collapsed seed is excluded
+    assert arm.gap == pytest.approx((0.81 - 0.85) / 0.81 * 100)  # negative = better
+    md = md_path.read_text()
+    assert "85.00 ± " in md and "+4.00" in md  # shown in percent, delta in points
+    assert "collapsed: true" in md
+
+
+def test_records_status_and_layout_fallback(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "baseline", 3e-4, 7, test_perplexity=4.0, best_val_loss=1.4)
+    data = json.loads((run / "results.json").read_text())
+    data["status"] = "running"
+    (run / "results.json").write_text(json.dumps(data))
+    (run / "config.yaml").unlink()
+    rec = records.load_run(run)
+    assert rec.status == records.INCOMPLETE and rec.seed == 7 and rec.lr == 3e-4
+    (run / "results.json").unlink()
+    rec = records.load_run(run)
+    assert (rec.method, rec.lr, rec.seed) == ("baseline", 3e-4, 7)  # from the sweep layout
+
+
+def test_bad_input_is_one_user_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(UserError, match="no run directories"):
+        write_report([tmp_path])
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""Statistics over seeds checked against values worked out by hand (and scipy for p-values)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats as sps
+
+from oelm.experiments import stats
+
+
+def test_summary_of_three_values_matches_hand_computation() -> None:
+    s = stats.summarize([1.0, 2.0, 3.0])
+    # mean 2, sample std 1, t_{0.975, df=2} = 4.302652729911275, half = t * 1 / sqrt(3)
+    assert s.n == 3 and s.mean == pytest.approx(2.0) and s.std == pytest.approx(1.0)
+    assert s.half_width == pytest.approx(4.302652729911275 / math.sqrt(3))
+    assert (s.ci_low, s.ci_high) == pytest.approx((2 - 2.4841377, 2 + 2.4841377), abs=1e-6)
+
+
+def test_single_seed_has_no_interval_and_empty_has_no_mean() -> None:
+    one = stats.summarize([4.27])
+    assert one.n == 1 and one.mean == 4.27 and one.ci_low is None and one.half_width is None
+    assert stats.summarize([]).mean is None
+    assert stats.summarize([float("nan"), 2.0]).n == 1  # non-finite values are dropped
+
+
+def test_paired_t_test_by_seed() -> None:
+    method = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0, 9: 7.0}  # seed 9 has no baseline partner
+    base = {0: 0.5, 1: 1.0, 2: 2.5, 3: 3.0}
+    test = stats.paired_test(method, base)
+    assert test is not None and test.n == 4 and test.seeds == (0, 1, 2, 3)
+    # diffs 0.5, 1, 0.5, 1: mean 0.75, sd 0.288675, t = 0.75 / (0.288675 / 2) = 5.196152
+    assert test.mean_diff == pytest.approx(0.75)
+    assert test.t_statistic == pytest.approx(5.196152, rel=1e-6)
+    assert test.p_value == pytest.approx(2 * sps.t.sf(5.196152, df=3), rel=1e-5)
+    assert test.wilcoxon_p is None  # needs >= 6 seeds
+
+
+def test_paired_test_needs_three_seeds_and_wilcoxon_six() -> None:
+    assert stats.paired_test({0: 1.0, 1: 2.0}, {0: 1.5, 1: 2.5}) is None
+    m = {s: float(s) + 0.1 * s for s in range(6)}
+    b = {s: float(s) for s in range(6)}
+    test = stats.paired_test(m, b)
+    assert test is not None and test.wilcoxon_p == pytest.approx(sps.wilcoxon(
+        [m[s] for s in range(6)], [b[s] for s in range(6)]).pvalue)
+    same = stats.paired_test({0: 2.0, 1: 3.0, 2: 4.0}, {0: 1.0, 1: 2.0, 2: 3.0})
+    assert same is not None and same.p_value is None  # constant differences: t undefined
+
+
+def test_relative_gap_sign_means_worse() -> None:
+    # The study's TinyStories numbers: 4.69 vs 4.27 perplexity is 9.84% worse.
+    assert stats.relative_gap(4.69, 4.27, higher_is_better=False) == pytest.approx(9.8360656)
+    # Accuracy 0.80 vs baseline 0.90 is (0.90 - 0.80) / 0.90 = 11.11% worse.
+    assert stats.relative_gap(0.80, 0.90, higher_is_better=True) == pytest.approx(11.111111)
+    assert stats.relative_gap(0.95, 0.90, higher_is_better=True) < 0
+    assert stats.paired_gaps({0: 2.2, 1: 3.3}, {0: 2.0, 1: 3.0, 2: 1.0}, False) == pytest.approx(
+        [10.0, 10.0])
+
+
+def test_metric_direction() -> None:
+    assert stats.is_higher_better("heldout_accuracy") and stats.is_higher_better("best_accuracy")
+    assert not stats.is_higher_better("test_perplexity") and not stats.is_higher_better("best_val_loss")
+    with pytest.raises(ValueError):
+        stats.is_higher_better("step_time")

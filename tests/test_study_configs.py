@@ -1,0 +1,64 @@
+"""Every study config, at full and smoke scale, validates as a TrainConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oelm.errors import UserError
+from oelm.experiments.study import (
+    StudyNumbers,
+    load_study_config,
+    split_study_config,
+    study_configs,
+)
+from oelm.training.config import make_config
+
+STUDY = Path(__file__).resolve().parents[1] / "configs" / "study"
+CONFIGS = study_configs(STUDY)
+EXPECTED = {
+    "GPT-01", "GPT-02", "GPT-03", "GPT-04", "GPT-05", "GPT-06", "GPT-07", "XNLI-01", "XNLI-02",
+    "SST-2-01", "SST-2-02", "MNLI-01", "MNLI-02", "GPTCLS-IMDB-01", "GPTCLS-IMDB-02",
+    "GPTCLS-AGNEWS-01", "GPTCLS-AGNEWS-02", "GPTCLS-XNLI-01", "GPTCLS-XNLI-02", "FFN-01", "FFN-02",
+}
+
+
+def _hf_model_unsupported(cfg: dict) -> bool:
+    """Whether TrainConfig still rejects Hugging Face model names (the study's BERT runs)."""
+    try:
+        make_config({**cfg, "model": "bert-base-uncased"})
+    except UserError as err:
+        return "unknown model preset" in str(err)
+    return False
+
+
+def test_every_study_experiment_has_a_config() -> None:
+    ids = {load_study_config(p)["study"]["id"] for p in CONFIGS}
+    assert ids == EXPECTED
+
+
+@pytest.mark.parametrize("scale", ["full", "smoke"])
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_study_config_validates(path: Path, scale: str) -> None:
+    train, meta = split_study_config(load_study_config(path, scale))
+    if train["model"] == "bert-base-uncased" and _hf_model_unsupported(train):
+        pytest.xfail("TrainConfig accepts only GPT presets so far; the BERT runs need HF models")
+    cfg = make_config(train)
+    assert cfg.method and cfg.steps > 0 and meta["study"]["id"]
+    for key in ("data", "model"):
+        assert not str(getattr(cfg, key)).startswith("/"), "no absolute paths in configs"
+    if scale == "smoke":
+        assert cfg.model == "gpt-tiny" and cfg.steps <= 200 and cfg.device == "cpu"
+
+
+def test_unknown_scale_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="unknown scale"):
+        load_study_config(CONFIGS[0], "huge")
+
+
+def test_study_numbers_table_is_labelled_and_matches_configs() -> None:
+    numbers = StudyNumbers.load(STUDY / "study_numbers.yaml")
+    assert "study" in numbers.source
+    assert set(numbers.entries) == EXPECTED - {"FFN-01", "FFN-02"}  # the study never ran those
+    assert numbers.lookup("lm", "tinystories", "gpt-tiny", "oelm-freeze")["value"] == 4.69

@@ -1,0 +1,426 @@
+"""`oelm prepare lm`: text sources -> flat token memmaps (train/val/test.bin) + meta.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
+from oelm.errors import UserError
+
+SPLITS = ("train", "val", "test")
+BUILTIN_SOURCES = ("builtin:python-docs",)
+ACCEPTED_SOURCES = (
+    "accepted sources: a text file (documents separated by '<|endoftext|>' lines, else by blank "
+    "lines; WikiText raw files by ' = Title = ' headings); a folder of such files (files named "
+    "train/valid/validation/test, wiki.train.raw, train_head.txt... are official splits, otherwise "
+    "one document per file); a .jsonl file with a text field; 'builtin:python-docs'; a Hugging "
+    "Face dataset 'owner/name' or 'owner/name:config' (e.g. Salesforce/wikitext:wikitext-103-raw-v1)"
+)
+_TEXT_SUFFIXES = {"", ".txt", ".raw", ".text", ".tokens", ".jsonl"}
+# `train.txt`, `valid_head.txt`, `wiki.test.raw`, `wiki.train.head.txt`, `validation.jsonl`...
+_SPLIT_FILE = re.compile(
+    r"^(?:wiki\.)?(train|valid|validation|val|dev|test)(?:[._-]head)?(?:\.(?:txt|raw|text|tokens|jsonl))?$"
+)
+_SPLIT_ALIASES = {"train": "train", "valid": "val", "validation": "val", "val": "val", "dev": "val", "test": "test"}
+# A WikiText level-1 heading line, ` = Title = ` (level 2 is ` = = Title = = `).
+_WIKI_TITLE = re.compile(r"^ = [^=](?:.*[^=])? = $")
+_OUTPUT_FILES = ("train.bin", "val.bin", "test.bin", "meta.json")
+_DOC_BATCH = 512
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits (vocab_size <= 65535), else uint32."""
+    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
+
+
+def read_meta(data_dir: str | os.PathLike) -> dict:
+    """Read DIR/meta.json written by `oelm prepare lm`."""
+    path = Path(data_dir) / "meta.json"
+    if not path.is_file():
+        raise UserError(
+            f"no LM data at {str(data_dir)!r} (meta.json missing); run "
+            f"`oelm prepare lm SOURCE --tokenizer TOK --out {data_dir}` first"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_lm_split(data_dir: str | os.PathLike, split: str) -> np.memmap:
+    """Open one split of a prepared LM directory as a read-only token memmap."""
+    meta = read_meta(data_dir)
+    if split not in meta["splits"]:
+        raise UserError(f"{str(data_dir)!r} has no {split!r} split; it has {sorted(meta['splits'])}")
+    path = Path(data_dir) / f"{split}.bin"
+    if not path.is_file():
+        raise UserError(f"{str(path)!r} is missing; re-run `oelm prepare lm ... --out {data_dir} --overwrite`")
+    return np.memmap(path, dtype=np.dtype(meta["dtype"]), mode="r")
+
+
+def prepare_lm(
+    source: str | os.PathLike,
+    tokenizer: str | Tokenizer,
+    out_dir: str | os.PathLike,
+    *,
+    config: str | None = None,
+    val_fraction: float = 0.05,
+    seed: int = 0,
+    max_docs: int | None = None,
+    workers: int | None = None,
+    text_field: str = "text",
+    overwrite: bool = False,
+    verbose: bool = True,
+) -> dict:
+    """Tokenize SOURCE into OUT/{train,val[,test]}.bin (EOT after every document) + meta.json."""
+    _check_options(val_fraction, max_docs, workers)
+    workers = workers or os.cpu_count() or 1
+    source = str(source)
+    out = Path(out_dir)
+    kind, name, config = _resolve_source(source, config)
+    _check_out_dir(out, overwrite)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    if kind == "hub":
+        splits, origin, holdout = _hub_splits(name, config, text_field, max_docs, val_fraction, seed)
+        source = f"{name}:{config}" if config else name
+    else:
+        docs = _local_docs(kind, Path(name), text_field, max_docs)
+        splits, origin, holdout = _holdout_local(docs, val_fraction, seed)
+    return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field)
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _check_options(val_fraction: float, max_docs: int | None, workers: int | None) -> None:
+    """Reject impossible numeric options before any work."""
+    if not 0.0 < val_fraction < 1.0:
+        raise UserError(f"--val-fraction must be between 0 and 1 (exclusive), got {val_fraction}")
+    if max_docs is not None and max_docs < 1:
+        raise UserError(f"--max-docs must be a positive number of documents, got {max_docs}")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+
+
+def _check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse to mix new data into an existing, non-empty output folder unless asked to."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file; give a folder path")
+    if overwrite or not out.is_dir() or not any(out.iterdir()):
+        return
+    what = ""
+    if (out / "meta.json").is_file():
+        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+        what = f" (LM data from {meta.get('source')!r} with tokenizer {meta.get('tokenizer')!r})"
+    raise UserError(f"--out {str(out)!r} already exists and is not empty{what}; pass --overwrite or pick another folder")
+
+
+def _resolve_source(source: str, config: str | None) -> tuple[str, str, str | None]:
+    """Classify SOURCE as ('builtin'|'file'|'dir'|'hub', name, config) or fail clearly."""
+    if source.startswith("builtin:"):
+        if source not in BUILTIN_SOURCES:
+            raise UserError(f"unknown built-in corpus {source!r}; built-ins: {', '.join(BUILTIN_SOURCES)}")
+        return "builtin", source, None
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return "dir", str(path), None
+    if path.is_file():
+        if path.stat().st_size == 0:
+            raise UserError(f"source file {source!r} is empty")
+        return "file", str(path), None
+    name, _, inline_config = source.partition(":")
+    if _looks_like_hub_name(name):
+        if inline_config and config and inline_config != config:
+            raise UserError(f"two dataset configs given: {inline_config!r} in SOURCE and --config {config!r}")
+        return "hub", name, config or inline_config or None
+    raise UserError(f"source {source!r} not found: no such file or folder; {ACCEPTED_SOURCES}")
+
+
+def _looks_like_hub_name(name: str) -> bool:
+    """`owner/name` with no path-like prefix and no text-file extension."""
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        return False
+    return re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and Path(name).suffix not in _TEXT_SUFFIXES - {""}
+
+
+# ---------------------------------------------------------------------------- local sources
+
+
+def _local_docs(kind: str, path: Path, text_field: str, max_docs: int | None) -> dict[str, list[str]]:
+    """Documents per official split ('train' only when the source has no splits)."""
+    if kind == "builtin":
+        from pydoc_data.topics import topics
+
+        docs = {"train": [topics[k].strip() for k in sorted(topics) if topics[k].strip()]}
+    elif kind == "file":
+        docs = {"train": _file_docs(path, text_field, whole_if_plain=False)}
+    else:
+        docs = _folder_docs(path, text_field)
+    if max_docs is not None:
+        docs = {split: d[:max_docs] for split, d in docs.items()}
+    for split, d in docs.items():
+        if not d:
+            raise UserError(f"source {str(path)!r} has no documents in its {split!r} split (empty?)")
+    return docs
+
+
+def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:
+    """Official split files if the folder has them, else every text file as train documents."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
+                   and p.suffix.lower() in _TEXT_SUFFIXES)
+    if not files:
+        raise UserError(f"folder {str(folder)!r} holds no text files (.txt, .raw, .jsonl, ...)")
+    by_split: dict[str, Path] = {}
+    for p in files:
+        match = _SPLIT_FILE.match(p.name.lower())
+        if match:
+            split = _SPLIT_ALIASES[match.group(1)]
+            if split in by_split:
+                raise UserError(f"folder {str(folder)!r} has two {split!r} files: {by_split[split].name}, {p.name}")
+            by_split[split] = p
+    if not by_split:
+        return {"train": [d for p in files for d in _file_docs(p, text_field, whole_if_plain=True)]}
+    ignored = [p.name for p in files if p not in by_split.values()]
+    if ignored:
+        print(f"note: {folder} has official split files; ignoring {', '.join(ignored)}", file=sys.stderr)
+    if "train" not in by_split:
+        raise UserError(f"folder {str(folder)!r} has split files {sorted(by_split)} but no train file")
+    return {split: _file_docs(p, text_field, whole_if_plain=False) for split, p in by_split.items()}
+
+
+def _file_docs(path: Path, text_field: str, whole_if_plain: bool) -> list[str]:
+    """Documents of one file: JSON lines, or text split by EOT markers / WikiText titles / blank lines."""
+    if path.suffix.lower() == ".jsonl":
+        return _jsonl_docs(path, text_field)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return split_documents(text, whole_if_plain=whole_if_plain)
+
+
+def split_documents(text: str, whole_if_plain: bool = False) -> list[str]:
+    """Split raw text into documents: EOT markers, else WikiText titles, else blank lines."""
+    if EOT_TEXT in text:
+        pieces = text.split(EOT_TEXT)
+    elif _is_wikitext(text):
+        return _wikitext_articles(text)
+    elif whole_if_plain:
+        pieces = [text]
+    else:
+        pieces = re.split(r"\n[ \t]*\n", text)
+    return [p.strip() for p in pieces if p.strip()]
+
+
+def _is_wikitext(text: str) -> bool:
+    """True when the first non-blank line is a WikiText level-1 title."""
+    for line in islice(text.split("\n"), 50):
+        if line.strip():
+            return _WIKI_TITLE.match(line) is not None
+    return False
+
+
+def _wikitext_articles(text: str) -> list[str]:
+    """One document per ` = Title = ` article, keeping WikiText's own spacing."""
+    articles: list[list[str]] = []
+    for line in text.split("\n"):
+        if _WIKI_TITLE.match(line) or not articles:
+            articles.append([])
+        articles[-1].append(line)
+    docs = []
+    for lines in articles:
+        # Blank lines at the ends are separators, not content; the leading space of a title is kept.
+        while lines and not lines[-1].strip():
+            lines.pop()
+        while lines and not lines[0].strip():
+            lines.pop(0)
+        if lines:
+            docs.append("\n".join(lines))
+    return docs
+
+
+def _jsonl_docs(path: Path, text_field: str) -> list[str]:
+    """The text field of every JSON line."""
+    docs = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UserError(f"{str(path)!r} line {n} is not JSON ({err.msg})") from None
+            if not isinstance(record, dict) or text_field not in record:
+                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+                raise UserError(f"{str(path)!r} line {n} has no {text_field!r} field (has {keys}); pass --text-field")
+            if str(record[text_field]).strip():
+                docs.append(str(record[text_field]))
+    return docs
+
+
+def holdout_indices(n_docs: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded document-level split: (train indices, val indices), each in document order."""
+    n_val = max(1, round(n_docs * fraction))
+    if n_docs - n_val < 1:
+        raise UserError(f"only {n_docs} document(s): too few to hold out a validation split; add documents")
+    perm = np.random.default_rng(seed).permutation(n_docs)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+
+def _holdout_local(docs: dict[str, list[str]], fraction: float, seed: int) -> tuple[dict, dict, dict | None]:
+    """Add a held-out val split when the source has no official one."""
+    origin = {split: "official" for split in SPLITS[1:] if split in docs}
+    if "val" in docs:
+        return docs, origin, None
+    train_idx, val_idx = holdout_indices(len(docs["train"]), fraction, seed)
+    train = docs["train"]
+    out = dict(docs, train=[train[i] for i in train_idx], val=[train[i] for i in val_idx])
+    origin["val"] = "holdout"
+    return out, origin, _holdout_info(fraction, seed, len(val_idx), len(train))
+
+
+def _holdout_info(fraction: float, seed: int, n_val: int, n_total: int) -> dict:
+    """What meta.json records about a hold-out split."""
+    return {"fraction": fraction, "seed": seed, "n_docs": int(n_val), "from_docs": int(n_total), "from_split": "train"}
+
+
+# ---------------------------------------------------------------------------- hub sources
+
+
+def _hub_splits(name: str, config: str | None, text_field: str, max_docs: int | None,
+                fraction: float, seed: int) -> tuple[dict, dict, dict | None]:
+    """Load a Hugging Face dataset; map its splits to train/val/test; hold out val if needed."""
+    import datasets
+
+    try:
+        dsd = datasets.load_dataset(name, config) if config else datasets.load_dataset(name)
+    except Exception as err:  # offline, unknown name, missing config: many error types
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise UserError(
+            f"could not load Hugging Face dataset {name!r}{f' (config {config!r})' if config else ''}: "
+            f"{type(err).__name__}: {first}. Offline? Use a local file or folder instead; {ACCEPTED_SOURCES}"
+        ) from None
+    splits = _map_hub_splits(dsd, name, text_field)
+    if max_docs is not None:
+        splits = {s: ds.select(range(min(max_docs, len(ds)))) for s, ds in splits.items()}
+    if "wikitext" in name.lower():
+        # WikiText rows are lines; regroup them into articles like the raw files.
+        return _holdout_local({s: _wikitext_articles("".join(ds[text_field])) for s, ds in splits.items()},
+                              fraction, seed)
+    origin = {split: "official" for split in SPLITS[1:] if split in splits}
+    if "val" in splits:
+        return splits, origin, None
+    train_idx, val_idx = holdout_indices(len(splits["train"]), fraction, seed)
+    full = splits["train"]
+    splits.update(train=full.select(train_idx), val=full.select(val_idx))
+    origin["val"] = "holdout"
+    return splits, origin, _holdout_info(fraction, seed, len(val_idx), len(full))
+
+
+def _map_hub_splits(dsd: Any, name: str, text_field: str) -> dict:
+    """train / validation|valid|val|dev / test -> train / val / test, checking the text column."""
+    splits = {}
+    for hub_split in dsd:
+        split = _SPLIT_ALIASES.get(str(hub_split).lower())
+        if split and split not in splits:
+            splits[split] = dsd[hub_split]
+    if "train" not in splits:
+        raise UserError(f"dataset {name!r} has no train split (splits: {list(dsd)})")
+    for ds in splits.values():
+        if text_field not in ds.column_names:
+            raise UserError(f"dataset {name!r} has no {text_field!r} column (columns: {ds.column_names}); "
+                            "pass --text-field")
+    return splits
+
+
+def _hub_batches(ds: Any, tok: Tokenizer, text_field: str, workers: int) -> Iterator[list[list[int]]]:
+    """Tokenize with datasets.map over worker processes, then stream the ids in batches."""
+    num_proc = workers if workers > 1 and len(ds) >= 10_000 else None
+    mapped = ds.map(_encode_rows, batched=True, batch_size=1000, num_proc=num_proc,
+                    remove_columns=ds.column_names, fn_kwargs={"tok": tok, "field": text_field},
+                    desc="tokenizing")
+    for batch in mapped.iter(batch_size=10_000):
+        yield batch["ids"]
+
+
+def _encode_rows(batch: dict, tok: Tokenizer, field: str) -> dict:
+    """datasets.map function: one list of ids per row."""
+    return {"ids": tok.encode_batch(batch[field], num_threads=1)}
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _local_batches(docs: Sequence[str], tok: Tokenizer, workers: int, desc: str) -> Iterator[list[list[int]]]:
+    """Tokenize documents in batches; the backends parallelise each batch over the cores."""
+    with tqdm(total=len(docs), desc=desc, unit="doc", disable=None, leave=False) as bar:
+        for start in range(0, len(docs), _DOC_BATCH):
+            chunk = docs[start:start + _DOC_BATCH]
+            yield tok.encode_batch(chunk, num_threads=workers)
+            bar.update(len(chunk))
+
+
+def _write_split(path: Path, batches: Iterable[list[list[int]]], eot_id: int, dtype: np.dtype) -> int:
+    """Append every document's ids and an EOT to `path`; return the token count."""
+    n_tokens = 0
+    with path.open("wb") as f:
+        for batch in batches:
+            flat: list[int] = []
+            for ids in batch:
+                flat.extend(ids)
+                flat.append(eot_id)
+            # np.array raises OverflowError if an id does not fit the dtype, so nothing wraps silently.
+            arr = np.array(flat, dtype=dtype)
+            arr.tofile(f)
+            n_tokens += arr.size
+    return n_tokens
+
+
+def _write_all(out: Path, splits: dict, tok: Tokenizer, source: str, origin: dict,
+               holdout: dict | None, workers: int, verbose: bool, text_field: str) -> dict:
+    """Write every split to a temp file, then rename them all and write meta.json last."""
+    out.mkdir(parents=True, exist_ok=True)
+    dtype = token_dtype(tok.vocab_size)
+    temps = {s: out / f".{s}.bin.tmp-{os.getpid()}" for s in SPLITS if s in splits}
+    counts: dict[str, int] = {}
+    start = time.perf_counter()
+    try:
+        for split, tmp in temps.items():
+            data = splits[split]
+            batches = (_local_batches(data, tok, workers, f"tokenizing {split}") if isinstance(data, list)
+                       else _hub_batches(data, tok, text_field, workers))
+            counts[split] = _write_split(tmp, batches, tok.eot_id, dtype)
+        elapsed = time.perf_counter() - start
+        meta = {"source": source, "tokenizer": tok.spec, "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
+                "dtype": dtype.name, "splits": counts, "split_origin": origin, "holdout": holdout}
+        _publish(out, temps, meta)
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+    if verbose:
+        total = sum(counts.values())
+        sizes = ", ".join(f"{s} {n:,}" for s, n in counts.items())
+        print(f"prepared {total:,} tokens ({sizes}) in {elapsed:.1f}s, "
+              f"{total / max(elapsed, 1e-9):,.0f} tokens/s -> {out}")
+    return meta
+
+
+def _publish(out: Path, temps: dict[str, Path], meta: dict) -> None:
+    """Swap the new files in: old meta first (so a half-swapped folder reads as unprepared), meta last."""
+    (out / "meta.json").unlink(missing_ok=True)
+    for name in _OUTPUT_FILES[:-1]:
+        split = name.removesuffix(".bin")
+        if split not in temps:
+            (out / name).unlink(missing_ok=True)  # a stale split from an earlier preparation
+    for split, tmp in temps.items():
+        os.replace(tmp, out / f"{split}.bin")
+    meta_tmp = out / f".meta.json.tmp-{os.getpid()}"
+    meta_tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    os.replace(meta_tmp, out / "meta.json")

@@ -1,0 +1,206 @@
+"""`oelm prepare lm`: sources -> token memmaps + meta.json, splits, hold-out, errors, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oelm.cli import main
+from oelm.data.lm import holdout_indices, load_lm_split, prepare_lm, read_meta, token_dtype
+from oelm.data.tokenizers import Tokenizer, load_tokenizer
+from oelm.errors import UserError
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+GPT2_SPEC = f"gpt2:{DATA / 'tokenizers' / 'gpt2'}"
+
+
+def need(path: Path) -> Path:
+    """Skip the test when a shared data file is absent."""
+    if not path.exists():
+        pytest.skip(f"shared data not found: {path} (the shared/data folder sits beside the repo)")
+    return path
+
+
+def docs_of(tokens: np.ndarray, eot_id: int) -> list[np.ndarray]:
+    """Split a flat token array at EOT ids (which must end it)."""
+    assert tokens.size and tokens[-1] == eot_id
+    cuts = np.flatnonzero(tokens == eot_id)
+    return [piece[:-1] for piece in np.split(tokens, cuts[:-1] + 1)]
+
+
+def test_text_file_documents_are_eot_separated(tmp_path: Path) -> None:
+    docs = [f"story {i}: ünïcode {'x' * i}\nsecond line" for i in range(40)]
+    src = tmp_path / "stories.txt"
+    src.write_text("".join(f"{d}\n<|endoftext|>\n" for d in docs), encoding="utf-8")
+    meta = prepare_lm(src, "byte", tmp_path / "out", val_fraction=0.1, seed=3, verbose=False)
+    assert meta["dtype"] == "uint16" and meta["eot_id"] == 256 and meta["vocab_size"] == 257
+    assert meta["split_origin"] == {"val": "holdout"}
+    assert meta["holdout"]["n_docs"] == 4 and meta["holdout"]["seed"] == 3
+    tok = load_tokenizer(meta["tokenizer"])
+    split_docs = {s: [tok.decode(d.tolist()) for d in docs_of(load_lm_split(tmp_path / "out", s), 256)]
+                  for s in ("train", "val")}
+    _, val_idx = holdout_indices(40, 0.1, 3)
+    assert split_docs["val"] == [docs[i] for i in val_idx]
+    assert sorted(split_docs["train"] + split_docs["val"]) == sorted(docs)
+    for split, n in meta["splits"].items():
+        assert (tmp_path / "out" / f"{split}.bin").stat().st_size == 2 * n
+    assert not list((tmp_path / "out").glob(".*tmp*"))  # no temp files left behind
+
+
+def test_dtype_choice() -> None:
+    assert token_dtype(257) == np.uint16 and token_dtype(50257) == np.uint16
+    assert token_dtype(65535) == np.uint16 and token_dtype(65536) == np.uint32 and token_dtype(128256) == np.uint32
+
+
+class _WideTokenizer(Tokenizer):
+    """A stand-in with a vocabulary too large for uint16."""
+
+    def __init__(self) -> None:
+        super().__init__("wide", "wide", base_vocab_size=70_000, eot_id=69_999)
+
+    def _encode_batch(self, texts: list[str], num_threads: int) -> list[list[int]]:
+        return [[66_000 + len(w) for w in t.split()] for t in texts]
+
+
+def test_large_vocab_writes_uint32(tmp_path: Path) -> None:
+    src = tmp_path / "a.txt"
+    src.write_text("one two\n\nthree four five\n\nsix")
+    meta = prepare_lm(src, _WideTokenizer(), tmp_path / "out", val_fraction=0.3, verbose=False)
+    tokens = np.concatenate([load_lm_split(tmp_path / "out", s) for s in ("train", "val")])
+    assert meta["dtype"] == "uint32" and tokens.dtype == np.uint32 and tokens.max() == 69_999
+
+
+def test_builtin_python_docs_offline(tmp_path: Path) -> None:
+    meta = prepare_lm("builtin:python-docs", "byte", tmp_path / "py", max_docs=30, verbose=False)
+    assert meta["source"] == "builtin:python-docs" and meta["holdout"]["from_docs"] == 30
+    train = load_lm_split(tmp_path / "py", "train")
+    assert int((train == 256).sum()) == 30 - meta["holdout"]["n_docs"] and train.size == meta["splits"]["train"]
+
+
+def test_tinystories_head_with_gpt2(tmp_path: Path) -> None:
+    src = need(DATA / "lm" / "tinystories" / "train_head.txt")
+    need(DATA / "tokenizers" / "gpt2" / "vocab.json")
+    meta = prepare_lm(src, GPT2_SPEC, tmp_path / "ts", max_docs=100, seed=1, verbose=False)
+    assert meta["tokenizer"] == GPT2_SPEC and meta["eot_id"] == 50256 and meta["dtype"] == "uint16"
+    assert meta["holdout"] == {"fraction": 0.05, "seed": 1, "n_docs": 5, "from_docs": 100, "from_split": "train"}
+    val = load_lm_split(tmp_path / "ts", "val")
+    assert len(docs_of(np.asarray(val), 50256)) == 5
+    first = load_tokenizer(GPT2_SPEC).decode(docs_of(np.asarray(load_lm_split(tmp_path / "ts", "train")), 50256)[0])
+    assert first.startswith("One day, a little girl named Lily found a needle in her room.")
+
+
+def test_wikitext_folder_official_splits(tmp_path: Path) -> None:
+    folder = need(DATA / "lm" / "wikitext-2-raw")
+    meta = prepare_lm(folder, "byte", tmp_path / "wt", max_docs=3, verbose=False)
+    assert meta["split_origin"] == {"val": "official", "test": "official"} and meta["holdout"] is None
+    assert set(meta["splits"]) == {"train", "val", "test"}
+    tok = load_tokenizer("byte")
+    firsts = {s: tok.decode(docs_of(np.asarray(load_lm_split(tmp_path / "wt", s)), 256)[0].tolist())
+              for s in ("train", "val", "test")}
+    assert firsts["train"].startswith(" = Valkyria Chronicles III = \n")
+    assert firsts["val"].startswith(" = Homarus gammarus = \n")
+    assert firsts["test"].startswith(" = Robert Boulter = \n") and "\n = Robert Boulter" not in firsts["test"][1:]
+
+
+def test_tinystories_folder_recognises_head_files(tmp_path: Path) -> None:
+    folder = need(DATA / "lm" / "tinystories")
+    meta = prepare_lm(folder, "byte", tmp_path / "ts", max_docs=20, verbose=False)
+    assert meta["split_origin"] == {"val": "official"} and meta["holdout"] is None
+
+
+def test_jsonl_source_and_text_field(tmp_path: Path) -> None:
+    src = tmp_path / "docs.jsonl"
+    src.write_text("\n".join(json.dumps({"id": i, "body": f"document {i} <|endoftext|> stays text"})
+                             for i in range(20)) + "\n")
+    with pytest.raises(UserError, match="no 'text' field.*--text-field"):
+        prepare_lm(src, "byte", tmp_path / "bad", verbose=False)
+    meta = prepare_lm(src, "byte", tmp_path / "out", text_field="body", verbose=False)
+    tokens = np.concatenate([load_lm_split(tmp_path / "out", s) for s in ("train", "val")])
+    assert int((tokens == 256).sum()) == 20 and meta["holdout"]["n_docs"] == 1
+
+
+def test_hub_source_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    datasets = pytest.importorskip("datasets")
+    dsd = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"text": [f"train doc {i}" for i in range(50)]}),
+        "validation": datasets.Dataset.from_dict({"text": ["val doc"]}),
+    })
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or dsd)
+    meta = prepare_lm("someone/corpus:cfg", "byte", tmp_path / "hub", workers=1, verbose=False)
+    assert calls == [("someone/corpus", "cfg")] and meta["source"] == "someone/corpus:cfg"
+    assert meta["split_origin"] == {"val": "official"} and meta["splits"]["val"] == len("val doc") + 1
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.DatasetDict(train=dsd["train"]))
+    meta = prepare_lm("someone/corpus", "byte", tmp_path / "hub2", val_fraction=0.1, verbose=False)
+    assert meta["split_origin"] == {"val": "holdout"} and meta["holdout"]["n_docs"] == 5
+    assert int((load_lm_split(tmp_path / "hub2", "train") == 256).sum()) == 45
+
+
+def test_bad_inputs_are_clear_user_errors(tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\n")
+    (tmp_path / "ok.txt").write_text("a\n\nb\n\nc")
+    cases = [
+        (tmp_path / "missing.txt", "byte", "not found"),
+        (tmp_path / "empty.txt", "byte", "is empty"),
+        (tmp_path / "blank.txt", "byte", "no documents"),
+        (tmp_path / "ok.txt", "no-such:tok", "accepted tokenizer specs"),
+        ("builtin:nothing", "byte", "unknown built-in"),
+    ]
+    for source, tok, message in cases:
+        with pytest.raises(UserError, match=message):
+            prepare_lm(source, tok, tmp_path / "out", verbose=False)
+    with pytest.raises(UserError, match="val-fraction"):
+        prepare_lm(tmp_path / "ok.txt", "byte", tmp_path / "out", val_fraction=1.5)
+    assert not (tmp_path / "out").exists()  # nothing written by a refused run
+
+
+def test_out_dir_refused_unless_overwrite(tmp_path: Path) -> None:
+    src = tmp_path / "a.txt"
+    src.write_text("\n\n".join(f"doc {i}" for i in range(10)))
+    out = tmp_path / "out"
+    prepare_lm(src, "byte", out, verbose=False)
+    before = (out / "train.bin").read_bytes()
+    with pytest.raises(UserError, match="--overwrite"):
+        prepare_lm(src, "byte", out, seed=5, verbose=False)
+    assert (out / "train.bin").read_bytes() == before
+    assert prepare_lm(src, "byte", out, seed=5, overwrite=True, verbose=False)["holdout"]["seed"] == 5
+
+
+def test_failed_tokenization_leaves_no_output(tmp_path: Path) -> None:
+    class Broken(Tokenizer):
+        def __init__(self) -> None:
+            super().__init__("broken", "broken", 257, 256)
+
+        def _encode_batch(self, texts: list[str], num_threads: int) -> list[list[int]]:
+            raise RuntimeError("boom")
+
+    src = tmp_path / "a.txt"
+    src.write_text("x\n\ny\n\nz")
+    with pytest.raises(RuntimeError):
+        prepare_lm(src, Broken(), tmp_path / "out", verbose=False)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_read_meta_and_load_split_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="oelm prepare lm"):
+        read_meta(tmp_path)
+    with pytest.raises(UserError, match="oelm prepare lm"):
+        load_lm_split(tmp_path, "train")
+
+
+def test_cli_prepare_lm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "py"
+    argv = ["prepare", "lm", "builtin:python-docs", "--tokenizer", "byte", "--out", str(out), "--max-docs", "12",
+            "--val-fraction", "0.25", "--seed", "7", "--workers", "2"]
+    assert main(argv) == 0
+    assert "tokens/s" in capsys.readouterr().out
+    assert read_meta(out)["holdout"] == {"fraction": 0.25, "seed": 7, "n_docs": 3, "from_docs": 12,
+                                         "from_split": "train"}
+    assert main(argv) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["prepare", "lm", str(tmp_path / "nothing.txt"), "--tokenizer", "byte", "--out", str(out)]) == 2
+    assert "not found" in capsys.readouterr().err

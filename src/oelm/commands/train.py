@@ -1,0 +1,114 @@
+"""`oelm train [CONFIG.yaml] [key=value ...] [--flags]`: one training run (also under torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+# flag -> (TrainConfig field, type); store_true flags have type None.
+FLAGS: dict[str, tuple[str, Any]] = {
+    "--task": ("task", str),
+    "--data": ("data", str),
+    "--model": ("model", str),
+    "--method": ("method", str),
+    "--steps": ("steps", int),
+    "--batch-size": ("batch_size", int),
+    "--grad-accum": ("grad_accum", int),
+    "--seq-len": ("seq_len", int),
+    "--lr": ("lr", float),
+    "--warmup": ("warmup", int),
+    "--schedule": ("schedule", str),
+    "--min-lr-ratio": ("min_lr_ratio", float),
+    "--weight-decay": ("weight_decay", float),
+    "--clip": ("clip", float),
+    "--eval-every": ("eval_every", int),
+    "--eval-batches": ("eval_batches", int),
+    "--checkpoint-every": ("checkpoint_every", int),
+    "--keep-last": ("keep_last", int),
+    "--log-every": ("log_every", int),
+    "--seed": ("seed", int),
+    "--out": ("out", str),
+    "--device": ("device", str),
+    "--dtype": ("dtype", str),
+    "--resume": ("resume", None),
+    "--overwrite": ("overwrite", None),
+    "--compile": ("compile", None),
+    "--no-progress": ("progress", None),
+    # classification (dotted fields reach nested sections)
+    "--dataset": ("data", str),
+    "--data-dir": ("classification.data_dir", str),
+    "--eval-dataset": ("classification.eval_dataset", str),
+    "--eval-data-dir": ("classification.eval_data_dir", str),
+    "--max-length": ("classification.max_length", int),
+    "--tokenizer": ("classification.tokenizer", str),
+    "--epochs": ("classification.epochs", float),
+    "--max-train": ("classification.max_train", int),
+    "--max-eval": ("classification.max_eval", int),
+    "--qk-init": ("method_options.qk_init", str),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `train` subcommand."""
+    p = subparsers.add_parser(
+        "train",
+        help="train one model (LM or classification) into a run directory",
+        description="Train one run. Settings come from an optional YAML file, then the flags, "
+        "then key=value overrides (dots reach nested fields, e.g. model_overrides.n_layer=2). "
+        "Multi-process: torchrun --nproc_per_node N -m oelm train ...",
+    )
+    p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key=value")
+    for flag, (field, kind) in FLAGS.items():
+        if kind is None:
+            p.add_argument(flag, dest=field, action="store_true", default=None)
+        else:
+            p.add_argument(flag, dest=field, type=kind, default=None, metavar=field.split(".")[-1].upper())
+    p.add_argument("--json", action="store_true", help="print results.json to stdout")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The raw config dict (YAML + flags) and the key=value overrides from parsed arguments."""
+    from oelm.errors import UserError
+    from oelm.training.config import load_yaml
+
+    raw: dict[str, Any] = {}
+    overrides: list[str] = []
+    for item in args.items:
+        if "=" in item:
+            overrides.append(item)
+        elif raw:
+            raise UserError(f"more than one config file given ({item!r}); merge them or use key=value")
+        else:
+            raw = load_yaml(item)
+    for field, _ in FLAGS.values():
+        value = getattr(args, field, None)
+        if value is not None:
+            *parents, leaf = field.split(".")
+            node = raw
+            for part in parents:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[leaf] = (not value) if field == "progress" else value
+    return raw, overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the config, train, and print where the results are."""
+    from oelm.training.config import make_config
+    from oelm.training.loop import train
+
+    raw, overrides = config_from_args(args)
+    cfg = make_config(raw, overrides)
+    results = train(cfg)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        metric = results.get("primary_metric")
+        print(
+            f"{cfg.run_dir()}: {metric} = {results.get(metric)}, "
+            f"freeze_check ok = {results['freeze_check']['ok']}"
+        )
+    return 0

@@ -1,0 +1,78 @@
+"""Process-group setup for DDP under torchrun (gloo on CPU, NCCL on CUDA) and small collectives."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process stands in the job; world == 1 means no process group."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """True on the process that writes metrics and checkpoints."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        """True when a process group is in use."""
+        return self.world > 1
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """Turn 'auto' / 'cuda' / 'cuda:N' / 'cpu' into a device (one GPU per local rank)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        from oelm.errors import UserError
+
+        raise UserError("device cuda requested but CUDA is not available; use --device cpu")
+    return device
+
+
+def init_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
+    """Join the torchrun process group when WORLD_SIZE > 1; return (info, device)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local_rank)
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    return DistInfo(rank=rank, world=world, local_rank=local_rank), device
+
+
+def shutdown_distributed(info: DistInfo) -> None:
+    """Leave the process group if this module created one."""
+    if info.enabled and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """Sum a few floats over ranks (identity without a process group)."""
+    if not info.enabled:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def barrier(info: DistInfo) -> None:
+    """Wait for every rank (no-op without a process group)."""
+    if info.enabled:
+        dist.barrier()

@@ -1,0 +1,208 @@
+"""The language-modelling task: random windows from a token memmap, perplexity on fixed windows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from oelm.errors import UserError
+from oelm.training.distributed import all_reduce_sum
+from oelm.training.task import Batch, Task
+
+
+def read_lm_meta(data_dir: Path) -> dict[str, Any]:
+    """meta.json of an LM data directory, with a clear error when it is not one."""
+    if not data_dir.is_dir():
+        raise UserError(f"data directory {str(data_dir)!r} does not exist; create it with `oelm prepare lm`")
+    meta_path = data_dir / "meta.json"
+    if not meta_path.is_file():
+        raise UserError(
+            f"data directory {str(data_dir)!r} has no meta.json; it is not a prepared LM dataset "
+            "(run `oelm prepare lm ... --out DIR` first)"
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError as err:
+        raise UserError(f"{str(meta_path)!r} is not valid JSON: {err}") from None
+    for key in ("vocab_size", "dtype"):
+        if key not in meta:
+            raise UserError(f"{str(meta_path)!r} lacks {key!r}; re-run `oelm prepare lm`")
+    return meta
+
+
+def open_split(data_dir: Path, split: str, dtype: str) -> np.memmap | None:
+    """The token memmap of a split, or None when the split file is absent."""
+    path = data_dir / f"{split}.bin"
+    if not path.is_file():
+        return None
+    return np.memmap(path, dtype=np.dtype(dtype), mode="r")
+
+
+def window_starts(n_tokens: int, seq_len: int, count: int | None) -> np.ndarray:
+    """Fixed evaluation windows: `count` evenly spaced, or all non-overlapping ones when None."""
+    last = n_tokens - seq_len - 1  # a window reads seq_len + 1 tokens (inputs and shifted targets)
+    if count is None:
+        return np.arange(0, last + 1, seq_len, dtype=np.int64)
+    return np.linspace(0, last, num=count).round().astype(np.int64)
+
+
+class LMTask(Task):
+    """Causal LM on `oelm prepare lm` data; batches are random windows, eval windows are fixed."""
+
+    name = "lm"
+
+    def __init__(self, cfg, dist, device) -> None:
+        super().__init__(cfg, dist, device)
+        self.data_dir = Path(cfg.data)
+        self.meta: dict[str, Any] = {}
+        self.splits: dict[str, np.memmap] = {}
+        self.model_cfg = None
+        self.seq_len = 0
+        # One generator, seeded identically on every rank and for every method: all ranks draw
+        # the global batch and each keeps its slice, so the data order depends only on the seed.
+        self.gen = torch.Generator().manual_seed(cfg.data_seed if cfg.data_seed is not None else cfg.seed)
+        self.batches_drawn = 0
+
+    def validate(self) -> None:
+        """Check the data directory, vocabulary and sequence length against the model."""
+        from oelm.models.gpt import gpt_config
+
+        self.meta = read_lm_meta(self.data_dir)
+        overrides = {"vocab_size": self.meta["vocab_size"], **self.cfg.model_overrides}
+        self.model_cfg = gpt_config(self.cfg.model, **overrides)
+        if self.meta["vocab_size"] > self.model_cfg.vocab_size:
+            raise UserError(
+                f"the data's vocabulary ({self.meta['vocab_size']} tokens, {self.meta.get('tokenizer')}) "
+                f"is larger than the model's vocab_size ({self.model_cfg.vocab_size}); drop the "
+                "model_overrides.vocab_size override or raise it"
+            )
+        self.seq_len = self.cfg.seq_len or self.model_cfg.block_size
+        if self.seq_len > self.model_cfg.block_size:
+            raise UserError(
+                f"seq_len {self.seq_len} exceeds the context of {self.cfg.model} "
+                f"(block_size {self.model_cfg.block_size}); lower --seq-len or set "
+                f"model_overrides.block_size={self.seq_len}"
+            )
+        for split in ("train", "val", "test"):
+            mm = open_split(self.data_dir, split, self.meta["dtype"])
+            if mm is None:
+                continue
+            if len(mm) < self.seq_len + 2:
+                raise UserError(
+                    f"split {split!r} of {str(self.data_dir)!r} has {len(mm)} tokens, fewer than one "
+                    f"window of seq_len {self.seq_len}; prepare more data or lower --seq-len"
+                )
+            self.splits[split] = mm
+        for split in ("train", "val"):
+            if split not in self.splits:
+                raise UserError(f"{str(self.data_dir)!r} lacks {split}.bin; re-run `oelm prepare lm`")
+
+    def build_model(self) -> nn.Module:
+        """A GPT for the preset with the data's vocabulary."""
+        from oelm.models.gpt import GPT
+
+        return GPT(self.model_cfg)
+
+    def _windows(self, data: np.memmap, starts: np.ndarray | torch.Tensor) -> Batch:
+        rows = np.stack([np.asarray(data[s : s + self.seq_len + 1], dtype=np.int64) for s in starts.tolist()])
+        xy = torch.from_numpy(rows)
+        if self.device.type == "cuda":
+            xy = xy.pin_memory().to(self.device, non_blocking=True)
+        else:
+            xy = xy.to(self.device)
+        return {"idx": xy[:, :-1], "targets": xy[:, 1:]}
+
+    def next_batch(self) -> Batch:
+        """This rank's slice of the next global batch of random training windows."""
+        data = self.splits["train"]
+        b, world = self.cfg.batch_size, self.dist.world
+        starts = torch.randint(0, len(data) - self.seq_len, (b * world,), generator=self.gen)
+        self.batches_drawn += 1
+        mine = starts[self.dist.rank * b : (self.dist.rank + 1) * b]
+        return self._windows(data, mine)
+
+    def has_split(self, split: str) -> bool:
+        """Whether the data directory holds this split."""
+        return split in self.splits
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str, final: bool) -> dict[str, float]:
+        """Token-weighted mean loss and perplexity over fixed windows (shared out over ranks)."""
+        data = self.splits[split]
+        b, world = self.cfg.batch_size, self.dist.world
+        n_batches = self.cfg.final_eval_batches if final else self.cfg.eval_batches
+        count = None if final and n_batches is None else n_batches * b * world
+        starts = window_starts(len(data), self.seq_len, count)[self.dist.rank :: world]
+        total, tokens = 0.0, 0.0
+        for i in range(0, len(starts), b):
+            batch = self._windows(data, starts[i : i + b])
+            _, loss = model(**batch)
+            n = batch["targets"].numel()
+            total += float(loss) * n
+            tokens += n
+        total, tokens = all_reduce_sum([total, tokens], self.dist, self.device)
+        loss = total / max(tokens, 1.0)
+        return {"loss": loss, "perplexity": _perplexity(loss), "tokens": int(tokens)}
+
+    def results(self, val: dict[str, float], test: dict[str, float] | None) -> dict[str, Any]:
+        """LM keys of results.json (of the best checkpoint)."""
+        final = test if test is not None else val
+        return {
+            "val_loss": val["loss"],
+            "val_perplexity": val["perplexity"],
+            "test_loss": test["loss"] if test else None,
+            "test_perplexity": test["perplexity"] if test else None,
+            "final_perplexity": final["perplexity"],
+            "primary_metric": "test_perplexity" if test else "val_perplexity",
+            "selection_metric": "best_val_loss",
+        }
+
+    def dataset_name(self) -> str:
+        """The data's source as recorded by `oelm prepare lm`."""
+        return str(self.meta.get("source") or self.data_dir.name)
+
+    def model_metadata(self) -> dict[str, Any]:
+        """GPT config and tokenizer spec, so `oelm sample` needs only the weights file."""
+        import dataclasses
+
+        return {
+            "gpt_config": dataclasses.asdict(self.model_cfg),
+            "tokenizer": self.meta.get("tokenizer", ""),
+            "method": self.cfg.method,
+        }
+
+    def flops_per_step(self, model: nn.Module) -> float | None:
+        """Training FLOPs of one optimizer step (all ranks) from oelm.flops."""
+        from oelm.flops import training_flops_per_token
+
+        per_token = training_flops_per_token(model, self.seq_len)
+        return float(per_token) * self.cfg.batch_size * self.seq_len * self.cfg.grad_accum * self.dist.world
+
+    def flops_saving(self, model: nn.Module) -> float | None:
+        """Theoretical fraction of training FLOPs the method saves."""
+        from oelm.flops import theoretical_saving
+
+        return float(theoretical_saving(model, self.seq_len))
+
+    def progress_fields(self, loss: float) -> dict[str, str]:
+        """Loss and perplexity for the progress bar."""
+        return {"loss": f"{loss:.4f}", "ppl": f"{_perplexity(loss):.2f}"}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position: generator state and number of global batches drawn."""
+        return {"generator": self.gen.get_state(), "batches_drawn": self.batches_drawn}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the data order exactly where the checkpoint left it."""
+        self.gen.set_state(state["generator"])
+        self.batches_drawn = int(state["batches_drawn"])
+
+
+def _perplexity(loss: float) -> float:
+    return math.exp(loss) if loss < 700 else float("inf")

@@ -1,0 +1,292 @@
+"""The training loop core: one loop for every task (optimizer, schedule, AMP, DDP, eval, resume)."""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+from torch import nn
+from tqdm import tqdm
+
+from oelm.errors import UserError
+from oelm.training import checkpoint as ckpt
+from oelm.training.config import TrainConfig, dump_config, make_config
+from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
+from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
+from oelm.training.runlog import MetricsLog, TensorBoard, atomic_write_json, atomic_write_text
+from oelm.training.task import Task, make_task
+from oelm.training.timing import StepTimer, peak_memory
+from oelm.training.report import build_results, build_timing
+
+
+def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
+    """Train one run described by config (+ key=value overrides); return its results.json dict."""
+    cfg = make_config(config, overrides)
+    owns_group = not (tdist.is_available() and tdist.is_initialized())
+    info, device = init_distributed(cfg.device)
+    try:
+        return Trainer(cfg, info, device).run()
+    finally:
+        if owns_group:
+            shutdown_distributed(info)
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """Multiplier of cfg.lr at optimizer step `step` (0-based): linear warmup, then decay."""
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    if cfg.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if cfg.schedule == "cosine" else 1.0 - progress
+    return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
+
+
+def resolve_amp(dtype: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype (None = plain float32) for the config's dtype on this device."""
+    if dtype == "auto":
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if dtype == "float16" and device.type != "cuda":
+        raise UserError("dtype float16 needs a CUDA device; use bfloat16 or float32 on CPU")
+    return {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+class Trainer:
+    """One run: build, (resume), train, evaluate the best checkpoint, write the run directory."""
+
+    def __init__(self, cfg: TrainConfig, dist: DistInfo, device: torch.device) -> None:
+        self.cfg, self.dist, self.device = cfg, dist, device
+        self.amp = resolve_amp(cfg.dtype, device)
+        self.task: Task = make_task(cfg, dist, device)
+        self.task.validate()
+        self.plan: RunPlan = plan_run(cfg)
+        self.run_dir = self.plan.run_dir
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.step, self.tokens_seen = 0, 0
+        self.best_val_loss, self.best_step = float("inf"), None
+        self.metrics_offset: int | None = None
+        self.eval_times: list[float] = []
+        self.prior_wall = 0.0
+        self.timer = StepTimer(device)
+        self.last_lr = cfg.lr
+
+    # ---- setup -------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Execute the plan and return the results."""
+        if self.plan.finished is not None:
+            return self.plan.finished
+        self.session_start = time.perf_counter()
+        barrier(self.dist)  # every rank has inspected the directory before rank 0 changes it
+        if self.dist.is_main:
+            if self.plan.clear:
+                clear_run_dir(self.run_dir)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
+        barrier(self.dist)
+        self._build()
+        if self.plan.resume_from is not None:
+            self._restore(self.plan.resume_from)
+        self._open_logs()
+        try:
+            self._loop()
+        finally:
+            self.metrics.close()
+            self.tb.close()
+        return self._finish()
+
+    def _build(self) -> None:
+        from oelm import apply_method, audit_model
+        from oelm.freezing import optimizer_groups
+
+        # Seed before building so tensors a method leaves alone are identical across methods.
+        torch.manual_seed(self.cfg.seed)
+        model = self.task.build_model()
+        apply_method(model, self.cfg.method, seed=self.cfg.seed, **self.cfg.method_options)
+        self.audit = audit_model(model)
+        self.model = model.to(self.device)
+        self.optimizer = torch.optim.AdamW(
+            optimizer_groups(self.model, self.cfg.weight_decay),
+            lr=self.cfg.lr,
+            betas=self.cfg.betas,
+            eps=self.cfg.eps,
+            fused=self.device.type == "cuda",
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, self.cfg))
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.eval_model: nn.Module = torch.compile(self.model) if self.cfg.compile else self.model
+        self.train_model: nn.Module = self.eval_model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DDP(self.eval_model, device_ids=ids)
+
+    def _restore(self, path) -> None:
+        ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
+        state = ckpt.load_state(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.task.load_state_dict(state["data"])
+        ckpt.set_rng_state(state["rng"])
+        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        self.best_val_loss, self.best_step = state["best_val_loss"], state["best_step"]
+        self.metrics_offset = state["metrics_offset"]
+        self.timer = StepTimer(self.device, state["step_times"])
+        self.eval_times = list(state["eval_times"])
+        self.prior_wall = state["wall_time"]
+        self.last_lr = self.scheduler.get_last_lr()[0]
+
+    def _open_logs(self) -> None:
+        main = self.dist.is_main
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", self.metrics_offset, enabled=main)
+        resumed = self.plan.resume_from is not None
+        tb_dir = self.run_dir / "tb" if main and self.cfg.tensorboard else None
+        self.tb = TensorBoard(tb_dir, purge_step=self.step + 1 if resumed else None)
+        if main:
+            atomic_write_json(self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": None})
+
+    # ---- training ----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        cfg = self.cfg
+        bar = tqdm(
+            total=cfg.steps, initial=self.step, disable=not (self.dist.is_main and cfg.progress),
+            desc=f"{cfg.method} s{cfg.seed}", dynamic_ncols=True, mininterval=1.0,
+        )
+        with bar:
+            while self.step < cfg.steps:
+                loss, tokens = self._train_step()
+                self.step += 1
+                self.tokens_seen += tokens
+                last = self.step == cfg.steps
+                if self.step % cfg.log_every == 0 or self.step == 1 or last:
+                    self._log_train(loss, tokens, bar)
+                if (cfg.eval_every and self.step % cfg.eval_every == 0) or last:
+                    self._evaluate()
+                if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last:
+                    self._checkpoint()
+                bar.update(1)
+
+    def _autocast(self):
+        if self.amp is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp)
+
+    def _train_step(self) -> tuple[torch.Tensor, int]:
+        """One optimizer step over grad_accum micro-batches; returns (mean loss, global tokens)."""
+        accum = self.cfg.grad_accum
+        batches = [self.task.next_batch() for _ in range(accum)]  # data loading is not timed
+        self.timer.start()
+        total = torch.zeros((), device=self.device)
+        for i, batch in enumerate(batches):
+            # Under DDP, gradients are all-reduced only on the last micro-batch.
+            sync = self.train_model.no_sync() if self.dist.enabled and i < accum - 1 else nullcontext()
+            with sync:
+                with self._autocast():
+                    loss = self.task.loss(self.train_model, batch)
+                self.scaler.scale(loss / accum).backward()
+            total += loss.detach()
+        if self.cfg.clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.last_lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.timer.stop()
+        tokens = sum(self.task.batch_tokens(b) for b in batches) * self.dist.world
+        return total / accum, tokens
+
+    def _log_train(self, loss_t: torch.Tensor, tokens: int, bar: tqdm) -> None:
+        loss = all_reduce_sum([float(loss_t)], self.dist, self.device)[0] / self.dist.world
+        step_time = self.timer.last()
+        record = {"kind": "train", "step": self.step, "loss": loss, "lr": self.last_lr,
+                  "tokens": self.tokens_seen, "step_time": step_time}
+        self.metrics.write(record)
+        self.tb.scalars("train", {"loss": loss, "lr": self.last_lr, "step_time": step_time}, self.step)
+        recent = self.timer.times[-20:]
+        tok_s = tokens * len(recent) / sum(recent) if recent else float("nan")
+        bar.set_postfix({**self.task.progress_fields(loss), "tok/s": f"{tok_s:,.0f}"}, refresh=False)
+
+    def _evaluate(self) -> None:
+        metrics, seconds = self._run_eval("val", final=False)
+        self.eval_times.append(seconds)
+        record = {"kind": "eval", "step": self.step, "split": "val"}
+        record.update({k: v for k, v in metrics.items() if k != "tokens"})
+        self.metrics.write(record)
+        self.tb.scalars("val", record, self.step)
+        if metrics["loss"] < self.best_val_loss:
+            self.best_val_loss, self.best_step = metrics["loss"], self.step
+            if self.dist.is_main:
+                meta = {**self._weights_meta(), "val_loss": metrics["loss"]}
+                ckpt.save_best(self.ckpt_root, self.model, meta)
+
+    def _run_eval(self, split: str, final: bool) -> tuple[dict[str, float], float]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # eval is timed apart from training steps
+        start = time.perf_counter()
+        self.model.eval()
+        with torch.no_grad(), self._autocast():
+            metrics = self.task.evaluate(self.eval_model, split, final)
+        self.model.train()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return metrics, time.perf_counter() - start
+
+    def _weights_meta(self) -> dict[str, Any]:
+        return {**self.task.model_metadata(), "task": self.cfg.task, "seed": self.cfg.seed, "step": self.step}
+
+    def _wall_time(self) -> float:
+        return self.prior_wall + time.perf_counter() - self.session_start
+
+    def _checkpoint(self) -> None:
+        if self.dist.is_main:
+            state = {
+                "step": self.step,
+                "tokens_seen": self.tokens_seen,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": ckpt.rng_state(),
+                "data": self.task.state_dict(),
+                "best_val_loss": self.best_val_loss,
+                "best_step": self.best_step,
+                "metrics_offset": self.metrics.offset(),
+                "step_times": self.timer.resolve(),
+                "eval_times": self.eval_times,
+                "wall_time": self._wall_time(),
+                "config": self.cfg.identity(),
+            }
+            ckpt.save_checkpoint(self.ckpt_root, self.step, self.model, state, self._weights_meta(), self.cfg.keep_last)
+        barrier(self.dist)
+
+    # ---- end of run --------------------------------------------------------------------------
+    def _finish(self) -> dict[str, Any]:
+        from oelm import verify_audit
+
+        check = verify_audit(self.model, self.audit, optimizer=self.optimizer)
+        barrier(self.dist)  # rank 0 has written best/ before anyone reads it
+        best = self.ckpt_root / "best" / ckpt.WEIGHTS
+        if best.is_file():
+            ckpt.load_weights(self.model, best)
+        val, _ = self._run_eval("val", final=True)
+        test = self._run_eval("test", final=True)[0] if self.task.has_split("test") else None
+        mem, mem_kind = peak_memory(self.device)
+        timing = build_timing(self, mem, mem_kind)
+        results = build_results(self, val, test, check.to_dict(), timing)
+        if self.dist.is_main:
+            atomic_write_json(self.run_dir / "timing_stats.json", timing)
+            atomic_write_json(
+                self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": check.to_dict()}
+            )
+            atomic_write_json(self.run_dir / "results.json", results)  # last: marks the run complete
+        barrier(self.dist)
+        return results

@@ -1,0 +1,85 @@
+"""Deciding what to do with an output directory: fresh start, resume, reuse, or refuse."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oelm.errors import UserError
+from oelm.training.checkpoint import latest_checkpoint
+from oelm.training.config import RUNTIME_FIELDS, TrainConfig
+from oelm.training.runlog import read_json
+
+
+@dataclass
+class RunPlan:
+    """The outcome of inspecting the run directory."""
+
+    run_dir: Path
+    resume_from: Path | None = None  # a step checkpoint to continue from
+    finished: dict[str, Any] | None = None  # results of a complete run to return as is
+    clear: bool = False  # the directory's previous contents must go (overwrite / fresh restart)
+
+
+def _stored_identity(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        stored = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    return {k: v for k, v in stored.items() if k not in RUNTIME_FIELDS}
+
+
+def _differences(cfg: TrainConfig, stored: dict[str, Any] | None) -> list[str]:
+    if stored is None:
+        return ["config.yaml unreadable"]
+    mine = cfg.identity()
+    return sorted(k for k in set(mine) | set(stored) if mine.get(k) != stored.get(k))
+
+
+def plan_run(cfg: TrainConfig) -> RunPlan:
+    """Inspect cfg's output directory; raise UserError when using it would mix two runs."""
+    run_dir = cfg.run_dir()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"output {str(run_dir)!r} exists and is not a directory")
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return RunPlan(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(
+            f"output directory {str(run_dir)!r} is not empty and holds no run (no config.yaml); "
+            "choose another --out"
+        )
+    if cfg.overwrite:
+        return RunPlan(run_dir, clear=True)
+    results = read_json(run_dir / "results.json")
+    finished = results is not None and results.get("status") == "complete"
+    diff = _differences(cfg, _stored_identity(run_dir))
+    state = "finished" if finished else "unfinished"
+    if not cfg.resume:
+        what = f"a different {state} run (differs in: {', '.join(diff)})" if diff else f"a {state} run"
+        action = "reuse its results" if finished else "continue it"
+        raise UserError(
+            f"output directory {str(run_dir)!r} already holds {what}; pass --resume to {action} "
+            "or --overwrite to replace it (or choose another --out)"
+        )
+    if diff:
+        raise UserError(
+            f"cannot resume: {str(run_dir)!r} holds a different run (differs in: {', '.join(diff)}); "
+            "use the same settings, another --out, or --overwrite"
+        )
+    if finished:
+        return RunPlan(run_dir, finished=results)
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    return RunPlan(run_dir, resume_from=ckpt, clear=ckpt is None)
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Remove a previous run's files (only called on a directory holding a run's config.yaml)."""
+    for child in run_dir.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()

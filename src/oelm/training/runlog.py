@@ -1,0 +1,121 @@
+"""Run-directory writers: atomic JSON, the metrics.jsonl stream, TensorBoard, git commit."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write text to path through a temp file + os.replace, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _clean(value: Any) -> Any:
+    # JSON has no NaN/inf; a diverged run must still produce a readable record.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write a JSON document atomically (non-finite floats become null)."""
+    atomic_write_text(path, json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """Read a JSON file, or None when missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl; `offset()` is the byte position a checkpoint records."""
+
+    def __init__(self, path: Path, truncate_to: int | None = None, enabled: bool = True) -> None:
+        self.path = path
+        self.enabled = enabled
+        self._fh = None
+        if not enabled:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_to is None:
+            self._fh = open(path, "w")
+        else:
+            # Lines written after the checkpoint we resume from are replayed; drop them.
+            self._fh = open(path, "a+")
+            self._fh.truncate(truncate_to)
+            self._fh.seek(truncate_to)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record as a JSON line."""
+        if self._fh is not None:
+            self._fh.write(json.dumps(_clean(record)) + "\n")
+
+    def offset(self) -> int:
+        """Flush and return the current byte size of the stream."""
+        if self._fh is None:
+            return 0
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        return self._fh.tell()
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class TensorBoard:
+    """Thin SummaryWriter wrapper that is a no-op when disabled (non-zero ranks, tests)."""
+
+    def __init__(self, logdir: Path | None, purge_step: int | None = None) -> None:
+        self._writer = None
+        if logdir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step drops events logged after the checkpoint a resumed run restarts from.
+            self._writer = SummaryWriter(str(logdir), purge_step=purge_step)
+
+    def scalars(self, prefix: str, values: dict[str, Any], step: int) -> None:
+        """Log each finite numeric value as prefix/name."""
+        if self._writer is None:
+            return
+        for name, value in values.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self._writer.add_scalar(f"{prefix}/{name}", value, step)
+
+    def close(self) -> None:
+        """Flush and close the writer."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def git_commit(start: Path | None = None) -> str | None:
+    """The current git commit of the source tree (with '+dirty' when modified), or None."""
+    cwd = str(start or Path(__file__).resolve().parent)
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha or None

@@ -1,0 +1,78 @@
+"""Step timing (CUDA events or perf_counter), summary statistics, peak FLOPs and memory."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+class StepTimer:
+    """Times training steps; on CUDA with events resolved lazily (no per-step synchronize)."""
+
+    def __init__(self, device: torch.device, times: list[float] | None = None) -> None:
+        self.cuda = device.type == "cuda"
+        self.times: list[float] = list(times or [])
+        self._pending: list[tuple[Any, Any]] = []
+        self._start: Any = None
+
+    def start(self) -> None:
+        """Mark the start of a step (after its data is loaded)."""
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+
+    def stop(self) -> None:
+        """Mark the end of a step."""
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._pending.append((self._start, end))
+        else:
+            self.times.append(time.perf_counter() - self._start)
+
+    def resolve(self) -> list[float]:
+        """Turn recorded CUDA events into seconds (waits only for the last pending event)."""
+        if self._pending:
+            self._pending[-1][1].synchronize()
+            self.times.extend(s.elapsed_time(e) / 1000.0 for s, e in self._pending)
+            self._pending.clear()
+        return self.times
+
+    def last(self) -> float:
+        """Seconds of the most recent step."""
+        times = self.resolve()
+        return times[-1] if times else float("nan")
+
+
+def summarize(times: list[float], warmup: int) -> dict[str, Any]:
+    """Mean, std, median, min, max, p95, p99 of step times with the first `warmup` excluded."""
+    skip = min(warmup, max(len(times) - 1, 0))
+    arr = np.asarray(times[skip:], dtype=np.float64)
+    if arr.size == 0:
+        return {"count": 0, "warmup_excluded": skip}
+    return {
+        "count": int(arr.size),
+        "warmup_excluded": skip,
+        "mean": float(arr.mean()),
+        "std": float(arr.std()),
+        "median": float(np.median(arr)),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "p95": float(np.percentile(arr, 95)),
+        "p99": float(np.percentile(arr, 99)),
+    }
+
+
+def peak_memory(device: torch.device) -> tuple[int | None, str]:
+    """Peak memory in bytes and what it measures (CUDA allocator peak, else process max RSS)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_memory_allocated"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"

@@ -52,7 +52,8 @@ def register_lm(kinds: argparse._SubParsersAction) -> None:
                    help="documents held out for validation when the source has no official split (default 0.05)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the hold-out (default 0)")
     p.add_argument("--max-docs", type=int, default=None, metavar="N", help="keep the first N documents of each split")
-    p.add_argument("--workers", type=int, default=None, metavar="W", help="tokenizer threads/processes (default: all cores)")
+    p.add_argument("--workers", type=int, default=None, metavar="W",
+                   help="tokenizer threads/processes (default: all cores)")
     p.add_argument("--text-field", default="text", metavar="FIELD", help="text column of JSON lines / hub datasets")
     p.add_argument("--overwrite", action="store_true", help="replace the LM files in an existing --out folder")
     p.set_defaults(func=run_lm)

@@ -119,7 +119,9 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     if (out / "meta.json").is_file():
         meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
         what = f" (LM data from {meta.get('source')!r} with tokenizer {meta.get('tokenizer')!r})"
-    raise UserError(f"--out {str(out)!r} already exists and is not empty{what}; pass --overwrite or pick another folder")
+    raise UserError(
+        f"--out {str(out)!r} already exists and is not empty{what}; pass --overwrite or pick another folder"
+    )
 
 
 def _resolve_source(source: str, config: str | None) -> tuple[str, str, str | None]:
@@ -221,7 +223,7 @@ def split_documents(text: str, whole_if_plain: bool = False) -> list[str]:
 
 def _is_wikitext(text: str) -> bool:
     """True when the first non-blank line is a WikiText level-1 title."""
-    for line in islice(text.split("\n"), 50):
+    for line in islice(text[:20_000].split("\n"), 50):  # only the head matters
         if line.strip():
             return _WIKI_TITLE.match(line) is not None
     return False

@@ -49,6 +49,25 @@ FLAGS: dict[str, tuple[str, Any]] = {
 }
 
 
+class _IntermixedParser(argparse.ArgumentParser):
+    """Lets `key=value` items and flags interleave (`c.yaml --lr 1e-3 seed=2`).
+
+    Plain argparse stops filling a nargs='*' positional at the first flag; the intermixed parser
+    does not, but refuses parsers with subcommands, so only this subcommand's parser uses it.
+    """
+
+    _inner = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._inner:  # parse_known_intermixed_args calls back into parse_known_args
+            return super().parse_known_args(args, namespace)
+        self._inner = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inner = False
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `train` subcommand."""
     p = subparsers.add_parser(
@@ -65,6 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         else:
             p.add_argument(flag, dest=field, type=kind, default=None, metavar=field.split(".")[-1].upper())
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
+    p.__class__ = _IntermixedParser
     p.set_defaults(func=run)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,30 +17,15 @@ from oelm.training.task import Batch, Task
 
 def read_lm_meta(data_dir: Path) -> dict[str, Any]:
     """meta.json of an LM data directory, with a clear error when it is not one."""
+    from oelm.data.lm import read_meta
+
     if not data_dir.is_dir():
         raise UserError(f"data directory {str(data_dir)!r} does not exist; create it with `oelm prepare lm`")
-    meta_path = data_dir / "meta.json"
-    if not meta_path.is_file():
-        raise UserError(
-            f"data directory {str(data_dir)!r} has no meta.json; it is not a prepared LM dataset "
-            "(run `oelm prepare lm ... --out DIR` first)"
-        )
-    try:
-        meta = json.loads(meta_path.read_text())
-    except ValueError as err:
-        raise UserError(f"{str(meta_path)!r} is not valid JSON: {err}") from None
-    for key in ("vocab_size", "dtype"):
+    meta = read_meta(data_dir)
+    for key in ("vocab_size", "dtype", "splits"):
         if key not in meta:
-            raise UserError(f"{str(meta_path)!r} lacks {key!r}; re-run `oelm prepare lm`")
+            raise UserError(f"{str(data_dir / 'meta.json')!r} lacks {key!r}; re-run `oelm prepare lm`")
     return meta
-
-
-def open_split(data_dir: Path, split: str, dtype: str) -> np.memmap | None:
-    """The token memmap of a split, or None when the split file is absent."""
-    path = data_dir / f"{split}.bin"
-    if not path.is_file():
-        return None
-    return np.memmap(path, dtype=np.dtype(dtype), mode="r")
 
 
 def window_starts(n_tokens: int, seq_len: int, count: int | None) -> np.ndarray:
@@ -89,10 +73,12 @@ class LMTask(Task):
                 f"(block_size {self.model_cfg.block_size}); lower --seq-len or set "
                 f"model_overrides.block_size={self.seq_len}"
             )
+        from oelm.data.lm import load_lm_split
+
         for split in ("train", "val", "test"):
-            mm = open_split(self.data_dir, split, self.meta["dtype"])
-            if mm is None:
+            if split not in self.meta["splits"]:
                 continue
+            mm = load_lm_split(self.data_dir, split)
             if len(mm) < self.seq_len + 2:
                 raise UserError(
                     f"split {split!r} of {str(self.data_dir)!r} has {len(mm)} tokens, fewer than one "

@@ -1,0 +1,95 @@
+"""Config validation: each mistake gets one clear UserError before any training starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from oelm.cli import main
+from oelm.errors import UserError
+from oelm.training.config import apply_overrides, make_config
+from oelm.training.loop import train
+from train_utils import synthetic_lm_dir, tiny_config
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return synthetic_lm_dir(tmp_path / "data")
+
+
+def error_of(cfg: dict) -> str:
+    with pytest.raises(UserError) as info:
+        train(cfg)
+    return str(info.value)
+
+
+def test_unknown_method_lists_methods(data: Path, tmp_path: Path) -> None:
+    msg = error_of(tiny_config(data, tmp_path / "r", method="oelm-frezee"))
+    assert "unknown method 'oelm-frezee'" in msg and "did you mean 'oelm-freeze'" in msg
+    assert "baseline" in msg and "oelm-random" in msg
+
+
+def test_unknown_keys_suggest_the_closest(data: Path, tmp_path: Path) -> None:
+    assert "unknown config key 'learning_rate'" in error_of({**tiny_config(data, tmp_path), "learning_rate": 1})
+    assert "did you mean 'steps'" in error_of({**tiny_config(data, tmp_path), "stesp": 3})
+    cfg = {**tiny_config(data, tmp_path), "classification": {"num_lables": 2}}
+    assert "'classification.num_lables'" in error_of(cfg) and "num_labels" in error_of(cfg)
+
+
+def test_seq_len_beyond_context(data: Path, tmp_path: Path) -> None:
+    msg = error_of(tiny_config(data, tmp_path / "r", seq_len=64))
+    assert "seq_len 64 exceeds the context" in msg and "block_size 32" in msg
+
+
+def test_data_dir_without_meta(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert "meta.json" in error_of(tiny_config(tmp_path / "empty", tmp_path / "r"))
+    assert "does not exist" in error_of(tiny_config(tmp_path / "missing", tmp_path / "r"))
+
+
+def test_vocab_larger_than_model(data: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(data, tmp_path / "r")
+    cfg["model_overrides"] = {**cfg["model_overrides"], "vocab_size": 32}
+    assert "vocabulary (64 tokens" in error_of(cfg) and "vocab_size (32)" in error_of(cfg)
+
+
+def test_bad_values_are_named(data: Path, tmp_path: Path) -> None:
+    assert "steps" in error_of(tiny_config(data, tmp_path, steps=0))
+    assert "schedule" in error_of(tiny_config(data, tmp_path, schedule="cosin"))
+    assert "unknown model preset" in error_of(tiny_config(data, tmp_path, model="gpt-huge"))
+    assert "float16 needs a CUDA" in error_of(tiny_config(data, tmp_path / "r", dtype="float16"))
+
+
+def test_out_dir_with_another_finished_run(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text("seed: 5\n")
+    (out / "results.json").write_text(json.dumps({"status": "complete"}))
+    msg = error_of(tiny_config(data, out))
+    assert "already holds a different finished run" in msg and "--overwrite" in msg
+    assert "cannot resume" in error_of(tiny_config(data, out, resume=True))
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "file.txt").write_text("x")
+    assert "holds no run" in error_of(tiny_config(data, tmp_path / "junk"))
+
+
+def test_overrides_reach_nested_fields_and_parse_yaml_values() -> None:
+    raw = apply_overrides({"data": "d"}, ["lr=1e-3", "model_overrides.n_layer=2", "compile=true"])
+    cfg = make_config(raw)
+    assert cfg.lr == 1e-3 and cfg.model_overrides == {"n_layer": 2} and cfg.compile is True
+    with pytest.raises(UserError, match="not key=value"):
+        apply_overrides({}, ["lr"])
+
+
+def test_cli_yaml_flags_and_overrides(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import yaml
+
+    cfg = tiny_config(data, tmp_path / "run", steps=4, eval_every=0, checkpoint_every=0)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({**cfg, "lr": 1.0}))
+    rc = main(["train", str(tmp_path / "c.yaml"), "--lr", "0.002", "seed=3", "--json"])
+    results = json.loads(capsys.readouterr().out)
+    assert rc == 0 and results["lr"] == 0.002 and results["seed"] == 3 and results["steps"] == 4
+    assert main(["train", str(tmp_path / "c.yaml"), "--method", "nope"]) == 2
+    assert "unknown method 'nope'" in capsys.readouterr().err

@@ -1,0 +1,136 @@
+"""LM training end to end: loss drops on TinyStories, run-directory schema, frozen Q/K, sampling."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from oelm.training.checkpoint import WEIGHTS, list_steps, load_weights
+from oelm.training.config import make_config
+from oelm.training.distributed import DistInfo
+from oelm.training.lm import LMTask
+from oelm.training.loop import lr_factor, train
+from train_utils import synthetic_lm_dir, tiny_config, tinystories_dir
+
+RESULT_KEYS = {
+    "schema_version", "status", "task", "method", "model_type", "model", "dataset", "seed", "lr",
+    "steps", "tokens_seen", "best_val_loss", "best_step", "total_wall_time", "mean_step_time",
+    "median_step_time", "tokens_per_second", "peak_memory_bytes", "trainable_params",
+    "frozen_params", "freeze_check", "git_commit", "device", "primary_metric", "selection_metric",
+    "val_loss", "val_perplexity", "test_loss", "test_perplexity", "final_perplexity",
+}
+
+
+@pytest.fixture(scope="module")
+def ts_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One short gpt-tiny run (oelm-freeze, weight decay on) on the TinyStories sample."""
+    root = tmp_path_factory.mktemp("ts")
+    data = tinystories_dir(root / "data", max_docs=300)
+    cfg = tiny_config(
+        data, root / "run", model_overrides={"block_size": 64}, seq_len=64, batch_size=8, steps=36,
+        eval_every=12, eval_batches=4, final_eval_batches=8, checkpoint_every=12, keep_last=2,
+        weight_decay=0.1, log_every=4, tensorboard=True,
+    )
+    return root / "run", train(cfg)
+
+
+def test_validation_loss_drops_on_tinystories(ts_run: tuple[Path, dict]) -> None:
+    run, results = ts_run
+    evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [e for e in evals if e["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [12, 24, 36]
+    assert evals[-1]["loss"] < evals[0]["loss"]
+    assert results["best_val_loss"] < 0.75 * math.log(257)  # well below the uniform-guess loss
+    assert results["val_perplexity"] == pytest.approx(math.exp(results["val_loss"]))
+    assert results["test_loss"] is None and results["final_perplexity"] == results["val_perplexity"]
+    assert results["primary_metric"] == "val_perplexity"
+
+
+def test_run_directory_schema(ts_run: tuple[Path, dict]) -> None:
+    run, results = ts_run
+    for name in ("config.yaml", "metrics.jsonl", "results.json", "timing_stats.json", "freeze_audit.json"):
+        assert (run / name).is_file(), name
+    assert any((run / "tb").iterdir())
+    assert RESULT_KEYS <= set(results)
+    assert json.loads((run / "results.json").read_text()) == results
+    assert results["status"] == "complete" and results["tokens_seen"] == 36 * 8 * 64
+    train_lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    first = next(x for x in train_lines if x["kind"] == "train")
+    assert set(first) == {"kind", "step", "loss", "lr", "tokens", "step_time"}
+    timing = json.loads((run / "timing_stats.json").read_text())
+    assert {"mean", "std", "median", "min", "max", "p95", "p99"} <= set(timing["step_time"])
+    assert timing["step_time"]["count"] == 36 - 5 and timing["flops_per_step"] > 0
+    assert timing["eval"]["count"] == 3
+    steps = [s for s, _ in list_steps(run / "checkpoints")]
+    assert steps == [24, 36]  # keep_last=2
+    assert (run / "checkpoints" / "best" / WEIGHTS).is_file()
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_0000036"
+
+
+def test_frozen_qk_bit_identical_after_training_with_weight_decay(ts_run: tuple[Path, dict]) -> None:
+    from oelm import apply_method
+    from oelm.models.gpt import GPT, GPTConfig
+
+    run, results = ts_run
+    assert results["freeze_check"]["ok"] and results["freeze_check"]["n_frozen_checked"] == 4
+    audit = json.loads((run / "freeze_audit.json").read_text())
+    assert audit["end"]["ok"] and audit["start"]["totals"]["frozen"] == results["frozen_params"]
+    from oelm.training.checkpoint import read_metadata
+
+    last = run / "checkpoints" / "step_0000036" / WEIGHTS
+    gcfg = GPTConfig(**json.loads(read_metadata(last)["gpt_config"]))
+    torch.manual_seed(0)
+    fresh = GPT(gcfg)
+    apply_method(fresh, "oelm-freeze", seed=0)
+    trained = GPT(gcfg)
+    load_weights(trained, last)
+    for name, p in fresh.named_parameters():
+        q = dict(trained.named_parameters())[name]
+        if ".q_proj.weight" in name or ".k_proj.weight" in name:
+            assert torch.equal(p, q), name
+        elif name.endswith("v_proj.weight"):
+            assert not torch.equal(p, q), name
+
+
+def test_sample_from_run(ts_run: tuple[Path, dict]) -> None:
+    from oelm.training.sample import sample
+
+    run, _ = ts_run
+    text = sample(run, "Once upon", tokens=20, temperature=0.8, top_k=20, seed=1)
+    assert text.startswith("Once upon") and len(text) > len("Once upon")
+    assert text == sample(run, "Once upon", tokens=20, temperature=0.8, top_k=20, seed=1)
+
+
+def test_resume_of_finished_run_returns_stored_results(ts_run: tuple[Path, dict]) -> None:
+    import yaml
+
+    run, results = ts_run
+    stored = yaml.safe_load((run / "config.yaml").read_text())
+    assert train({**stored, "resume": True}) == results
+
+
+def test_every_method_sees_the_same_batches(tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "d")
+
+    def batches(method: str, seed: int) -> list[torch.Tensor]:
+        task = LMTask(make_config(tiny_config(data, tmp_path / "r", method=method, seed=seed)),
+                      DistInfo(), torch.device("cpu"))
+        task.validate()
+        return [task.next_batch()["idx"] for _ in range(3)]
+
+    a, b, c = batches("baseline", 0), batches("oelm-freeze", 0), batches("baseline", 1)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+
+
+def test_lr_schedule_warmup_then_cosine_to_min() -> None:
+    cfg = make_config({"data": "x", "steps": 100, "warmup": 10, "lr": 1.0, "min_lr_ratio": 0.1})
+    f = [lr_factor(s, cfg) for s in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(f[10:], f[11:])) and f[99] == pytest.approx(0.1, abs=1e-3)
+    lin = make_config({"data": "x", "steps": 100, "warmup": 0, "schedule": "linear", "min_lr_ratio": 0.0})
+    assert lr_factor(50, lin) == pytest.approx(0.5)

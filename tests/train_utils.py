@@ -1,0 +1,57 @@
+"""Helpers shared by the tests/test_train_*.py files: tiny data directories and configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO / ".." / "shared" / "data"
+TINYSTORIES = SHARED_DATA / "lm" / "tinystories"
+
+
+def synthetic_lm_dir(path: Path, vocab: int = 64, n_train: int = 20_000, seed: int = 0,
+                     test: bool = True) -> Path:
+    """An LM data directory per the contract: a learnable periodic token stream + noise."""
+    rng = np.random.default_rng(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    sizes = {"train": n_train, "val": n_train // 10}
+    if test:
+        sizes["test"] = n_train // 10
+    pattern = rng.integers(0, vocab - 1, size=37)
+    for split, n in sizes.items():
+        tokens = np.resize(pattern, n).copy()
+        noise = rng.random(n) < 0.1
+        tokens[noise] = rng.integers(0, vocab - 1, size=int(noise.sum()))
+        tokens.astype(np.uint16).tofile(path / f"{split}.bin")
+    meta = {"source": "synthetic", "tokenizer": "byte", "vocab_size": vocab, "eot_id": vocab - 1,
+            "dtype": "uint16", "splits": sizes, "split_origin": {"val": "holdout"}, "holdout": None}
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def tinystories_dir(path: Path, max_docs: int = 400) -> Path:
+    """The shared TinyStories sample prepared with the byte tokenizer (skip when absent)."""
+    if not TINYSTORIES.is_dir():
+        pytest.skip(f"shared TinyStories sample not found at {TINYSTORIES} (../shared/data beside the repo)")
+    from oelm.data.lm import prepare_lm
+
+    prepare_lm(TINYSTORIES, "byte", path, max_docs=max_docs, verbose=False, workers=1)
+    return path
+
+
+def tiny_config(data: Path, out: Path, **overrides: Any) -> dict[str, Any]:
+    """A gpt-tiny config that trains in a couple of seconds on CPU."""
+    cfg = {
+        "data": str(data), "out": str(out), "model": "gpt-tiny", "method": "oelm-freeze",
+        "model_overrides": {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32},
+        "steps": 20, "batch_size": 4, "seq_len": 32, "lr": 3e-3, "warmup": 2,
+        "eval_every": 10, "eval_batches": 2, "final_eval_batches": 2, "checkpoint_every": 10,
+        "log_every": 1, "progress": False, "tensorboard": False, "device": "cpu", "seed": 0,
+    }
+    cfg.update(overrides)
+    return cfg

@@ -14,7 +14,7 @@ from oelm.training.config import make_config
 from oelm.training.distributed import DistInfo
 from oelm.training.lm import LMTask
 from oelm.training.loop import lr_factor, train
-from train_utils import synthetic_lm_dir, tiny_config, tinystories_dir
+from train_utils import one_thread, synthetic_lm_dir, tiny_config, tinystories_dir
 
 RESULT_KEYS = {
     "schema_version", "status", "task", "method", "model_type", "model", "dataset", "seed", "lr",
@@ -35,7 +35,8 @@ def ts_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         eval_every=12, eval_batches=4, final_eval_batches=8, checkpoint_every=12, keep_last=2,
         weight_decay=0.1, log_every=4, tensorboard=True,
     )
-    return root / "run", train(cfg)
+    with one_thread():
+        return root / "run", train(cfg)
 
 
 def test_validation_loss_drops_on_tinystories(ts_run: tuple[Path, dict]) -> None:

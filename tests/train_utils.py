@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO / ".." / "shared" / "data"
@@ -55,3 +58,14 @@ def tiny_config(data: Path, out: Path, **overrides: Any) -> dict[str, Any]:
     }
     cfg.update(overrides)
     return cfg
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread: tiny models are faster so, and a busy CI box is not oversubscribed."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

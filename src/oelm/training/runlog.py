@@ -55,11 +55,12 @@ class MetricsLog:
         if not enabled:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered so that `tail -f` and a crash both see whole lines up to the last step.
         if truncate_to is None:
-            self._fh = open(path, "w")
+            self._fh = open(path, "w", buffering=1)
         else:
             # Lines written after the checkpoint we resume from are replayed; drop them.
-            self._fh = open(path, "a+")
+            self._fh = open(path, "a+", buffering=1)
             self._fh.truncate(truncate_to)
             self._fh.seek(truncate_to)
 

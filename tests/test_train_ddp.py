@@ -1,0 +1,50 @@
+"""DDP: two gloo processes under torchrun match one process with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from oelm.training.checkpoint import WEIGHTS
+from oelm.training.loop import train
+from train_utils import one_thread, synthetic_lm_dir, tiny_config
+
+
+@pytest.mark.slow  # torchrun starts two Python processes
+def test_two_process_gloo_matches_single_process(tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "data")
+    cfg = tiny_config(data, tmp_path / "ddp", steps=12, batch_size=4, eval_every=6, checkpoint_every=0)
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "oelm", "train", str(config_file)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with one_thread():
+        single = train({**cfg, "out": str(tmp_path / "single"), "batch_size": 8})
+
+    ddp = json.loads((tmp_path / "ddp" / "results.json").read_text())
+    assert ddp["world_size"] == 2 and ddp["global_batch_size"] == single["global_batch_size"] == 8
+    assert ddp["tokens_seen"] == single["tokens_seen"]
+    assert ddp["freeze_check"]["ok"] and ddp["best_step"] == single["best_step"]
+    assert ddp["val_loss"] == pytest.approx(single["val_loss"], rel=1e-4)
+    a = load_file(tmp_path / "ddp" / "checkpoints" / "step_0000012" / WEIGHTS)
+    b = load_file(tmp_path / "single" / "checkpoints" / "step_0000012" / WEIGHTS)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+    def losses(run: Path) -> list[tuple[str, int, float]]:
+        recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["kind"], r["step"], r["loss"]) for r in recs]
+
+    for (k1, s1, l1), (k2, s2, l2) in zip(losses(tmp_path / "ddp"), losses(tmp_path / "single"), strict=True):
+        assert (k1, s1) == (k2, s2) and l1 == pytest.approx(l2, rel=1e-4)

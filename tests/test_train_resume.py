@@ -1,0 +1,85 @@
+"""Exact resume: SIGKILL a run after a checkpoint, resume, and match an uninterrupted run bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from oelm.training.checkpoint import WEIGHTS
+from oelm.training.loop import train
+from train_utils import one_thread, synthetic_lm_dir, tiny_config
+
+TIMING_KEYS = {"step_time"}  # wall-clock values legitimately differ between runs
+
+
+def metrics_without_timing(run: Path) -> list[dict]:
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in rec.items() if k not in TIMING_KEYS} for rec in lines]
+
+
+def max_logged_step(run: Path) -> int:
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    return max((json.loads(x)["step"] for x in lines if x.endswith("}")), default=0)
+
+
+def wait_for(cond, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            pytest.fail(f"training exited early (rc={proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("timed out waiting for the run to progress")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow  # two subprocess runs plus a reference run: ~10 s idle, more on a busy machine
+def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "data")
+    # Dropout draws from the global torch RNG, so RNG restore is exercised too.
+    overrides = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "dropout": 0.1}
+    cfg = tiny_config(data, tmp_path / "ref", steps=30, model_overrides=overrides, checkpoint_every=10,
+                      eval_every=5, keep_last=3, grad_accum=2)
+    # One thread here and in the subprocesses: same kernels and reduction order, and no
+    # oversubscription when the test suite runs next to other work on a small machine.
+    with one_thread():
+        reference = train(cfg)
+
+    run = tmp_path / "killed"
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump({**cfg, "out": str(run)}))
+    cmd = [sys.executable, "-m", "oelm", "train", str(config_file)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # Kill after the first checkpoint, once metrics lines beyond it exist (so truncation matters).
+    wait_for(lambda: (run / "checkpoints" / "step_0000010").is_dir() and max_logged_step(run) >= 13, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run / "results.json").exists(), "the run finished before it could be killed"
+    assert max_logged_step(run) < 30
+
+    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    a = load_file(tmp_path / "ref" / "checkpoints" / "step_0000030" / WEIGHTS)
+    b = load_file(run / "checkpoints" / "step_0000030" / WEIGHTS)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics_without_timing(run) == metrics_without_timing(tmp_path / "ref")
+    resumed = json.loads((run / "results.json").read_text())
+    for key in ("best_val_loss", "best_step", "val_loss", "test_loss", "tokens_seen", "freeze_check"):
+        assert resumed[key] == reference[key], key
+    timing = json.loads((run / "timing_stats.json").read_text())
+    assert timing["step_time"]["count"] + timing["step_time"]["warmup_excluded"] == 30

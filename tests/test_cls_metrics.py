@@ -39,3 +39,12 @@ def test_majority_and_collapse_rule():
 def test_length_mismatch_raises():
     with pytest.raises(ValueError, match="differ"):
         accuracy([0, 1], [0])
+
+
+def test_macro_f1_from_confusion_matches():
+    from oelm.training.metrics import macro_f1_from_confusion
+
+    # rows = labels, columns = predictions, for y=[0,0,1,1,2,2], p=[0,1,1,1,0,2]
+    cm = [[1, 1, 0], [0, 2, 0], [1, 0, 1]]
+    assert macro_f1_from_confusion(cm) == pytest.approx((0.5 + 0.8 + 2 / 3) / 3)
+    assert macro_f1_from_confusion([[2, 0, 0], [0, 0, 0], [0, 0, 1]]) == 1.0  # class 1 absent: skipped

@@ -70,6 +70,7 @@ class Trainer:
         self.ckpt_root = self.run_dir / "checkpoints"
         self.step, self.tokens_seen = 0, 0
         self.best_val_loss, self.best_step = float("inf"), None
+        self.best_score = float("inf")  # task.selection_score of the best checkpoint (lower is better)
         self.metrics_offset: int | None = None
         self.eval_times: list[float] = []
         self.prior_wall = 0.0
@@ -138,6 +139,7 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self.best_val_loss, self.best_step = state["best_val_loss"], state["best_step"]
+        self.best_score = state.get("best_score", self.best_val_loss)
         self.metrics_offset = state["metrics_offset"]
         self.timer = StepTimer(self.device, state["step_times"])
         self.eval_times = list(state["eval_times"])
@@ -223,7 +225,9 @@ class Trainer:
         record.update({k: v for k, v in metrics.items() if k != "tokens"})
         self.metrics.write(record)
         self.tb.scalars("val", record, self.step)
-        if metrics["loss"] < self.best_val_loss:
+        score = self.task.selection_score(metrics)
+        if score < self.best_score:
+            self.best_score = score
             self.best_val_loss, self.best_step = metrics["loss"], self.step
             if self.dist.is_main:
                 meta = {**self._weights_meta(), "val_loss": metrics["loss"]}
@@ -259,6 +263,7 @@ class Trainer:
                 "data": self.task.state_dict(),
                 "best_val_loss": self.best_val_loss,
                 "best_step": self.best_step,
+                "best_score": self.best_score,
                 "metrics_offset": self.metrics.offset(),
                 "step_times": self.timer.resolve(),
                 "eval_times": self.eval_times,

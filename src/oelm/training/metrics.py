@@ -38,14 +38,21 @@ def accuracy(preds: ArrayLike, labels: ArrayLike) -> float:
 def macro_f1(preds: ArrayLike, labels: ArrayLike) -> float:
     """Mean over classes of per-class F1; classes absent from both labels and predictions are excluded."""
     p, y = _pair(preds, labels)
-    scores = []
-    for c in np.union1d(p, y):
-        tp = int(np.sum((p == c) & (y == c)))
-        fp = int(np.sum((p == c) & (y != c)))
-        fn = int(np.sum((p != c) & (y == c)))
-        # 2tp / (2tp + fp + fn) is F1 without the 0/0 of precision when a class is never predicted.
-        scores.append(2 * tp / (2 * tp + fp + fn))
-    return float(np.mean(scores))
+    n = int(max(p.max(), y.max())) + 1
+    confusion = np.bincount(y * n + p, minlength=n * n).reshape(n, n)
+    return macro_f1_from_confusion(confusion)
+
+
+def macro_f1_from_confusion(confusion: np.ndarray | Sequence[Sequence[float]]) -> float:
+    """Macro-F1 from a confusion matrix (rows: label, columns: prediction), as macro_f1 defines it."""
+    cm = np.asarray(confusion, dtype=np.float64)
+    tp = np.diag(cm)
+    predicted, actual = cm.sum(axis=0), cm.sum(axis=1)
+    present = (predicted + actual) > 0
+    if not present.any():
+        raise ValueError("macro_f1 needs at least one example")
+    # 2tp / (2tp + fp + fn) = 2tp / (predicted + actual): F1 without the 0/0 of an unpredicted class.
+    return float(np.mean(2 * tp[present] / (predicted[present] + actual[present])))
 
 
 def majority_accuracy(labels: ArrayLike) -> float:

@@ -97,4 +97,6 @@ def build_results(
         "world_size": tr.dist.world,
         "global_batch_size": cfg.batch_size * cfg.grad_accum * tr.dist.world,
     }
-    return {**common, **tr.task.results(val, test)}
+    out = {**common, **tr.task.results(val, test)}
+    out.update({alias: out.get(key) for alias, key in tr.task.result_aliases().items()})
+    return out

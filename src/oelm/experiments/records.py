@@ -21,7 +21,11 @@ INVALID = "invalid"  # finished, but its freeze check failed: the arm did not ru
 
 _RUN_MARKERS = ("results.json", "config.yaml", "metrics.jsonl")
 _SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
-_LAYOUT = re.compile(r"(?:^|/)runs/(?P<method>[^/]+)/lr(?P<lr>[^/]+)/seed(?P<seed>-?\d+)$")
+# SWEEP/runs/<method>/lr<lr>[_<field><value>...]/seed<seed>: the setting directory names the LR
+# and any other swept field, so settings that share an LR stay apart.
+_LAYOUT = re.compile(
+    r"(?:^|/)runs/(?P<method>[^/]+)/(?P<setting>lr(?P<lr>[0-9.eE+-]+)[^/]*)/seed(?P<seed>-?\d+)$"
+)
 
 
 @dataclass
@@ -50,6 +54,14 @@ class RunRecord:
     def lr(self) -> float | None:
         """Peak learning rate: results, else config, else the sweep layout."""
         return self._field("lr", float)
+
+    @property
+    def setting(self) -> str:
+        """Hyper-parameter setting: the sweep's setting directory, else 'lr<lr>'."""
+        match = _LAYOUT.search(self.path.as_posix())
+        if match:
+            return match.group("setting")
+        return f"lr{self.lr:g}" if self.lr is not None else "lr?"
 
     @property
     def dataset(self) -> str:

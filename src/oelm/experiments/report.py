@@ -110,7 +110,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
     sel_dir = "higher" if not group.selection_metric.endswith("loss") else "lower"
     head = [
         "method",
-        f"LR (best mean {group.selection_metric} on val, {sel_dir} is better)",
+        f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
         f"{group.primary_metric}{unit}: mean ± 95% CI (n seeds)",
         f"gap vs {group.baseline or BASELINE}, % of baseline (+ = worse) [paired 95% CI]",
     ]
@@ -129,7 +129,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
     for arm in group.arms:
         cells = [
             arm.method,
-            NA if arm.lr is None else f"{arm.lr:g}",
+            NA if arm.setting is None else arm.setting,
             fmt_summary(arm.primary, scale),
             fmt_gap(arm, group),
         ]
@@ -151,16 +151,15 @@ def _main_table(group: Group, scale: float) -> list[str]:
 def _lr_table(group: Group) -> list[str]:
     """Markdown rows of the learning-rate sweep on validation (the selection evidence)."""
     rows = [
-        f"| method | LR | {group.selection_metric} (val): mean ± 95% CI (n) | excluded runs | chosen |",
+        f"| method | setting | {group.selection_metric} (val): mean ± 95% CI (n) | excluded runs | chosen |",
         "|---|---|---|---|---|",
     ]
     for arm in group.arms:
         for cell in arm.cells:
             excluded = ", ".join(f"seed {r.seed}: {r.status}" for r in cell.excluded) or "—"
-            chosen = "**yes**" if cell.lr == arm.lr else ""
-            lr = NA if math.isnan(cell.lr) else f"{cell.lr:g}"
+            chosen = "**yes**" if cell.setting == arm.setting else ""
             rows.append(
-                f"| {arm.method} | {lr} | {fmt_summary(cell.selection)} | {excluded} | {chosen} |"
+                f"| {arm.method} | {cell.setting} | {fmt_summary(cell.selection)} | {excluded} | {chosen} |"
             )
     return rows
 
@@ -248,6 +247,7 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
     return {
         "method": arm.method,
         "lr": arm.lr,
+        "setting": arm.setting,
         "primary": arm.primary.to_dict(),
         "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
         "gap_percent": arm.gap,
@@ -262,7 +262,7 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "frozen_params": arm.frozen_params,
         "study": arm.study,
         "lr_sweep": [
-            {"lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
+            {"setting": c.setting, "lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
              "excluded": [str(r.path) for r in c.excluded]}
             for c in arm.cells
         ],
@@ -308,3 +308,33 @@ def write_report(
     _write_atomic(out_dir / "report.md", render(comparison, out_dir, [str(p) for p in paths]))
     _write_atomic(out_dir / "report.json", json.dumps(to_json(comparison), indent=2, default=str))
     return out_dir / "report.md", comparison
+
+
+def print_summary(comparison: Comparison) -> None:
+    """The main numbers of every table on the console (rich), for `oelm sweep` / `oelm compare`."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
+        console = Console(width=160)
+    for group in comparison.groups:
+        scale = _pct_scale(group)
+        table = Table(title=group.title, title_justify="left")
+        for col in ("method", "setting (val)", f"{group.primary_metric} ± 95% CI (n)",
+                    "gap % (+ = worse)", "p (paired)", "ms/step", "ratio vs base", "FLOP saving"):
+            table.add_column(col)
+        for arm in group.arms:
+            table.add_row(
+                arm.method, arm.setting or NA, fmt_summary(arm.primary, scale), fmt_gap(arm, group),
+                fmt_p(arm, group).split(" (")[0] if arm.test else ("—" if arm.method == group.baseline else NA),
+                _ms(arm.step_time),
+                NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.2f}",
+                fmt_saving(arm.theoretical_saving),
+            )
+        console.print(table)
+        for warning in group.warnings:
+            console.print(f"[yellow]warning:[/] {warning}")
+    if comparison.excluded or comparison.incomplete:
+        console.print(f"{len(comparison.excluded)} excluded and {len(comparison.incomplete)} "
+                      "incomplete run(s) are listed in the report, not averaged")

@@ -13,6 +13,7 @@ import yaml
 from oelm.errors import UserError
 
 SCALES_KEY = "scales"
+REPLACED_KEYS = ("prepare",)
 
 
 def _norm(text: str) -> str:
@@ -80,7 +81,12 @@ def apply_scale(config: dict[str, Any], scale: str | None) -> dict[str, Any]:
     if scale not in scales:
         known = ", ".join(["full", *scales]) or "full"
         raise UserError(f"unknown scale {scale!r}; this config has: {known}")
-    return deep_merge(base, scales[scale])
+    override = scales[scale] or {}
+    merged = deep_merge(base, override)
+    for key in REPLACED_KEYS:  # a scale's data recipe stands alone: never mix two sources
+        if key in override:
+            merged[key] = copy.deepcopy(override[key])
+    return merged
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

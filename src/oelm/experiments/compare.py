@@ -1,0 +1,51 @@
+"""`oelm compare`: the quickstart: tiny GPTs under baseline / oelm-freeze / oelm-random, fairly."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from oelm.experiments.runner import SweepOutcome, run_sweep
+from oelm.experiments.sweep import spec_from_dict
+
+DEFAULT_METHODS = ("baseline", "oelm-freeze", "oelm-random")
+DEFAULT_LRS = (1e-3, 3e-3)
+DEFAULT_OUT = "runs/compare"
+
+
+def compare_spec(
+    out: str | Path = DEFAULT_OUT,
+    data: str = "builtin:python-docs",
+    tokenizer: str = "byte",
+    model: str = "gpt-tiny",
+    methods: Sequence[str] = DEFAULT_METHODS,
+    seeds: Sequence[int] = (0,),
+    steps: int = 150,
+    lrs: Sequence[float] = DEFAULT_LRS,
+    batch_size: int = 8,
+    seq_len: int = 128,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """The sweep spec of the quickstart: same budget and LR grid for every method."""
+    out = Path(out)
+    data_dir = out / "data"
+    return {
+        "name": "compare",
+        "out": out.as_posix(),
+        "prepare": {"source": data, "tokenizer": tokenizer},
+        "config": {
+            "task": "lm", "data": data_dir.as_posix(), "model": model, "steps": steps,
+            "batch_size": batch_size, "seq_len": seq_len, "warmup": max(1, steps // 10),
+            "eval_every": max(1, steps // 5), "eval_batches": 8, "final_eval_batches": 32,
+            "checkpoint_every": 0, "device": device, "tensorboard": False, "log_every": 10,
+        },
+        "methods": {m: {"lr": [float(x) for x in lrs]} for m in methods},
+        "seeds": [int(s) for s in seeds],
+    }
+
+
+def run_compare(progress: bool = True, parallel: int = 1, **kwargs: Any) -> SweepOutcome:
+    """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report."""
+    spec = spec_from_dict(compare_spec(**kwargs))
+    return run_sweep(spec, parallel=parallel, progress=progress)

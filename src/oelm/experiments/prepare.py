@@ -1,0 +1,54 @@
+"""Build an LM data directory from a config's `prepare` recipe when it is not there yet."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from oelm.errors import UserError
+
+_FILE_NAMES = {"train": "train.txt", "val": "valid.txt", "test": "test.txt"}
+_KWARGS = {"config", "val_fraction", "seed", "max_docs", "text_field"}
+
+
+def _stage_files(files: dict[str, str], staging: Path) -> Path:
+    """A folder of links named train/valid/test.txt, which `prepare_lm` reads as official splits."""
+    unknown = set(files) - set(_FILE_NAMES)
+    if unknown or "train" not in files:
+        raise UserError(f"prepare.files needs a 'train' entry and only {sorted(_FILE_NAMES)}; got {sorted(files)}")
+    staging.mkdir(parents=True, exist_ok=True)
+    for split, src in files.items():
+        target = Path(src)
+        if not target.is_file():
+            raise UserError(f"prepare.files.{split}: {src} does not exist (paths are relative to the repo root)")
+        link = staging / _FILE_NAMES[split]
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        os.symlink(target.resolve(), link)
+    return staging
+
+
+def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool = False) -> Path:
+    """Prepare `data_dir` from the recipe unless it already holds prepared data; return it."""
+    out = Path(data_dir)
+    if (out / "meta.json").is_file():
+        return out
+    from oelm.data.lm import prepare_lm
+
+    if "tokenizer" not in recipe or not ("source" in recipe or "files" in recipe):
+        raise UserError("prepare needs 'tokenizer' and either 'source' or 'files' (train/val/test paths)")
+    source: Any = recipe.get("source")
+    if "files" in recipe:
+        source = _stage_files(recipe["files"], out.with_name(out.name + ".staging"))
+    kwargs = {k: v for k, v in recipe.items() if k in _KWARGS}
+    prepare_lm(source, recipe["tokenizer"], out, verbose=verbose, **kwargs)
+    return out
+
+
+def data_summary(data_dir: str | Path) -> str:
+    """One line describing a prepared LM directory (source, tokenizer, split sizes)."""
+    meta = json.loads((Path(data_dir) / "meta.json").read_text(encoding="utf-8"))
+    splits = ", ".join(f"{k} {v:,}" for k, v in meta["splits"].items())
+    return f"{meta['source']} / {meta['tokenizer']} tokenizer: {splits} tokens"

@@ -1,0 +1,201 @@
+"""Execute a sweep: prepare data, skip finished runs, resume the rest, then write the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from tqdm import tqdm
+
+from oelm.errors import UserError
+from oelm.experiments.aggregate import Comparison
+from oelm.experiments.sweep import RunSpec, SweepSpec
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep did: runs trained now, skipped as finished, failed; and its report."""
+
+    trained: list[RunSpec] = field(default_factory=list)
+    skipped: list[RunSpec] = field(default_factory=list)
+    failed: list[tuple[RunSpec, str]] = field(default_factory=list)
+    report: Path | None = None
+    comparison: Comparison | None = None
+    wall_time: float = 0.0
+
+
+def _check_existing(spec: SweepSpec) -> None:
+    """Refuse to mix a different base config into an existing sweep directory."""
+    path = spec.out / "sweep.yaml"
+    if not path.is_file():
+        return
+    stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if stored.get("base") != json.loads(json.dumps(spec.base)) or stored.get("grid") != spec.grid:
+        diff = sorted(k for k in set(stored.get("base", {})) | set(spec.base)
+                      if stored.get("base", {}).get(k) != spec.base.get(k))
+        raise UserError(
+            f"{spec.out} already holds a sweep with a different base config or grid (differs in: "
+            f"{', '.join(diff) or 'grid'}); equal budgets need the same base: use another --out"
+        )
+
+
+def _merge_stored(spec: SweepSpec) -> dict:
+    """sweep.yaml content: stored seeds/LRs are kept so an extended sweep lists everything."""
+    data = json.loads(json.dumps(spec.to_dict()))
+    path = spec.out / "sweep.yaml"
+    if path.is_file():
+        stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data["seeds"] = sorted(set(stored.get("seeds", [])) | set(spec.seeds))
+        for method, arm in (stored.get("methods") or {}).items():
+            mine = data["methods"].setdefault(method, arm)
+            mine["lr"] = sorted(set(mine["lr"]) | set(arm.get("lr", [])))
+    return data
+
+
+def _write_spec(spec: SweepSpec) -> None:
+    """Write SWEEP/sweep.yaml atomically."""
+    spec.out.mkdir(parents=True, exist_ok=True)
+    tmp = spec.out / "sweep.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(_merge_stored(spec), sort_keys=False), encoding="utf-8")
+    os.replace(tmp, spec.out / "sweep.yaml")
+
+
+def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
+    """Build the LM data directory from the recipe when it is missing."""
+    if spec.base.get("task", "lm") != "lm" or not spec.prepare:
+        return
+    from oelm.experiments.prepare import data_summary, ensure_lm_data
+
+    data = Path(spec.base["data"])
+    if not (data / "meta.json").is_file():
+        print(f"preparing {data} ...", file=sys.stderr)
+    ensure_lm_data(spec.prepare, data)
+    if verbose:
+        print(f"data: {data_summary(data)}", file=sys.stderr)
+
+
+def _run_inline(run: RunSpec, progress: bool) -> None:
+    """Train one run in this process (the loop resumes or reuses what the directory holds)."""
+    from oelm.training.loop import train
+
+    train({**run.config, "progress": progress})
+
+
+def _log_path(spec: SweepSpec, run: RunSpec) -> Path:
+    """Where a subprocess run's output goes (outside the run directory, which the loop owns)."""
+    logs = spec.out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"{run.method}_{run.run_dir.parent.name}_seed{run.seed}.log"
+
+
+def _start(spec: SweepSpec, run: RunSpec, threads: int) -> subprocess.Popen:
+    """Launch one run as a subprocess of this Python."""
+    cfg_path = _log_path(spec, run).with_suffix(".json")
+    cfg_path.write_text(json.dumps({**run.config, "progress": False}), encoding="utf-8")
+    env = {**os.environ, "OELM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    log = open(_log_path(spec, run), "a", encoding="utf-8")  # noqa: SIM115 (closed by the poller)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oelm.experiments.worker", str(cfg_path)],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def _bar(total: int, done: int, show: bool) -> tqdm:
+    """Progress over runs: which run, how many left, ETA."""
+    return tqdm(total=total, initial=done, desc="sweep", unit="run", disable=not show,
+                dynamic_ncols=True, position=0, leave=True)
+
+
+def _run_sequential(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome,
+                    bar: tqdm, inner_progress: bool) -> None:
+    """One run after another in this process; a failed run is reported and the sweep goes on."""
+    for run in pending:
+        bar.set_postfix_str(f"{run.label} ({len(pending) - pending.index(run)} left)")
+        bar.refresh()
+        try:
+            _run_inline(run, inner_progress)
+            outcome.trained.append(run)
+        except UserError as err:
+            outcome.failed.append((run, str(err)))
+        except Exception:  # noqa: BLE001 (one run's crash must not lose the others)
+            outcome.failed.append((run, traceback.format_exc(limit=3)))
+        bar.update(1)
+
+
+def _run_parallel(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome,
+                  bar: tqdm, parallel: int) -> None:
+    """N runs at once as subprocesses, each on cores // N threads."""
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    queue, active = list(pending), {}
+    try:
+        while queue or active:
+            while queue and len(active) < parallel:
+                run = queue.pop(0)
+                active[run.run_dir] = (run, _start(spec, run, threads))
+            bar.set_postfix_str(", ".join(r.label for r, _ in active.values()) + f" ({len(queue)} queued)")
+            time.sleep(0.5)
+            for key, (run, proc) in list(active.items()):
+                if proc.poll() is None:
+                    continue
+                proc.log.close()
+                del active[key]
+                if proc.returncode == 0 and run.finished():
+                    outcome.trained.append(run)
+                else:
+                    outcome.failed.append((run, f"exit code {proc.returncode}; see {_log_path(spec, run)}"))
+                bar.update(1)
+    finally:
+        for run, proc in active.values():  # interrupted: stop only the runs this sweep started
+            proc.terminate()
+            proc.wait()
+            proc.log.close()
+
+
+def run_sweep(
+    spec: SweepSpec,
+    parallel: int = 1,
+    progress: bool = True,
+    inner_progress: bool = False,
+    report: bool = True,
+    on_report: Callable[[Comparison], None] | None = None,
+) -> SweepOutcome:
+    """Train every unfinished run of the sweep, then write SWEEP/report/report.md."""
+    if parallel < 1:
+        raise UserError(f"--parallel must be at least 1, got {parallel}")
+    start = time.perf_counter()
+    _check_existing(spec)
+    _prepare_data(spec, progress)
+    _write_spec(spec)
+    runs = spec.runs()
+    outcome = SweepOutcome(skipped=[r for r in runs if r.finished()])
+    pending = [r for r in runs if not r.finished()]
+    if progress:
+        print(f"sweep {spec.name}: {len(runs)} runs ({len(outcome.skipped)} finished, "
+              f"{len(pending)} to run) -> {spec.out}", file=sys.stderr)
+    with _bar(len(runs), len(outcome.skipped), progress) as bar:
+        if parallel == 1:
+            _run_sequential(spec, pending, outcome, bar, inner_progress)
+        else:
+            _run_parallel(spec, pending, outcome, bar, parallel)
+    for run, err in outcome.failed:
+        print(f"run failed: {run.label}: {err.strip().splitlines()[-1]}", file=sys.stderr)
+    if report:
+        from oelm.experiments.report import write_report
+
+        outcome.report, outcome.comparison = write_report(
+            [spec.out / "runs"], spec.out / "report", spec.baseline, spec.study_numbers
+        )
+        if on_report:
+            on_report(outcome.comparison)
+    outcome.wall_time = time.perf_counter() - start
+    return outcome

@@ -1,0 +1,218 @@
+"""Fair sweeps: methods x seeds x learning rates (x other fields) over one base config, resumable."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oelm.errors import UserError
+from oelm.experiments.study import apply_scale, deep_merge, split_study_config
+
+# Fields a sweep sets per run; the spec may not put them in `grid` or `overrides`.
+PER_RUN = ("method", "lr", "seed", "out", "resume", "overwrite", "data_seed")
+# Fields allowed to differ between the runs of one sweep (everything else is the equal budget).
+VARYING = ("method", "lr", "seed", "method_options")
+SPEC_KEYS = {"name", "base", "scale", "config", "overrides", "methods", "seeds", "grid",
+             "out", "study_numbers", "baseline", "prepare"}
+
+
+@dataclass
+class RunSpec:
+    """One run of a sweep: its arm, its directory and its full TrainConfig dict."""
+
+    method: str
+    lr: float
+    seed: int
+    extra: dict[str, Any]
+    run_dir: Path
+    config: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """Short description for progress lines."""
+        extra = "".join(f" {k}={v}" for k, v in self.extra.items())
+        return f"{self.method} lr={self.lr:g}{extra} seed={self.seed}"
+
+    def finished(self) -> bool:
+        """Whether the run directory holds results.json with status complete."""
+        try:
+            results = json.loads((self.run_dir / "results.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return False
+        return isinstance(results, dict) and results.get("status") == "complete"
+
+
+@dataclass
+class SweepSpec:
+    """A resolved sweep: one base config, per-method LR grids, seeds, other fields, layout."""
+
+    name: str
+    base: dict[str, Any]
+    methods: dict[str, dict[str, Any]]
+    seeds: list[int]
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    out: Path = Path("runs/sweeps/sweep")
+    prepare: dict[str, Any] | None = None
+    study_numbers: str | None = None
+    baseline: str = "baseline"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as resolved (what SWEEP/sweep.yaml holds)."""
+        return {
+            "name": self.name, "base": self.base, "methods": self.methods, "seeds": self.seeds,
+            "grid": self.grid, "prepare": self.prepare, "study_numbers": self.study_numbers,
+            "baseline": self.baseline,
+        }
+
+    def runs(self) -> list[RunSpec]:
+        """Every run, seed-major so that an interrupted sweep has whole seeds of every arm."""
+        keys = list(self.grid)
+        combos = [dict(zip(keys, vals)) for vals in itertools.product(*self.grid.values())]
+        out = []
+        for seed in self.seeds:
+            for method, arm in self.methods.items():
+                for lr in arm["lr"]:
+                    for extra in combos:
+                        out.append(self._run(method, float(lr), int(seed), extra, arm))
+        return out
+
+    def _run(self, method: str, lr: float, seed: int, extra: dict, arm: dict) -> RunSpec:
+        """One RunSpec: base + grid values + the arm's fields, in the sweep layout."""
+        setting = f"lr{lr:g}" + "".join(f"_{k}{_tag(v)}" for k, v in extra.items())
+        run_dir = self.out / "runs" / method / setting / f"seed{seed}"
+        cfg = deep_merge(self.base, extra)
+        cfg.update(method=method, lr=lr, seed=seed, out=run_dir.as_posix(), resume=True)
+        if arm.get("method_options"):
+            cfg["method_options"] = copy.deepcopy(arm["method_options"])
+        return RunSpec(method, lr, seed, extra, run_dir, cfg)
+
+
+def _tag(value: Any) -> str:
+    """A grid value as it appears in a directory name."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return "".join(c if c.isalnum() or c in ".-" else "-" for c in text)
+
+
+def _as_list(value: Any, what: str) -> list[Any]:
+    """A scalar or list as a non-empty list."""
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise UserError(f"{what} is empty; give at least one value")
+    return values
+
+
+def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, Any]]:
+    """methods: {name: {lr: [..], method_options: {..}}} (or a list of names using the base lr)."""
+    from oelm.methods import get_method
+
+    if isinstance(raw, list):
+        raw = {name: {} for name in raw}
+    if not isinstance(raw, dict) or not raw:
+        raise UserError("sweep spec needs 'methods': {baseline: {lr: [3e-4, 1e-3]}, oelm-freeze: {...}}")
+    methods = {}
+    for name, arm in raw.items():
+        get_method(name)  # UserError naming the registered methods
+        arm = dict(arm or {})
+        unknown = set(arm) - {"lr", "method_options"}
+        if unknown:
+            raise UserError(
+                f"methods.{name}: only 'lr' and 'method_options' may differ per method (equal "
+                f"budgets); move {sorted(unknown)} to 'overrides' or 'grid'"
+            )
+        lrs = _as_list(arm.get("lr", default_lr), f"methods.{name}.lr")
+        if any(not isinstance(x, (int, float)) or x <= 0 for x in lrs):
+            raise UserError(f"methods.{name}.lr must be positive numbers, got {lrs}")
+        methods[name] = {"lr": [float(x) for x in lrs], **({"method_options": arm["method_options"]}
+                                                           if arm.get("method_options") else {})}
+    return methods
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping, with a UserError naming the file otherwise."""
+    if not path.is_file():
+        raise UserError(f"sweep spec {path} not found; pass an existing YAML file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise UserError(f"{path} is not valid YAML ({err}); fix the file") from err
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping (name, base, methods, seeds, ...)")
+    return data
+
+
+def _base_config(raw: dict[str, Any], spec_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(TrainConfig dict, meta) from `base:` (a study config, relative to the spec) or `config:`."""
+    if "base" in raw:
+        path = Path(raw["base"])
+        path = path if path.is_absolute() or path.is_file() else spec_dir / path
+        data = _read_yaml(path)
+    elif "config" in raw:
+        data = copy.deepcopy(raw["config"])
+    else:
+        raise UserError("sweep spec needs 'base: configs/study/gpt-01.yaml' or an inline 'config:'")
+    config, meta = split_study_config(apply_scale(data, raw.get("scale")))
+    return deep_merge(config, raw.get("overrides") or {}), meta
+
+
+def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = "sweep") -> SweepSpec:
+    """Resolve and validate a sweep spec mapping (every run's config is validated up front)."""
+    unknown = set(raw) - SPEC_KEYS
+    if unknown:
+        raise UserError(f"unknown sweep spec key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+    base, meta = _base_config(raw, spec_dir)
+    for key in PER_RUN:
+        if key in (raw.get("overrides") or {}) or key in (raw.get("grid") or {}):
+            raise UserError(f"'{key}' is set per run by the sweep; use 'methods'/'seeds', not overrides or grid")
+        base.pop(key, None)  # the study config's own method/lr/seed are replaced per run
+    grid = {k: _as_list(v, f"grid.{k}") for k, v in (raw.get("grid") or {}).items()}
+    spec = SweepSpec(
+        name=str(raw.get("name", name)),
+        base=base,
+        methods=_parse_methods(raw.get("methods"), raw.get("lr")),
+        seeds=[int(s) for s in _as_list(raw.get("seeds", [0]), "seeds")],
+        grid=grid,
+        out=Path(raw.get("out") or f"runs/sweeps/{raw.get('name', name)}"),
+        prepare=raw.get("prepare") or meta.get("prepare"),
+        study_numbers=raw.get("study_numbers"),
+        baseline=str(raw.get("baseline", "baseline")),
+    )
+    validate(spec)
+    return spec
+
+
+def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | Path | None = None) -> SweepSpec:
+    """Read a sweep spec YAML; `seeds` and `out` replace the spec's own."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    if seeds:
+        raw["seeds"] = list(seeds)
+    if out:
+        raw["out"] = str(out)
+    if raw.get("study_numbers"):
+        numbers = Path(raw["study_numbers"])
+        raw["study_numbers"] = str(numbers if numbers.is_file() else path.parent / numbers)
+    return spec_from_dict(raw, path.parent, name=path.stem)
+
+
+def validate(spec: SweepSpec) -> None:
+    """Validate every run's config and check that the arms differ only where they may."""
+    from oelm.training.config import make_config
+
+    if len(set(spec.seeds)) != len(spec.seeds):
+        raise UserError(f"seeds repeat: {spec.seeds}; list each seed once")
+    if spec.baseline not in spec.methods:
+        print(f"note: the sweep has no '{spec.baseline}' arm; gaps will not be computed")
+    identities = set()
+    for run in spec.runs():
+        cfg = make_config(run.config)
+        ident = {k: v for k, v in cfg.identity().items() if k not in VARYING and k not in spec.grid}
+        identities.add(json.dumps(ident, sort_keys=True, default=str))
+    if len(identities) > 1:  # cannot happen by construction; kept as the fairness guarantee
+        raise UserError("the sweep's runs differ beyond method/lr/seed/grid: budgets would be unequal")

@@ -1,0 +1,105 @@
+"""A tiny sweep runs, resumes without redoing finished runs, and its report matches the records."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oelm.errors import UserError
+from oelm.experiments.records import load_runs
+from oelm.experiments.runner import run_sweep
+from oelm.experiments.sweep import load_spec, spec_from_dict
+
+TINY = {
+    "task": "lm", "model": "gpt-tiny", "steps": 6, "batch_size": 2, "seq_len": 32, "warmup": 1,
+    "eval_every": 3, "eval_batches": 2, "final_eval_batches": 2, "checkpoint_every": 3,
+    "device": "cpu", "tensorboard": False, "log_every": 1, "timing_warmup": 1,
+    "model_overrides": {"n_layer": 1, "d_model": 32, "n_head": 2},
+}
+
+
+def _spec(tmp_path: Path, seeds=(0, 1), **extra) -> dict:
+    return {
+        "name": "tiny", "out": str(tmp_path / "sweep"),
+        "prepare": {"source": "builtin:python-docs", "tokenizer": "byte", "max_docs": 20},
+        "config": {**TINY, "data": str(tmp_path / "data")},
+        "methods": {"baseline": {"lr": [1e-3, 3e-3]}, "oelm-freeze": {"lr": [3e-3, 1e-2]}},
+        "seeds": list(seeds), **extra,
+    }
+
+
+@pytest.mark.slow
+def test_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
+    spec = spec_from_dict(_spec(tmp_path))
+    first = run_sweep(spec, progress=False)
+    assert len(first.trained) == 8 and not first.failed
+    runs = sorted((tmp_path / "sweep" / "runs").glob("*/lr*/seed*"))
+    assert [p.relative_to(tmp_path / "sweep").as_posix() for p in runs][:2] == [
+        "runs/baseline/lr0.001/seed0", "runs/baseline/lr0.001/seed1"]
+    # Equal budgets, same data order per seed: every arm saw the same tokens.
+    results = [json.loads((p / "results.json").read_text()) for p in runs]
+    assert {r["tokens_seen"] for r in results} == {6 * 2 * 32}
+
+    # The report's numbers are those of the records: LR chosen on mean best_val_loss.
+    report = json.loads((tmp_path / "sweep" / "report" / "report.json").read_text())
+    records = load_runs([tmp_path / "sweep" / "runs"])
+    for arm in report["groups"][0]["arms"]:
+        mine = [r for r in records if r.method == arm["method"]]
+        by_lr = {lr: np.mean([r.results["best_val_loss"] for r in mine if r.lr == lr])
+                 for lr in {r.lr for r in mine}}
+        best = min(by_lr, key=by_lr.get)
+        assert arm["lr"] == best
+        primary = [r.results[r.results["primary_metric"]] for r in mine if r.lr == best]
+        assert arm["primary"]["mean"] == pytest.approx(np.mean(primary))
+        assert arm["primary"]["n"] == 2
+
+    # "Kill" mid-way: one run loses its results (keeps its checkpoint), one loses everything.
+    killed = runs[0]
+    (killed / "results.json").unlink()
+    shutil.rmtree(runs[-1])
+    kept = runs[3] / "results.json"
+    stamp = kept.stat().st_mtime_ns
+    again = run_sweep(spec_from_dict(_spec(tmp_path)), progress=False)
+    assert sorted(r.run_dir for r in again.trained) == sorted([killed, runs[-1]])
+    assert len(again.skipped) == 6 and kept.stat().st_mtime_ns == stamp  # not redone
+
+    # Extending with a seed trains only the new runs; sweep.yaml lists every seed.
+    more = run_sweep(spec_from_dict(_spec(tmp_path, seeds=(0, 1, 2))), progress=False, report=False)
+    assert len(more.trained) == 4 and len(more.skipped) == 8
+    assert "- 2" in (tmp_path / "sweep" / "sweep.yaml").read_text()
+
+
+def test_bad_specs_fail_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="unknown method"):
+        spec_from_dict({**_spec(tmp_path), "methods": {"nope": {"lr": [1e-3]}}})
+    with pytest.raises(UserError, match="only 'lr' and 'method_options'"):
+        spec_from_dict({**_spec(tmp_path), "methods": {"baseline": {"lr": [1e-3], "steps": 9}}})
+    with pytest.raises(UserError, match="set per run"):
+        spec_from_dict({**_spec(tmp_path), "grid": {"lr": [1e-3]}})
+    with pytest.raises(UserError, match="unknown config key"):
+        spec_from_dict({**_spec(tmp_path), "overrides": {"stepz": 3}})
+    with pytest.raises(UserError, match="not found"):
+        load_spec(tmp_path / "missing.yaml")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_grid_fields_get_their_own_setting_and_a_changed_base_is_refused(tmp_path: Path) -> None:
+    spec = spec_from_dict({**_spec(tmp_path), "grid": {"warmup": [1, 2]}})
+    dirs = {r.run_dir.parent.name for r in spec.runs()}
+    assert "lr0.001_warmup2" in dirs and len(spec.runs()) == 16
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "sweep.yaml").write_text("base: {steps: 99}\ngrid: {}\n")
+    with pytest.raises(UserError, match="different base config"):
+        run_sweep(spec_from_dict(_spec(tmp_path)), progress=False)
+
+
+def test_study_sweep_spec_resolves(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root / "configs" / "sweeps" / "gpt-tinystories-smoke.yaml", out=tmp_path / "s")
+    assert set(spec.methods) == {"baseline", "oelm-freeze", "oelm-random"}
+    assert spec.base["model"] == "gpt-tiny" and "files" in spec.prepare
+    assert len(spec.runs()) == 3 * 2 * 3

@@ -17,6 +17,8 @@ from oelm.targets import find_targets, model_family, unwrap
 
 def fingerprint(t: torch.Tensor) -> str:
     """SHA-256 of a tensor's bytes (dtype and shape included): equal iff bit-identical."""
+    if t.device.type == "meta":
+        return "meta"  # no values to hash (parameter counting on the meta device)
     data = t.detach().to("cpu").contiguous()
     h = hashlib.sha256(f"{data.dtype}{tuple(data.shape)}".encode())
     h.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
@@ -151,7 +153,11 @@ def max_orthogonality_error(model: nn.Module) -> float:
     for layer in find_targets(base).layers:
         for proj in (layer.q, layer.k):
             n_heads = state.orthogonal_heads.get(proj.name)
-            if n_heads is not None and proj.weight.device.type != "meta":
+            if n_heads is None:
+                continue
+            if proj.weight.device.type == "meta":
+                worst = max(worst, state.meta_orthogonality.get(proj.name, 0.0))
+            else:
                 worst = max(worst, orthogonality_error(proj.get(), n_heads))
     return worst
 

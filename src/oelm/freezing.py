@@ -31,6 +31,9 @@ class MethodState:
     family: str
     inits: dict[str, str] = field(default_factory=dict)  # parameter name -> init used
     orthogonal_heads: dict[str, int] = field(default_factory=dict)  # frozen orthogonal weight -> n_heads
+    # For weights on the meta device (parameter counting without memory): the orthogonality
+    # error of the values that were written, in the parameter's dtype.
+    meta_orthogonality: dict[str, float] = field(default_factory=dict)
 
 
 def _new_qk(method: Method, layer: LayerTargets, role: str, proj: Proj, seed: int, qk_init: str | None) -> tuple[torch.Tensor | None, str]:
@@ -92,7 +95,11 @@ def apply_method(model: nn.Module, method: str | Method, seed: int = 0, qk_init:
                     proj.set(new)
                 state.inits[f"{proj.name}.weight"] = init
                 if m.freeze_qk and "orthogonal" in init:
-                    state.orthogonal_heads[proj.name] = layer.n_heads if role == "q" else layer.n_kv_heads
+                    n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
+                    state.orthogonal_heads[proj.name] = n_heads
+                    if new is not None and proj.weight.device.type == "meta":
+                        err = ortho.orthogonality_error(new.to(proj.weight.dtype), n_heads)
+                        state.meta_orthogonality[proj.name] = err
         if m.freeze_qk:
             _freeze(layer.q)
             _freeze(layer.k)

@@ -74,7 +74,9 @@ def param_summary(model_name: str, method: str = "baseline", num_labels: int | N
     from oelm.freezing import apply_method
 
     torch.manual_seed(seed)
-    model = build_model(model_name, num_labels)
+    # Counting needs shapes, not values: build on the meta device (no memory, no init cost).
+    with torch.device("meta"):
+        model = build_model(model_name, num_labels)
     state = apply_method(model, method, seed=seed)
     audit = audit_model(model)
     t = audit.totals

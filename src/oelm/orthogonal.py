@@ -18,12 +18,12 @@ def _gaussian(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tenso
 
 
 def _orthonormal_rows(a: torch.Tensor) -> torch.Tensor:
-    """Rows spanning the column space of a [d_in, k] matrix (k <= d_in), as a [k, d_in] matrix."""
+    """Rows spanning the column space of [..., d_in, k] matrices (k <= d_in), as [..., k, d_in]."""
     q, r = torch.linalg.qr(a, mode="reduced")
     # Fix signs by diag(R) so the factorization is unique (Haar-distributed for Gaussian input).
-    signs = torch.sign(torch.diagonal(r))
+    signs = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))
     signs[signs == 0] = 1.0
-    return (q * signs).T
+    return (q * signs.unsqueeze(-2)).transpose(-2, -1)
 
 
 def _check_heads(n_rows: int, n_heads: int, d_in: int) -> int:
@@ -40,8 +40,8 @@ def _check_heads(n_rows: int, n_heads: int, d_in: int) -> int:
 def headwise_orthogonal(n_heads: int, head_dim: int, d_in: int, generator: torch.Generator) -> torch.Tensor:
     """One QR per head of a Gaussian [d_in, head_dim]; each head's rows are orthonormal."""
     _check_heads(n_heads * head_dim, n_heads, d_in)
-    blocks = [_orthonormal_rows(_gaussian((d_in, head_dim), generator)) for _ in range(n_heads)]
-    return torch.cat(blocks, dim=0)
+    # One batched QR over the heads: [n_heads, d_in, head_dim] -> [n_heads, head_dim, d_in].
+    return _orthonormal_rows(_gaussian((n_heads, d_in, head_dim), generator)).reshape(-1, d_in)
 
 
 def global_orthogonal(n_rows: int, d_in: int, generator: torch.Generator) -> torch.Tensor:
@@ -66,9 +66,8 @@ def orthogonalize_pretrained(weight: torch.Tensor, n_heads: int) -> torch.Tensor
     """QR of each pretrained head block, keeping its row space (as the study did for BERT)."""
     n_rows, d_in = weight.shape
     head_dim = _check_heads(n_rows, n_heads, d_in)
-    w = weight.detach().to(device="cpu", dtype=torch.float64)
-    blocks = [_orthonormal_rows(w[h * head_dim : (h + 1) * head_dim].T) for h in range(n_heads)]
-    return torch.cat(blocks, dim=0)
+    w = weight.detach().to(device="cpu", dtype=torch.float64).view(n_heads, head_dim, d_in)
+    return _orthonormal_rows(w.transpose(1, 2)).reshape(n_rows, d_in)
 
 
 def orthogonality_error(weight: torch.Tensor, n_heads: int) -> float:

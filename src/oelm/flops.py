@@ -1,0 +1,93 @@
+"""Training FLOPs: the theoretical count of a model under a method, and the count actually executed.
+
+Convention (as in nanoGPT's MFU and the Chinchilla appendix): only matrix multiplies count, 2 FLOPs
+per multiply-add. A linear layer over N tokens costs 2*N*in*out forward, the same again for the
+input gradient and again for the weight gradient; a frozen weight skips the last. The attention
+core (Q K^T and A V) costs 2*2*T*d_attn per token forward and twice that backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from oelm.targets import find_targets, unwrap
+
+
+def _output_head_numel(model: nn.Module) -> int:
+    """in*out of the per-token output head (LM head), 0 for sequence classifiers."""
+    base = unwrap(model)
+    get = getattr(base, "get_output_embeddings", None)
+    head = get() if callable(get) else getattr(base, "lm_head", None)
+    return head.weight.numel() if head is not None else 0
+
+
+def forward_flops_per_token(model: nn.Module, seq_len: int) -> float:
+    """Forward matmul FLOPs per token: layer projections, attention core, per-token output head."""
+    total = 0.0
+    for layer in find_targets(model).layers:
+        for _, proj in layer.by_role():
+            total += 2 * proj.weight.numel()
+        d_attn = layer.q.shape_out_in[0]
+        total += 2 * 2 * seq_len * d_attn
+    return total + 2 * _output_head_numel(model)
+
+
+def frozen_weight_grad_flops_per_token(model: nn.Module) -> float:
+    """Weight-gradient FLOPs per token that frozen layer projections do not spend."""
+    saved = 0.0
+    for layer in find_targets(model).layers:
+        for _, proj in layer.by_role():
+            if not proj.weight.requires_grad:
+                saved += 2 * proj.weight.numel()
+    return saved
+
+
+def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
+    """Theoretical forward+backward FLOPs per token under the model's current freezing."""
+    return 3 * forward_flops_per_token(model, seq_len) - frozen_weight_grad_flops_per_token(model)
+
+
+def theoretical_saving(model: nn.Module, seq_len: int) -> float:
+    """Fraction of training FLOPs a method saves relative to training every tensor."""
+    full = 3 * forward_flops_per_token(model, seq_len)
+    return frozen_weight_grad_flops_per_token(model) / full
+
+
+def executed_flops(step: Callable[[], None]) -> int:
+    """FLOPs actually executed by `step` (e.g. forward + backward), counted by FlopCounterMode.
+
+    The math SDPA backend is forced because the fused CPU/GPU attention kernels are not
+    counted by FlopCounterMode; the math path decomposes into counted matmuls.
+    """
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        step()
+    return int(counter.get_total_flops())
+
+
+# Peak dense bf16/fp16 tensor-core FLOP/s (no sparsity) of common accelerators, for MFU.
+PEAK_FLOPS = {
+    "H100": 989e12,
+    "H200": 989e12,
+    "A100": 312e12,
+    "A6000": 155e12,
+    "A5000": 111e12,
+    "L40S": 362e12,
+    "4090": 165e12,
+}
+
+
+def device_peak_flops(device: torch.device | str) -> float | None:
+    """Peak FLOP/s of a CUDA device if known (None on CPU or unknown devices)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, peak in PEAK_FLOPS.items():
+        if key in name:
+            return peak
+    return None

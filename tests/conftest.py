@@ -1,0 +1,21 @@
+"""Shared fixtures: tiny models of every supported family and the offline data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The offline datasets beside the repo (../shared/data), or skip."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"offline data folder {SHARED_DATA} not present (see ../shared/data/README.md)")
+    return SHARED_DATA.resolve()

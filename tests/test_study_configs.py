@@ -49,7 +49,9 @@ def test_study_config_validates(path: Path, scale: str) -> None:
     for key in ("data", "model"):
         assert not str(getattr(cfg, key)).startswith("/"), "no absolute paths in configs"
     if scale == "smoke":
-        assert cfg.model == "gpt-tiny" and cfg.steps <= 200 and cfg.device == "cpu"
+        assert cfg.model in {"gpt-tiny", "minilm"} and cfg.steps <= 200 and cfg.device == "cpu"
+        if cfg.task == "classification":
+            assert cfg.classification.epochs is None and cfg.classification.max_train
 
 
 def test_unknown_scale_is_a_user_error() -> None:

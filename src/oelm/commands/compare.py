@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--device", default="cpu")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once")
+    p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     p.set_defaults(func=run)
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from oelm.experiments.report import print_summary
 
     outcome = run_compare(
-        parallel=args.parallel, out=args.out, data=args.data, tokenizer=args.tokenizer,
+        parallel=args.parallel, threads=args.threads, out=args.out, data=args.data, tokenizer=args.tokenizer,
         model=args.model, methods=args.methods, seeds=args.seeds, steps=args.steps, lrs=args.lrs,
         batch_size=args.batch_size, seq_len=args.seq_len, device=args.device,
     )

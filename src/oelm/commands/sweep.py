@@ -16,6 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("spec", help="sweep spec YAML (see configs/sweeps/)")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once (subprocesses)")
+    p.add_argument("--threads", type=int, default=None, metavar="T",
+                   help="torch threads per run (default: all cores, or cores // N with --parallel)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="replace the spec's seeds (extend a sweep)")
     p.add_argument("--out", default=None, help="sweep directory (default: the spec's out)")
     p.add_argument("--no-report", action="store_true", help="train only; run `oelm report` later")
@@ -34,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         for r in spec.runs():
             print(f"{'done' if r.finished() else 'todo'}  {r.run_dir}")
         return 0
-    outcome = run_sweep(spec, parallel=args.parallel, report=not args.no_report)
+    outcome = run_sweep(spec, parallel=args.parallel, report=not args.no_report, threads=args.threads)
     if outcome.comparison is not None:
         print_summary(outcome.comparison)
         print(f"report: {outcome.report}")

@@ -45,7 +45,8 @@ def compare_spec(
     }
 
 
-def run_compare(progress: bool = True, parallel: int = 1, **kwargs: Any) -> SweepOutcome:
+def run_compare(progress: bool = True, parallel: int = 1, threads: int | None = None,
+                **kwargs: Any) -> SweepOutcome:
     """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report."""
     spec = spec_from_dict(compare_spec(**kwargs))
-    return run_sweep(spec, parallel=parallel, progress=progress)
+    return run_sweep(spec, parallel=parallel, progress=progress, threads=threads)

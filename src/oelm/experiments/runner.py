@@ -133,16 +133,19 @@ def _run_sequential(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutco
 
 
 def _run_parallel(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome,
-                  bar: tqdm, parallel: int) -> None:
-    """N runs at once as subprocesses, each on cores // N threads."""
-    threads = max(1, (os.cpu_count() or 1) // parallel)
-    queue, active = list(pending), {}
+                  bar: tqdm, parallel: int, threads: int | None) -> None:
+    """N runs at once as subprocesses, each on `threads` (default cores // N) threads."""
+    threads = threads or max(1, (os.cpu_count() or 1) // parallel)
+    queue, active, shown = list(pending), {}, ""
     try:
         while queue or active:
             while queue and len(active) < parallel:
                 run = queue.pop(0)
                 active[run.run_dir] = (run, _start(spec, run, threads))
-            bar.set_postfix_str(", ".join(r.label for r, _ in active.values()) + f" ({len(queue)} queued)")
+            text = ", ".join(r.label for r, _ in active.values()) + f" ({len(queue)} queued)"
+            if text != shown:  # redraw only on change: logs stay readable when piped
+                bar.set_postfix_str(text)
+                shown = text
             time.sleep(0.5)
             for key, (run, proc) in list(active.items()):
                 if proc.poll() is None:
@@ -168,10 +171,15 @@ def run_sweep(
     inner_progress: bool = False,
     report: bool = True,
     on_report: Callable[[Comparison], None] | None = None,
+    threads: int | None = None,
 ) -> SweepOutcome:
-    """Train every unfinished run of the sweep, then write SWEEP/report/report.md."""
-    if parallel < 1:
-        raise UserError(f"--parallel must be at least 1, got {parallel}")
+    """Train every unfinished run of the sweep, then write SWEEP/report/report.md.
+
+    `threads` sets torch's intra-op threads per run; on a shared, busy machine 1 thread per run
+    avoids the oversubscription that otherwise slows every step several-fold.
+    """
+    if parallel < 1 or (threads is not None and threads < 1):
+        raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
     start = time.perf_counter()
     _check_existing(spec)
     _prepare_data(spec, progress)
@@ -184,9 +192,13 @@ def run_sweep(
               f"{len(pending)} to run) -> {spec.out}", file=sys.stderr)
     with _bar(len(runs), len(outcome.skipped), progress) as bar:
         if parallel == 1:
+            if threads:
+                import torch
+
+                torch.set_num_threads(threads)
             _run_sequential(spec, pending, outcome, bar, inner_progress)
         else:
-            _run_parallel(spec, pending, outcome, bar, parallel)
+            _run_parallel(spec, pending, outcome, bar, parallel, threads)
     for run, err in outcome.failed:
         print(f"run failed: {run.label}: {err.strip().splitlines()[-1]}", file=sys.stderr)
     if report:

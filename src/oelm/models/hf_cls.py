@@ -85,16 +85,6 @@ def load_hf_tokenizer(model: str) -> Any:
     return tok
 
 
-def hf_max_length(tokenizer: Any, model: nn.Module, requested: int | None) -> int:
-    """Sequence length for encoding: requested, else the model's position limit (at most 512)."""
-    limit = getattr(model.config, "max_position_embeddings", None) or 512
-    if requested is not None:
-        if requested > limit:
-            raise UserError(f"max_length {requested} exceeds the model's {limit} positions; lower it")
-        return requested
-    return min(limit, 512, getattr(tokenizer, "model_max_length", 512) or 512)
-
-
 def _unreachable(model: str, err: Exception) -> str:
     local = minilm_path()
     hint = " (an offline MiniLM is available as --model minilm)" if local else ""

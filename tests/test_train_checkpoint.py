@@ -1,0 +1,54 @@
+"""Checkpoint files: atomic step directories, retention, best, and what a half-written one leaves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from oelm.training import checkpoint as ckpt
+
+
+class Tied(nn.Module):
+    """Two modules sharing a weight, like the GPT's wte / lm_head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4, bias=False)
+        self.b = nn.Linear(4, 4, bias=False)
+        self.b.weight = self.a.weight
+
+
+def test_save_prune_latest_and_reload(tmp_path: Path) -> None:
+    model = Tied()
+    for step in (5, 10, 15):
+        ckpt.save_checkpoint(tmp_path, step, model, {"step": step}, {"note": {"x": 1}}, keep_last=2)
+    assert [s for s, _ in ckpt.list_steps(tmp_path)] == [10, 15]
+    assert (tmp_path / "latest").read_text().strip() == "step_0000015"
+    # A kill during a save leaves only a hidden temp directory, which is never picked up.
+    (tmp_path / ".tmp_step_0000020_123").mkdir()
+    (tmp_path / "step_0000025").mkdir()  # no files: incomplete, ignored
+    assert ckpt.latest_checkpoint(tmp_path) == tmp_path / "step_0000015"
+    assert ckpt.load_state(tmp_path / "step_0000015") == {"step": 15}
+    other = Tied()
+    meta = ckpt.load_weights(other, tmp_path / "step_0000015" / ckpt.WEIGHTS)
+    assert torch.equal(other.a.weight, model.a.weight) and other.b.weight is other.a.weight
+    assert meta["step"] == "15" and meta["note"] == '{"x": 1}'
+
+
+def test_best_and_resolve(tmp_path: Path) -> None:
+    model = Tied()
+    ckpt.save_checkpoint(tmp_path / "checkpoints", 3, model, {}, {}, keep_last=1)
+    assert ckpt.resolve_checkpoint(tmp_path, "best").parent.name == "step_0000003"  # no best yet
+    ckpt.save_best(tmp_path / "checkpoints", model, {"val_loss": 1.5})
+    assert ckpt.resolve_checkpoint(tmp_path, "best").parent.name == "best"
+    assert ckpt.resolve_checkpoint(tmp_path, "3").parent.name == "step_0000003"
+    assert not list((tmp_path / "checkpoints" / "best").glob(".*"))  # no temp file left behind
+
+
+def test_rng_state_roundtrip() -> None:
+    state = ckpt.rng_state()
+    a = torch.rand(3)
+    ckpt.set_rng_state(state)
+    assert torch.equal(a, torch.rand(3))

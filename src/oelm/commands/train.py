@@ -83,25 +83,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument(flag, dest=field, action="store_true", default=None)
         else:
             p.add_argument(flag, dest=field, type=kind, default=None, metavar=field.split(".")[-1].upper())
+    p.add_argument(
+        "--scale",
+        default=None,
+        help="for a study config (configs/study/*.yaml): apply its named scale, e.g. smoke",
+    )
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
     p.__class__ = _IntermixedParser
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    """The raw config dict (YAML + flags) and the key=value overrides from parsed arguments."""
+def _read_config_file(path: str, scale: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(TrainConfig keys, study meta keys) of a YAML; study configs get their scale applied."""
     from oelm.errors import UserError
+    from oelm.experiments.study import META_KEYS, SCALES_KEY, load_study_config, split_study_config
     from oelm.training.config import load_yaml
 
+    raw = load_yaml(path)
+    if not any(k in raw for k in (*META_KEYS, SCALES_KEY)):
+        if scale is not None:
+            raise UserError(f"--scale {scale} given, but {path} has no 'scales' section")
+        return raw, {}
+    return split_study_config(load_study_config(path, scale))
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    """The raw config dict (YAML + flags), the key=value overrides and study meta keys."""
+    from oelm.errors import UserError
+
     raw: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
     overrides: list[str] = []
+    files = 0
     for item in args.items:
         if "=" in item:
             overrides.append(item)
-        elif raw:
+        elif files:
             raise UserError(f"more than one config file given ({item!r}); merge them or use key=value")
         else:
-            raw = load_yaml(item)
+            files += 1
+            raw, meta = _read_config_file(item, getattr(args, "scale", None))
+    if getattr(args, "scale", None) is not None and not files:
+        raise UserError("--scale needs a study config file, e.g. oelm train configs/study/gpt-01.yaml --scale smoke")
     for field, _ in FLAGS.values():
         value = getattr(args, field, None)
         if value is not None:
@@ -112,7 +135,27 @@ def config_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str
                     node[part] = {}
                 node = node[part]
             node[leaf] = (not value) if field == "progress" else value
-    return raw, overrides
+    return raw, overrides, meta
+
+
+def _ensure_data(raw: dict[str, Any], overrides: list[str], meta: dict[str, Any]) -> None:
+    """Build a study config's LM data directory from its `prepare` recipe when it is missing."""
+    import os
+    import time
+    from pathlib import Path
+
+    from oelm.experiments.prepare import ensure_lm_data
+    from oelm.training.config import apply_overrides
+
+    cfg = apply_overrides(dict(raw), overrides)
+    if "prepare" not in meta or cfg.get("task", "lm") != "lm" or not cfg.get("data"):
+        return
+    meta_file = Path(cfg["data"]) / "meta.json"
+    if int(os.environ.get("RANK", "0")) == 0:
+        ensure_lm_data(meta["prepare"], cfg["data"], verbose=True)
+        return
+    while not meta_file.is_file():  # other ranks wait for rank 0 under torchrun
+        time.sleep(1.0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     from oelm.training.config import make_config
     from oelm.training.loop import train
 
-    raw, overrides = config_from_args(args)
+    raw, overrides, meta = config_from_args(args)
+    _ensure_data(raw, overrides, meta)
     cfg = make_config(raw, overrides)
     results = train(cfg)
     if args.json:

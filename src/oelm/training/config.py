@@ -134,7 +134,9 @@ class TrainConfig(BaseModel):
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
-            raise ValueError(f"warmup ({self.warmup}) must be smaller than steps ({self.steps})")
+            raise ValueError(
+                f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup"
+            )
         return self
 
     def identity(self) -> dict[str, Any]:

@@ -213,3 +213,13 @@ def test_audit_rows_have_roles_and_json(tmp_path):
     assert d["totals"]["frozen"] == sum(r["numel"] for r in d["rows"] if not r["trainable"])
     assert all(r["fingerprint"] for r in d["rows"] if not r["trainable"])
     assert "FROZEN" in audit.table()
+
+
+def test_qk_init_is_validated_and_ignored_by_methods_that_leave_qk_alone():
+    base = make("bert")
+    apply_method(base, "baseline", seed=0, qk_init="orthogonalize")  # same sweep config, baseline arm
+    assert all(p.requires_grad for p in base.parameters())
+    with pytest.raises(UserError, match="qk_init must be one of"):
+        apply_method(make("bert"), "oelm-freeze", qk_init="orthogonal")
+    with pytest.raises(UserError, match="needs an orthogonal method"):
+        apply_method(make("bert"), "oelm-random", qk_init="orthogonalize")

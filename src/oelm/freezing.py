@@ -57,10 +57,12 @@ def _new_qk(method: Method, layer: LayerTargets, role: str, proj: Proj, seed: in
 
 
 def _check_qk_init(method: Method, qk_init: str | None) -> None:
-    if qk_init is None or qk_init == "reinit":
-        return
-    if qk_init not in PRETRAINED_QK:
+    if qk_init is not None and qk_init not in PRETRAINED_QK:
         raise UserError(f"qk_init must be one of {PRETRAINED_QK}, got {qk_init!r}")
+    # Methods that leave Q/K alone (baseline, ffn-only) ignore qk_init, so one sweep config
+    # can set it for every arm.
+    if qk_init in (None, "reinit") or not method.changes_qk:
+        return
     if qk_init == "orthogonalize" and method.qk_init not in ("headwise-orthogonal", "global-orthogonal"):
         raise UserError(
             f"qk_init='orthogonalize' needs an orthogonal method, but {method.name!r} uses "

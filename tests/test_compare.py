@@ -15,16 +15,16 @@ from oelm.experiments.sweep import spec_from_dict
 def test_compare_spec_gives_every_method_the_same_budget_and_grid(tmp_path: Path) -> None:
     spec = spec_from_dict(compare_spec(out=tmp_path, seeds=(0, 1), steps=40))
     runs = spec.runs()
-    assert len(runs) == 3 * 2 * 2
+    assert len(runs) == 3 * 3 * 2
     assert {r.config["steps"] for r in runs} == {40}
-    assert {tuple(a["lr"]) for a in spec.methods.values()} == {(1e-3, 3e-3)}
+    assert {tuple(a["lr"]) for a in spec.methods.values()} == {(3e-4, 1e-3, 3e-3)}
 
 
 @pytest.mark.slow
 def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "cmp"
     code = main(["compare", "--out", str(out), "--steps", "4", "--lrs", "1e-3", "--seq-len", "32",
-                 "--batch-size", "2", "--methods", "baseline", "oelm-freeze"])
+                 "--batch-size", "2", "--methods", "baseline", "oelm-freeze", "--parallel", "2"])
     assert code == 0
     text = capsys.readouterr().out
     assert "oelm-freeze" in text and "report:" in text

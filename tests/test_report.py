@@ -96,6 +96,8 @@ def test_report_numbers_equal_those_from_records(lm_sweep: Path) -> None:
     assert f"{sps.ttest_rel(m, b).pvalue:.3g} (t, n=3)" in md
     assert "5.0%" in md  # theoretical saving next to the measured ratio 0.900
     assert "0.900" in md
+    # Both arms chose the top of a 2-LR grid: the report says the grid may be too narrow.
+    assert "baseline: the chosen lr 0.001 is the largest of its grid [0.0003, 0.001]" in md
     assert any(p.suffix == ".png" for p in (lm_sweep / "out").iterdir())
 
 

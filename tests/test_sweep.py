@@ -35,7 +35,7 @@ def _spec(tmp_path: Path, seeds=(0, 1), **extra) -> dict:
 @pytest.mark.slow
 def test_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     spec = spec_from_dict(_spec(tmp_path))
-    first = run_sweep(spec, progress=False)
+    first = run_sweep(spec, progress=False, threads=1)
     assert len(first.trained) == 8 and not first.failed
     runs = sorted((tmp_path / "sweep" / "runs").glob("*/lr*/seed*"))
     assert [p.relative_to(tmp_path / "sweep").as_posix() for p in runs][:2] == [
@@ -63,12 +63,12 @@ def test_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     shutil.rmtree(runs[-1])
     kept = runs[3] / "results.json"
     stamp = kept.stat().st_mtime_ns
-    again = run_sweep(spec_from_dict(_spec(tmp_path)), progress=False)
+    again = run_sweep(spec_from_dict(_spec(tmp_path)), progress=False, threads=1)
     assert sorted(r.run_dir for r in again.trained) == sorted([killed, runs[-1]])
     assert len(again.skipped) == 6 and kept.stat().st_mtime_ns == stamp  # not redone
 
     # Extending with a seed trains only the new runs; sweep.yaml lists every seed.
-    more = run_sweep(spec_from_dict(_spec(tmp_path, seeds=(0, 1, 2))), progress=False, report=False)
+    more = run_sweep(spec_from_dict(_spec(tmp_path, seeds=(0, 1, 2))), progress=False, report=False, threads=1)
     assert len(more.trained) == 4 and len(more.skipped) == 8
     assert "- 2" in (tmp_path / "sweep" / "sweep.yaml").read_text()
 
@@ -102,4 +102,4 @@ def test_study_sweep_spec_resolves(tmp_path: Path) -> None:
     spec = load_spec(root / "configs" / "sweeps" / "gpt-tinystories-smoke.yaml", out=tmp_path / "s")
     assert set(spec.methods) == {"baseline", "oelm-freeze", "oelm-random"}
     assert spec.base["model"] == "gpt-tiny" and "files" in spec.prepare
-    assert len(spec.runs()) == 3 * 2 * 3
+    assert len(spec.runs()) == 3 * 3 * 3  # methods x LRs (own grid each) x seeds

@@ -210,6 +210,22 @@ def _budget_warnings(arms: list[Arm]) -> list[str]:
     return warnings
 
 
+def _edge_warnings(arms: list[Arm]) -> list[str]:
+    """Warn when an arm's chosen LR sits at the edge of its grid: its optimum may lie beyond."""
+    warnings = []
+    for arm in arms:
+        lrs = sorted({c.lr for c in arm.cells if c.selection.mean is not None and not math.isnan(c.lr)})
+        if len(lrs) < 2 or arm.lr is None or arm.lr not in (lrs[0], lrs[-1]):
+            continue
+        edge = "largest" if arm.lr == lrs[-1] else "smallest"
+        grid = ", ".join(f"{x:g}" for x in lrs)
+        warnings.append(
+            f"{arm.method}: the chosen lr {arm.lr:g} is the {edge} of its grid [{grid}]; its best LR "
+            "may lie beyond it, so extend the grid before trusting the gap"
+        )
+    return warnings
+
+
 def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     """Baseline first, then the rest alphabetically."""
     return sorted(methods, key=lambda m: (m != baseline, m))
@@ -224,7 +240,12 @@ def _group(
         by_method[run.method or "?"].append(run)
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None)
-    group.warnings = _budget_warnings(arms)
+    group.warnings = _budget_warnings(arms) + _edge_warnings(arms)
+    if group.primary_metric.startswith("val_"):
+        group.warnings.append(
+            f"{group.primary_metric} is measured on the validation split that chose the LR (the "
+            "data has no test split): it is optimistic; prepare a test split for a held-out number"
+        )
     base = next((a for a in arms if a.method == baseline and a.primary.n > 0), None)
     if base is None:
         group.warnings.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import spec_from_dict
 
 DEFAULT_METHODS = ("baseline", "oelm-freeze", "oelm-random")
-DEFAULT_LRS = (1e-3, 3e-3)
+DEFAULT_LRS = (3e-4, 1e-3, 3e-3)
 DEFAULT_OUT = "runs/compare"
 
 
@@ -20,8 +21,8 @@ def compare_spec(
     tokenizer: str = "byte",
     model: str = "gpt-tiny",
     methods: Sequence[str] = DEFAULT_METHODS,
-    seeds: Sequence[int] = (0,),
-    steps: int = 150,
+    seeds: Sequence[int] = (0, 1, 2),
+    steps: int = 100,
     lrs: Sequence[float] = DEFAULT_LRS,
     batch_size: int = 8,
     seq_len: int = 128,
@@ -37,7 +38,7 @@ def compare_spec(
         "config": {
             "task": "lm", "data": data_dir.as_posix(), "model": model, "steps": steps,
             "batch_size": batch_size, "seq_len": seq_len, "warmup": max(1, steps // 10),
-            "eval_every": max(1, steps // 5), "eval_batches": 8, "final_eval_batches": 32,
+            "eval_every": max(1, steps // 4), "eval_batches": 8, "final_eval_batches": 16,
             "checkpoint_every": 0, "device": device, "tensorboard": False, "log_every": 10,
         },
         "methods": {m: {"lr": [float(x) for x in lrs]} for m in methods},
@@ -45,8 +46,21 @@ def compare_spec(
     }
 
 
-def run_compare(progress: bool = True, parallel: int = 1, threads: int | None = None,
+def default_parallel(device: str = "cpu") -> tuple[int, int | None]:
+    """(runs at once, threads per run): on CPU one thread per run, up to 4 runs at once.
+
+    A tiny GPT gains little from a second intra-op thread, while several threaded runs on a
+    shared machine oversubscribe its cores and slow every step several-fold.
+    """
+    if device != "cpu":
+        return 1, None
+    return max(1, min(4, os.cpu_count() or 1)), 1
+
+
+def run_compare(progress: bool = True, parallel: int | None = None, threads: int | None = None,
                 **kwargs: Any) -> SweepOutcome:
     """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report."""
     spec = spec_from_dict(compare_spec(**kwargs))
-    return run_sweep(spec, parallel=parallel, progress=progress, threads=threads)
+    auto_parallel, auto_threads = default_parallel(kwargs.get("device", "cpu"))
+    return run_sweep(spec, parallel=parallel or auto_parallel, progress=progress,
+                     threads=threads or auto_threads)

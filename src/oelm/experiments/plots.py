@@ -49,7 +49,7 @@ def plot_curves(group: Group, path: Path) -> Path | None:
         return None
     ax.set_xlabel("step")
     ax.set_ylabel(label)
-    ax.set_title(f"{group.title}: mean over seeds, band = min..max")
+    ax.set_title(f"{group.title}\nmean over seeds, band = min..max", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -11,6 +11,7 @@ from oelm.errors import UserError
 
 _FILE_NAMES = {"train": "train.txt", "val": "valid.txt", "test": "test.txt"}
 _KWARGS = {"config", "val_fraction", "seed", "max_docs", "text_field"}
+_RECIPE_KEYS = _KWARGS | {"source", "files", "tokenizer", "name"}
 
 
 def _stage_files(files: dict[str, str], staging: Path) -> Path:
@@ -37,14 +38,29 @@ def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool =
         return out
     from oelm.data.lm import prepare_lm
 
+    unknown = set(recipe) - _RECIPE_KEYS
+    if unknown:
+        raise UserError(f"unknown prepare key(s) {sorted(unknown)}; known: {sorted(_RECIPE_KEYS)}")
     if "tokenizer" not in recipe or not ("source" in recipe or "files" in recipe):
         raise UserError("prepare needs 'tokenizer' and either 'source' or 'files' (train/val/test paths)")
     source: Any = recipe.get("source")
     if "files" in recipe:
-        source = _stage_files(recipe["files"], out.with_name(out.name + ".staging"))
+        source = _stage_files(recipe["files"], out.with_name(out.name + ".sources"))
     kwargs = {k: v for k, v in recipe.items() if k in _KWARGS}
     prepare_lm(source, recipe["tokenizer"], out, verbose=verbose, **kwargs)
+    if recipe.get("name"):
+        _rename_source(out, str(recipe["name"]))
     return out
+
+
+def _rename_source(data_dir: Path, name: str) -> None:
+    """Record a readable dataset name in meta.json (reports group and title tables by it)."""
+    path = data_dir / "meta.json"
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    meta["source_files"], meta["source"] = meta["source"], name
+    tmp = path.with_name("meta.json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def data_summary(data_dir: str | Path) -> str:

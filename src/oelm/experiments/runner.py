@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,23 +90,25 @@ def _run_inline(run: RunSpec, progress: bool) -> None:
     train({**run.config, "progress": progress})
 
 
-def _log_path(spec: SweepSpec, run: RunSpec) -> Path:
-    """Where a subprocess run's output goes (outside the run directory, which the loop owns)."""
+def _logs(spec: SweepSpec) -> Path:
+    """Folder for subprocess output and configs (outside the run directories, which the loop owns)."""
     logs = spec.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    return logs / f"{run.method}_{run.run_dir.parent.name}_seed{run.seed}.log"
+    return logs
 
 
-def _start(spec: SweepSpec, run: RunSpec, threads: int) -> subprocess.Popen:
-    """Launch one run as a subprocess of this Python."""
-    cfg_path = _log_path(spec, run).with_suffix(".json")
-    cfg_path.write_text(json.dumps({**run.config, "progress": False}), encoding="utf-8")
+def _start_worker(spec: SweepSpec, index: int, runs: list[RunSpec], threads: int) -> subprocess.Popen:
+    """Launch one worker process that trains its share of the runs one after another."""
+    paths = []
+    for run in runs:
+        path = _logs(spec) / f"{run.method}_{run.run_dir.parent.name}_seed{run.seed}.json"
+        path.write_text(json.dumps({**run.config, "progress": False}), encoding="utf-8")
+        paths.append(str(path))
     env = {**os.environ, "OELM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    log = open(_log_path(spec, run), "a", encoding="utf-8")  # noqa: SIM115 (closed by the poller)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "oelm.experiments.worker", str(cfg_path)],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )
+    log = open(_logs(spec) / f"worker{index}.log", "a", encoding="utf-8")  # noqa: SIM115 (closed by the poller)
+    # One process per worker, not per run: importing torch for every run would dominate tiny runs.
+    proc = subprocess.Popen([sys.executable, "-m", "oelm.experiments.worker", *paths],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
     proc.log = log  # type: ignore[attr-defined]
     return proc
 
@@ -114,6 +117,22 @@ def _bar(total: int, done: int, show: bool) -> tqdm:
     """Progress over runs: which run, how many left, ETA."""
     return tqdm(total=total, initial=done, desc="sweep", unit="run", disable=not show,
                 dynamic_ncols=True, position=0, leave=True)
+
+
+@contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Use `threads` torch threads inside the block, then restore the caller's setting."""
+    if not threads:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run_sequential(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome,
@@ -134,32 +153,33 @@ def _run_sequential(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutco
 
 def _run_parallel(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome,
                   bar: tqdm, parallel: int, threads: int | None) -> None:
-    """N runs at once as subprocesses, each on `threads` (default cores // N) threads."""
+    """N worker processes, each on `threads` (default cores // N) threads, runs dealt round-robin."""
     threads = threads or max(1, (os.cpu_count() or 1) // parallel)
-    queue, active, shown = list(pending), {}, ""
+    shares = [pending[i::parallel] for i in range(parallel) if pending[i::parallel]]
+    workers = [(share, _start_worker(spec, i, share, threads)) for i, share in enumerate(shares)]
+    waiting, shown = list(pending), ""
     try:
-        while queue or active:
-            while queue and len(active) < parallel:
-                run = queue.pop(0)
-                active[run.run_dir] = (run, _start(spec, run, threads))
-            text = ", ".join(r.label for r, _ in active.values()) + f" ({len(queue)} queued)"
+        while waiting:
+            time.sleep(0.5)
+            for run in [r for r in waiting if r.finished()]:
+                waiting.remove(run)
+                outcome.trained.append(run)
+                bar.update(1)
+            for share, proc in workers:
+                if proc.poll() is not None:  # a worker ended: its unfinished runs failed
+                    for run in [r for r in share if r in waiting and not r.finished()]:
+                        waiting.remove(run)
+                        outcome.failed.append((run, f"did not finish; see {proc.log.name}"))
+                        bar.update(1)
+            running = [next((r for r in share if r in waiting), None) for share, _ in workers]
+            text = ", ".join(r.label for r in running if r) + f" ({len(waiting)} left)"
             if text != shown:  # redraw only on change: logs stay readable when piped
                 bar.set_postfix_str(text)
                 shown = text
-            time.sleep(0.5)
-            for key, (run, proc) in list(active.items()):
-                if proc.poll() is None:
-                    continue
-                proc.log.close()
-                del active[key]
-                if proc.returncode == 0 and run.finished():
-                    outcome.trained.append(run)
-                else:
-                    outcome.failed.append((run, f"exit code {proc.returncode}; see {_log_path(spec, run)}"))
-                bar.update(1)
     finally:
-        for run, proc in active.values():  # interrupted: stop only the runs this sweep started
-            proc.terminate()
+        for _, proc in workers:  # interrupted or done: stop only the workers this sweep started
+            if proc.poll() is None:
+                proc.terminate()
             proc.wait()
             proc.log.close()
 
@@ -192,11 +212,8 @@ def run_sweep(
               f"{len(pending)} to run) -> {spec.out}", file=sys.stderr)
     with _bar(len(runs), len(outcome.skipped), progress) as bar:
         if parallel == 1:
-            if threads:
-                import torch
-
-                torch.set_num_threads(threads)
-            _run_sequential(spec, pending, outcome, bar, inner_progress)
+            with _torch_threads(threads):
+                _run_sequential(spec, pending, outcome, bar, inner_progress)
         else:
             _run_parallel(spec, pending, outcome, bar, parallel, threads)
     for run, err in outcome.failed:

@@ -1,24 +1,33 @@
-"""Subprocess entry of `oelm sweep --parallel`: train one run from a JSON config file."""
+"""Worker process of `oelm sweep --parallel`: train the runs in the given JSON config files."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import traceback
 
 
 def main(argv: list[str]) -> int:
-    """Train the run described by argv[0] (a JSON TrainConfig dict)."""
+    """Train each run (a JSON TrainConfig dict per file) in order; a failure does not stop the rest."""
     import torch
 
     threads = int(os.environ.get("OELM_THREADS", "0"))
-    if threads > 0:  # N runs share the machine's cores instead of each grabbing all of them
+    if threads > 0:  # N workers share the machine's cores instead of each grabbing all of them
         torch.set_num_threads(threads)
     from oelm.training.loop import train
 
-    with open(argv[0], encoding="utf-8") as f:
-        train(json.load(f))
-    return 0
+    failed = 0
+    for path in argv:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+        print(f"== {config.get('out')}", flush=True)
+        try:
+            train(config)
+        except Exception:  # noqa: BLE001 (reported in the log; the parent marks the run failed)
+            traceback.print_exc()
+            failed += 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

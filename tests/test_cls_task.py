@@ -90,6 +90,8 @@ def test_cli_end_to_end_with_epochs_and_pairs(tmp_path, one_thread, capsys):
     assert CLASSIFICATION_KEYS <= set(res) and res["num_labels"] == 3
     assert res["dataset"] == "xnli-en" and "seed 0" in res["split_roles"]["heldout"]
     assert res["freeze_check"]["ok"] and res["epochs_seen"] == pytest.approx(1.0)
+    timing = json.loads((out / "timing_stats.json").read_text())
+    assert 0 < timing["theoretical_flops_saving"] < 0.2  # Q/K weight gradients of a frozen arm
 
 
 def test_data_order_resumes_exactly(tmp_path):

@@ -313,6 +313,12 @@ class ClassificationTask(Task):
                 meta["sep_id"] = gpt_separator_id(self.tokenizer)
         return meta
 
+    def flops_saving(self, model: nn.Module) -> float | None:
+        """Theoretical training-FLOP saving of the method, at the maximum sequence length."""
+        from oelm.flops import theoretical_saving
+
+        return theoretical_saving(model, self.max_length)
+
     def progress_fields(self, loss: float) -> dict[str, str]:
         """Loss and the last validation accuracy."""
         acc = f"{self.history[-1]['accuracy']:.3f}" if self.history else "-"

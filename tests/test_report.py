@@ -153,3 +153,18 @@ def test_bad_input_is_one_user_error(tmp_path: Path, capsys: pytest.CaptureFixtu
         write_report([tmp_path])
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_budget_warning_compares_arms_seed_by_seed(tmp_path: Path) -> None:
+    # Dynamic padding: tokens differ between seeds but must match across arms within a seed.
+    for method in ("baseline", "oelm-freeze"):
+        for seed, tokens in ((0, 1000), (1, 1010)):
+            make_run(tmp_path, method, 1e-3, seed, test_perplexity=5.0, best_val_loss=1.6, tokens_seen=tokens)
+    _, comp = write_report([tmp_path], tmp_path / "fair")
+    report = json.loads((tmp_path / "fair" / "report.json").read_text())
+    assert not any("unequal budgets" in w for w in report["groups"][0]["warnings"])
+    make_run(tmp_path, "oelm-random", 1e-3, 0, test_perplexity=5.0, best_val_loss=1.6, tokens_seen=900)
+    write_report([tmp_path], tmp_path / "unfair")
+    report = json.loads((tmp_path / "unfair" / "report.json").read_text())
+    warning = next(w for w in report["groups"][0]["warnings"] if "unequal budgets" in w)
+    assert "seed 0" in warning and "seed 1" not in warning

@@ -71,3 +71,13 @@ def test_minilm_trains_with_frozen_qk_unchanged(minilm_dir):
         opt.zero_grad(set_to_none=True)
     check = verify_audit(model, audit, opt)
     assert check.ok, check.problems
+
+
+def test_params_counts_the_minilm_alias(minilm_dir, capsys):
+    import json
+
+    from oelm.cli import main
+
+    assert main(["params", "minilm", "--num-labels", "2", "--method", "oelm-freeze", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["family"] == "bert" and s["frozen"] == 6 * 2 * (384 * 384 + 384)

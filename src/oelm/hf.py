@@ -29,9 +29,13 @@ def resolve_hf_config(model: str):
     """A transformers config from a known name, a config.json (or its folder), or the hub."""
     import transformers
 
+    from oelm.models.hf_cls import MINILM_ALIASES, resolve_hf_source
+
     cfg = _builtin_hf_config(model)
     if cfg is not None:
         return cfg
+    if model.lower() in MINILM_ALIASES:
+        model = resolve_hf_source(model)
     path = Path(model)
     if path.is_file() and path.suffix == ".json":
         return transformers.AutoConfig.from_pretrained(str(path.parent)) if path.name == "config.json" else transformers.AutoConfig.from_json_file(str(path))

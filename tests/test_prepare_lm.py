@@ -80,6 +80,20 @@ def test_builtin_python_docs_offline(tmp_path: Path) -> None:
     assert int((train == 256).sum()) == 30 - meta["holdout"]["n_docs"] and train.size == meta["splits"]["train"]
 
 
+def test_test_fraction_holds_out_disjoint_test_documents(tmp_path: Path) -> None:
+    meta = prepare_lm("builtin:python-docs", "byte", tmp_path / "py", max_docs=100, test_fraction=0.1, verbose=False)
+    assert meta["split_origin"] == {"val": "holdout", "test": "holdout"}
+    n = meta["holdout"]["from_docs"]  # every document of the source (79 topics)
+    n_val, n_test = meta["holdout"]["n_docs"], meta["test_holdout"]["n_docs"]
+    assert (n_val, n_test) == (round(0.05 * n), round(0.1 * n))  # fractions of the whole source
+    splits = {s: docs_of(np.asarray(load_lm_split(tmp_path / "py", s)), 256) for s in ("train", "val", "test")}
+    assert [len(d) for d in splits.values()] == [n - n_val - n_test, n_val, n_test]
+    texts = {s: {tuple(d) for d in docs} for s, docs in splits.items()}
+    assert not (texts["test"] & texts["train"]) and not (texts["test"] & texts["val"])
+    with pytest.raises(UserError, match="test-fraction"):
+        prepare_lm("builtin:python-docs", "byte", tmp_path / "bad", val_fraction=0.5, test_fraction=0.5)
+
+
 def test_tinystories_head_with_gpt2(tmp_path: Path) -> None:
     src = need(DATA / "lm" / "tinystories" / "train_head.txt")
     need(DATA / "tokenizers" / "gpt2" / "vocab.json")

@@ -50,6 +50,8 @@ def register_lm(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--config", default=None, help="Hugging Face dataset config (or SOURCE as NAME:CONFIG)")
     p.add_argument("--val-fraction", type=float, default=0.05, metavar="F",
                    help="documents held out for validation when the source has no official split (default 0.05)")
+    p.add_argument("--test-fraction", type=float, default=0.0, metavar="F",
+                   help="also hold out this fraction as a test split when the source has none (default 0)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the hold-out (default 0)")
     p.add_argument("--max-docs", type=int, default=None, metavar="N", help="keep the first N documents of each split")
     p.add_argument("--workers", type=int, default=None, metavar="W",
@@ -65,7 +67,7 @@ def run_lm(args: argparse.Namespace) -> int:
 
     prepare_lm(
         args.source, args.tokenizer, args.out,
-        config=args.config, val_fraction=args.val_fraction, seed=args.seed, max_docs=args.max_docs,
+        config=args.config, val_fraction=args.val_fraction, test_fraction=args.test_fraction, seed=args.seed, max_docs=args.max_docs,
         workers=args.workers, text_field=args.text_field, overwrite=args.overwrite,
     )
     return 0

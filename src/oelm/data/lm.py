@@ -72,6 +72,7 @@ def prepare_lm(
     *,
     config: str | None = None,
     val_fraction: float = 0.05,
+    test_fraction: float = 0.0,
     seed: int = 0,
     max_docs: int | None = None,
     workers: int | None = None,
@@ -79,8 +80,14 @@ def prepare_lm(
     overwrite: bool = False,
     verbose: bool = True,
 ) -> dict:
-    """Tokenize SOURCE into OUT/{train,val[,test]}.bin (EOT after every document) + meta.json."""
+    """Tokenize SOURCE into OUT/{train,val[,test]}.bin (EOT after every document) + meta.json.
+
+    A local source without an official test split gets a seeded test hold-out when
+    test_fraction > 0, so a run can select on validation and report on unseen text.
+    """
     _check_options(val_fraction, max_docs, workers)
+    if not 0.0 <= test_fraction < 1.0 or val_fraction + test_fraction >= 1.0:
+        raise UserError(f"--test-fraction must be in [0, 1) with val + test < 1, got {test_fraction}")
     workers = workers or os.cpu_count() or 1
     source = str(source)
     out = Path(out_dir)
@@ -93,6 +100,10 @@ def prepare_lm(
     else:
         docs = _local_docs(kind, Path(name), text_field, max_docs)
         splits, origin, holdout = _holdout_local(docs, val_fraction, seed)
+        if test_fraction > 0 and "test" not in splits:
+            splits, test_info = _holdout_test(splits, test_fraction, seed)
+            origin["test"] = "holdout"
+            return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
     return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field)
 
 
@@ -160,7 +171,9 @@ def _local_docs(kind: str, path: Path, text_field: str, max_docs: int | None) ->
     if kind == "builtin":
         from pydoc_data.topics import topics
 
-        docs = {"train": [topics[k].strip() for k in sorted(topics) if topics[k].strip()]}
+        # Some topics share one text: drop exact repeats so no document sits in two splits.
+        texts = (topics[k].strip() for k in sorted(topics))
+        docs = {"train": list(dict.fromkeys(t for t in texts if t))}
     elif kind == "file":
         docs = {"train": _file_docs(path, text_field, whole_if_plain=False)}
     else:
@@ -288,6 +301,16 @@ def _holdout_local(docs: dict[str, list[str]], fraction: float, seed: int) -> tu
     return out, origin, _holdout_info(fraction, seed, len(val_idx), len(train))
 
 
+def _holdout_test(splits: dict, fraction: float, seed: int) -> tuple[dict, dict]:
+    """Carve a seeded test split from train (a different seed stream than the val hold-out)."""
+    train = splits["train"]
+    # The fraction is of the documents train had before any hold-out, as for val.
+    n_before = len(train) + (len(splits["val"]) if "val" in splits else 0)
+    rest_idx, test_idx = holdout_indices(len(train), fraction * n_before / len(train), seed + 1)
+    out = dict(splits, train=[train[i] for i in rest_idx], test=[train[i] for i in test_idx])
+    return out, _holdout_info(fraction, seed + 1, len(test_idx), len(train))
+
+
 def _holdout_info(fraction: float, seed: int, n_val: int, n_total: int) -> dict:
     """What meta.json records about a hold-out split."""
     return {"fraction": fraction, "seed": seed, "n_docs": int(n_val), "from_docs": int(n_total), "from_split": "train"}
@@ -386,7 +409,8 @@ def _write_split(path: Path, batches: Iterable[list[list[int]]], eot_id: int, dt
 
 
 def _write_all(out: Path, splits: dict, tok: Tokenizer, source: str, origin: dict,
-               holdout: dict | None, workers: int, verbose: bool, text_field: str) -> dict:
+               holdout: dict | None, workers: int, verbose: bool, text_field: str,
+               test_holdout: dict | None = None) -> dict:
     """Write every split to a temp file, then rename them all and write meta.json last."""
     out.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(tok.vocab_size)
@@ -402,6 +426,8 @@ def _write_all(out: Path, splits: dict, tok: Tokenizer, source: str, origin: dic
         elapsed = time.perf_counter() - start
         meta = {"source": source, "tokenizer": tok.spec, "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
                 "dtype": dtype.name, "splits": counts, "split_origin": origin, "holdout": holdout}
+        if test_holdout is not None:
+            meta["test_holdout"] = test_holdout
         _publish(out, temps, meta)
     finally:
         for tmp in temps.values():

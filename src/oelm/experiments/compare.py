@@ -34,7 +34,9 @@ def compare_spec(
     return {
         "name": "compare",
         "out": out.as_posix(),
-        "prepare": {"source": data, "tokenizer": tokenizer},
+        # A seeded test hold-out (for sources without one): LRs are chosen on validation and
+        # perplexity is reported on documents no choice has seen.
+        "prepare": {"source": data, "tokenizer": tokenizer, "test_fraction": 0.05},
         "config": {
             "task": "lm", "data": data_dir.as_posix(), "model": model, "steps": steps,
             "batch_size": batch_size, "seq_len": seq_len, "warmup": max(1, steps // 10),

@@ -10,7 +10,7 @@ from typing import Any
 from oelm.errors import UserError
 
 _FILE_NAMES = {"train": "train.txt", "val": "valid.txt", "test": "test.txt"}
-_KWARGS = {"config", "val_fraction", "seed", "max_docs", "text_field"}
+_KWARGS = {"config", "val_fraction", "test_fraction", "seed", "max_docs", "text_field"}
 _RECIPE_KEYS = _KWARGS | {"source", "files", "tokenizer", "name"}
 
 

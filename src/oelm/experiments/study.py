@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from oelm.errors import UserError
 
@@ -37,13 +36,10 @@ class StudyNumbers:
     @classmethod
     def load(cls, path: str | Path) -> StudyNumbers:
         """Read the table; UserError naming the file when it is missing or malformed."""
+        from oelm.training.config import load_yaml
+
         path = Path(path)
-        if not path.is_file():
-            raise UserError(f"study numbers file {path} not found; pass an existing YAML file")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            raise UserError(f"{path} is not valid YAML ({err}); fix the file") from err
+        data = load_yaml(path)
         entries = data.get("experiments")
         if not isinstance(entries, dict):
             raise UserError(f"{path} needs a mapping 'experiments: {{ID: {{...}}}}'")
@@ -102,16 +98,9 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 def load_study_config(path: str | Path, scale: str | None = None) -> dict[str, Any]:
     """Read a study YAML and apply one of its scales ('full' or None = the study's settings)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"config {path} not found; pass a YAML file such as configs/study/gpt-01.yaml")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{path} is not valid YAML ({err}); fix the file") from err
-    if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a mapping of config keys")
-    return apply_scale(data, scale)
+    from oelm.training.config import load_yaml
+
+    return apply_scale(load_yaml(path), scale)
 
 
 META_KEYS = ("study", "prepare")  # read by oelm.experiments, not by TrainConfig

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from oelm.errors import UserError
 from oelm.experiments.study import apply_scale, deep_merge, split_study_config
+from oelm.training.config import load_yaml
 
 # Fields a sweep sets per run; the spec may not put them in `grid` or `overrides`.
 PER_RUN = ("method", "lr", "seed", "out", "resume", "overwrite", "data_seed")
@@ -134,25 +134,12 @@ def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, An
     return methods
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping, with a UserError naming the file otherwise."""
-    if not path.is_file():
-        raise UserError(f"sweep spec {path} not found; pass an existing YAML file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{path} is not valid YAML ({err}); fix the file") from err
-    if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a mapping (name, base, methods, seeds, ...)")
-    return data
-
-
 def _base_config(raw: dict[str, Any], spec_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TrainConfig dict, meta) from `base:` (a study config, relative to the spec) or `config:`."""
     if "base" in raw:
         path = Path(raw["base"])
         path = path if path.is_absolute() or path.is_file() else spec_dir / path
-        data = _read_yaml(path)
+        data = load_yaml(path)
     elif "config" in raw:
         data = copy.deepcopy(raw["config"])
     else:
@@ -190,7 +177,7 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
 def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | Path | None = None) -> SweepSpec:
     """Read a sweep spec YAML; `seeds` and `out` replace the spec's own."""
     path = Path(path)
-    raw = _read_yaml(path)
+    raw = load_yaml(path)
     if seeds:
         raw["seeds"] = list(seeds)
     if out:

@@ -213,9 +213,9 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML config file into a dict (an empty file gives {})."""
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"config file {str(p)!r} does not exist")
+        raise UserError(f"config file {str(p)!r} not found (the file does not exist); check the path")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise UserError(f"config file {str(p)!r} is not valid YAML: {err}") from None
     if not isinstance(data, dict):

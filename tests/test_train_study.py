@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from oelm.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,3 +32,15 @@ def test_scale_errors_are_clear(tmp_path, monkeypatch, capsys):
     plain.write_text("model: gpt-tiny\n")
     assert main(["train", str(plain), "--scale", "smoke"]) == 2
     assert "has no 'scales' section" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config", ["gptcls-imdb-02.yaml", "gptcls-xnli-01.yaml"])
+def test_classification_study_configs_run_at_smoke_scale(config, shared_data, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    argv = ["train", f"configs/study/{config}", "--scale", "smoke", f"out={out}", "steps=6", "warmup=1",
+            "eval_every=3", "classification.max_train=48", "classification.max_eval=24"]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["task"] == "classification" and results["steps"] == 6
+    assert results["split_roles"]["heldout"] and results["freeze_check"]["ok"]

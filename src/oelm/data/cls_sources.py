@@ -151,7 +151,7 @@ def read_xnli_tsv(path: Path) -> list[Example]:
 
 def read_imdb_jsonl(path: Path) -> list[Example]:
     """JSON lines with keys `text` and `label` (0 negative, 1 positive)."""
-    rows = list(_jsonl(path))
+    rows = list(iter_jsonl(path))
     _require_keys(rows, path, ["text", "label"], "expected JSON lines with text and label")
     return [
         Example(r["text"], None, _check_label(_int_label(r["label"], path, n), 2, path, n, ("neg", "pos")))
@@ -173,7 +173,8 @@ def read_ag_news_csv(path: Path) -> list[Example]:
     return _nonempty(out, path)
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (blank lines skipped), one clear error per bad line."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
@@ -215,7 +216,7 @@ class Columns:
 def read_table(path: Path, cols: Columns) -> list[tuple[str, str | None, str]]:
     """Read (text, text_pair, raw label) rows from a CSV/TSV (with header) or JSON-lines file."""
     if path.suffix in (".jsonl", ".json"):
-        records = list(_jsonl(path))
+        records = list(iter_jsonl(path))
     else:
         with open(path, encoding="utf-8", newline="") as f:
             records = list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))

@@ -263,20 +263,16 @@ def _wikitext_articles(text: str) -> list[str]:
 
 def _jsonl_docs(path: Path, text_field: str) -> list[str]:
     """The text field of every JSON line."""
+    from oelm.data.cls_sources import iter_jsonl
+
     docs = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{str(path)!r} line {n} is not JSON ({err.msg})") from None
-            if not isinstance(record, dict) or text_field not in record:
-                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-                raise UserError(f"{str(path)!r} line {n} has no {text_field!r} field (has {keys}); pass --text-field")
-            if str(record[text_field]).strip():
-                docs.append(str(record[text_field]))
+    for n, record in enumerate(iter_jsonl(path), start=1):
+        if text_field not in record:
+            raise UserError(
+                f"{str(path)!r} record {n} has no {text_field!r} field (has {sorted(record)}); pass --text-field"
+            )
+        if str(record[text_field]).strip():
+            docs.append(str(record[text_field]))
     return docs
 
 

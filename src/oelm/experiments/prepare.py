@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -55,16 +54,18 @@ def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool =
 
 def _rename_source(data_dir: Path, name: str) -> None:
     """Record a readable dataset name in meta.json (reports group and title tables by it)."""
-    path = data_dir / "meta.json"
-    meta = json.loads(path.read_text(encoding="utf-8"))
+    from oelm.data.lm import read_meta
+    from oelm.io import atomic_write_json
+
+    meta = read_meta(data_dir)
     meta["source_files"], meta["source"] = meta["source"], name
-    tmp = path.with_name("meta.json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_json(data_dir / "meta.json", meta)
 
 
 def data_summary(data_dir: str | Path) -> str:
     """One line describing a prepared LM directory (source, tokenizer, split sizes)."""
-    meta = json.loads((Path(data_dir) / "meta.json").read_text(encoding="utf-8"))
+    from oelm.data.lm import read_meta
+
+    meta = read_meta(data_dir)
     splits = ", ".join(f"{k} {v:,}" for k, v in meta["splits"].items())
-    return f"{meta['source']} / {meta['tokenizer']} tokenizer: {splits} tokens"
+    return f"{meta.get('source')} / {meta.get('tokenizer')} tokenizer: {splits} tokens"

@@ -41,12 +41,10 @@ class RunSpec:
         return f"{self.method} lr={self.lr:g}{extra} seed={self.seed}"
 
     def finished(self) -> bool:
-        """Whether the run directory holds results.json with status complete."""
-        try:
-            results = json.loads((self.run_dir / "results.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return False
-        return isinstance(results, dict) and results.get("status") == "complete"
+        """Whether the run directory holds a finished run (the one rule, in training.rundir)."""
+        from oelm.training.rundir import run_finished
+
+        return run_finished(self.run_dir)
 
 
 @dataclass

@@ -91,6 +91,8 @@ class Trainer:
             if self.plan.clear:
                 clear_run_dir(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.plan.reopen:
+                (self.run_dir / "results.json").unlink(missing_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)

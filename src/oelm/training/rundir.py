@@ -33,6 +33,7 @@ class RunPlan:
     resume_from: Path | None = None  # a step checkpoint to continue from
     finished: dict[str, Any] | None = None  # results of a complete run to return as is
     clear: bool = False  # the directory's previous contents must go (overwrite / fresh restart)
+    reopen: bool = False  # a finished run continues: its results.json no longer holds
 
 
 def _stored_identity(run_dir: Path) -> dict[str, Any] | None:
@@ -60,13 +61,13 @@ def _allowed(key: str, allow: list[str]) -> bool:
     return any(key == a or key.startswith(a + ".") for a in allow)
 
 
-def differences(cfg: TrainConfig, stored: dict[str, Any] | None) -> list[str]:
-    """Keys (dotted) in which cfg differs from a stored config, ignoring cfg.allow_change."""
+def differences(cfg: TrainConfig, stored: dict[str, Any] | None, *, allowed_too: bool = False) -> list[str]:
+    """Keys (dotted) in which cfg differs from a stored config (without cfg.allow_change unless asked)."""
     if stored is None:
         return ["config.yaml unreadable"]
     mine, theirs = _flatten(cfg.identity()), _flatten(stored)
     keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-    return [k for k in keys if not _allowed(k, list(cfg.allow_change))]
+    return keys if allowed_too else [k for k in keys if not _allowed(k, list(cfg.allow_change))]
 
 
 def has_progress(run_dir: Path) -> bool:
@@ -91,7 +92,8 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
         return RunPlan(run_dir, clear=True)
     results = read_json(run_dir / "results.json")
     finished = is_finished(results)
-    diff = differences(cfg, _stored_identity(run_dir))
+    stored = _stored_identity(run_dir)
+    diff = differences(cfg, stored)
     state = "finished" if finished else "unfinished"
     if not cfg.resume:
         what = f"a different {state} run (differs in: {', '.join(diff)})" if diff else f"a {state} run"
@@ -106,10 +108,12 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
             "use the same settings, list the keys that may change with --allow-change "
             f"{','.join(diff)}, or use another --out / --overwrite"
         )
-    if finished:
+    changed = bool(differences(cfg, stored, allowed_too=True))  # only keys in --allow-change
+    if finished and not changed:
         return RunPlan(run_dir, finished=results)
     ckpt = latest_checkpoint(run_dir / "checkpoints")
-    return RunPlan(run_dir, resume_from=ckpt, clear=ckpt is None)
+    # A finished run continued with allowed changes (e.g. more steps) is reopened from its last checkpoint.
+    return RunPlan(run_dir, resume_from=ckpt, clear=ckpt is None, reopen=finished)
 
 
 def clear_run_dir(run_dir: Path) -> None:

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from oelm.cli import Parser
+
 # Flags that are not a config field's own name (kept for the study's habits).
 ALIASES: dict[str, tuple[str, str]] = {
     "--dataset": ("data", "classification dataset name (same as --data)"),
@@ -59,7 +61,7 @@ def config_flags() -> list[tuple[str, str, Any, list[str] | None, str, Any]]:
     return flags
 
 
-class _IntermixedParser(argparse.ArgumentParser):
+class _IntermixedParser(Parser):
     """Lets `key=value` items and flags interleave (`c.yaml --lr 1e-3 seed=2`).
 
     Plain argparse stops filling a nargs='*' positional at the first flag; the intermixed parser

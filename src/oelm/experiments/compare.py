@@ -62,6 +62,10 @@ def default_parallel(device: str = "cpu") -> tuple[int, int | None]:
 def run_compare(progress: bool = True, parallel: int | None = None, threads: int | None = None,
                 **kwargs: Any) -> SweepOutcome:
     """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report."""
+    from oelm.errors import UserError
+
+    if (parallel is not None and parallel < 1) or (threads is not None and threads < 1):
+        raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
     spec = spec_from_dict(compare_spec(**kwargs))
     auto_parallel, auto_threads = default_parallel(kwargs.get("device", "cpu"))
     return run_sweep(spec, parallel=parallel or auto_parallel, progress=progress,

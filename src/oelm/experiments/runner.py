@@ -70,13 +70,15 @@ def _write_spec(spec: SweepSpec) -> None:
 
 def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
     """Build the LM data directory from the recipe when it is missing."""
-    if spec.base.get("task", "lm") != "lm" or not spec.prepare:
+    if spec.base.get("task", "lm") != "lm":
         return
+    from oelm.data.lm import read_meta
     from oelm.experiments.prepare import data_summary, ensure_lm_data
 
     data = Path(spec.base["data"])
-    if not (data / "meta.json").is_file():
-        print(f"preparing {data} ...", file=sys.stderr)
+    if not spec.prepare:
+        read_meta(data)  # missing or corrupt data is one clear error before any run starts
+        return
     ensure_lm_data(spec.prepare, data)
     if verbose:
         print(f"data: {data_summary(data)}", file=sys.stderr)

@@ -106,6 +106,14 @@ def _as_list(value: Any, what: str) -> list[Any]:
     return values
 
 
+def _seeds(value: Any) -> list[int]:
+    """The spec's seeds as integers."""
+    seeds = _as_list(value, "seeds")
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise UserError(f"seeds must be integers, got {seeds}; e.g. seeds: [0, 1, 2]")
+    return seeds
+
+
 def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, Any]]:
     """methods: {name: {lr: [..], method_options: {..}}} (or a list of names using the base lr)."""
     from oelm.methods import get_method
@@ -161,7 +169,7 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
         name=str(raw.get("name", name)),
         base=base,
         methods=_parse_methods(raw.get("methods"), raw.get("lr")),
-        seeds=[int(s) for s in _as_list(raw.get("seeds", [0]), "seeds")],
+        seeds=_seeds(raw.get("seeds", [0])),
         grid=grid,
         out=Path(raw.get("out") or f"runs/sweeps/{raw.get('name', name)}"),
         prepare=raw.get("prepare") or meta.get("prepare"),
@@ -194,9 +202,13 @@ def validate(spec: SweepSpec) -> None:
         raise UserError(f"seeds repeat: {spec.seeds}; list each seed once")
     if spec.baseline not in spec.methods:
         print(f"note: the sweep has no '{spec.baseline}' arm; gaps will not be computed")
+    from oelm.training.distributed import resolve_device
+
     identities = set()
-    for run in spec.runs():
+    for i, run in enumerate(spec.runs()):
         cfg = make_config(run.config)
+        if i == 0:
+            resolve_device(cfg.device)  # a device that is not there fails before any run starts
         ident = {k: v for k, v in cfg.identity().items() if k not in VARYING and k not in spec.grid}
         identities.add(json.dumps(ident, sort_keys=True, default=str))
     if len(identities) > 1:  # cannot happen by construction; kept as the fairness guarantee

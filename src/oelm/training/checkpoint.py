@@ -131,15 +131,22 @@ def prune(ckpt_root: Path, keep_last: int) -> None:
 
 def load_weights(model: torch.nn.Module, path: Path) -> dict[str, str]:
     """Load safetensors weights into model (strict); return the file's metadata."""
+    meta = read_metadata(path)  # a damaged file is a UserError before load_model touches it
     missing, unexpected = load_model(model, str(path), strict=True, device="cpu")
     del missing, unexpected  # strict=True already raised on a mismatch
-    return read_metadata(path)
+    return meta
 
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The string metadata stored in a safetensors file."""
-    with safe_open(str(path), framework="pt") as fh:
-        return dict(fh.metadata() or {})
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return dict(fh.metadata() or {})
+    except Exception as err:  # noqa: BLE001 (SafetensorError and I/O errors: a damaged file)
+        raise UserError(
+            f"weights file {str(path)!r} is unreadable ({type(err).__name__}: {str(err)[:80]}); use another "
+            "checkpoint (--checkpoint last or a step) or retrain"
+        ) from None
 
 
 def load_state(ckpt: Path) -> dict[str, Any]:

@@ -153,7 +153,7 @@ def test_dtype_keyword_follows_the_transformers_version() -> None:
 
 
 def test_nonzero_ranks_stop_waiting_for_data(tmp_path: Path) -> None:
-    from oelm.commands.train import wait_for_file
+    from oelm.experiments.prepare import wait_for_file
 
     start = time.monotonic()
     with pytest.raises(UserError, match="rank 0.*OELM_DATA_WAIT_S"):

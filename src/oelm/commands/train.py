@@ -111,95 +111,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _read_config_file(path: str, scale: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(TrainConfig keys, study meta keys) of a YAML; study configs get their scale applied."""
+def config_from_args(args: argparse.Namespace):
+    """Resolve the config from CONFIG.yaml, --scale, the flags and key=value items (validated once)."""
     from oelm.errors import UserError
-    from oelm.experiments.study import META_KEYS, SCALES_KEY, load_study_config, split_study_config
-    from oelm.training.config import load_yaml
+    from oelm.experiments.resolve import resolve_config
 
-    raw = load_yaml(path)
-    if not any(k in raw for k in (*META_KEYS, SCALES_KEY)):
-        if scale is not None:
-            raise UserError(f"--scale {scale} given, but {path} has no 'scales' section")
-        return raw, {}
-    return split_study_config(load_study_config(path, scale))
-
-
-def config_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
-    """The raw config dict (YAML + flags), the key=value overrides and study meta keys."""
-    from oelm.errors import UserError
-
-    raw: dict[str, Any] = {}
-    meta: dict[str, Any] = {}
-    overrides: list[str] = []
-    files = 0
-    for item in args.items:
-        if "=" in item:
-            overrides.append(item)
-        elif files:
-            raise UserError(f"more than one config file given ({item!r}); merge them or use key=value")
-        else:
-            files += 1
-            raw, meta = _read_config_file(item, getattr(args, "scale", None))
-    if getattr(args, "scale", None) is not None and not files:
-        raise UserError("--scale needs a study config file, e.g. oelm train configs/study/gpt-01.yaml --scale smoke")
+    files = [item for item in args.items if "=" not in item]
+    overrides = [item for item in args.items if "=" in item]
+    if len(files) > 1:
+        raise UserError(f"more than one config file given ({files[1]!r}); merge them or use key=value")
     negated = {field for flag, field, *_ in config_flags() if flag.startswith("--no-")}
     fields = [f for _, f, *_ in config_flags()] + [f for f, _ in ALIASES.values()]
+    flags = {}
     for field in fields:
         value = getattr(args, field, None)
         if value is not None:
-            *parents, leaf = field.split(".")
-            node = raw
-            for part in parents:
-                if not isinstance(node.get(part), dict):
-                    node[part] = {}
-                node = node[part]
-            node[leaf] = (not value) if field in negated else value
-    return raw, overrides, meta
-
-
-def _ensure_data(raw: dict[str, Any], overrides: list[str], meta: dict[str, Any]) -> None:
-    """Build a study config's LM data directory from its `prepare` recipe when it is missing."""
-    import os
-    from pathlib import Path
-
-    from oelm.experiments.prepare import ensure_lm_data
-    from oelm.training.config import apply_overrides
-
-    cfg = apply_overrides(dict(raw), overrides)
-    if "prepare" not in meta or cfg.get("task", "lm") != "lm" or not cfg.get("data"):
-        return
-    meta_file = Path(cfg["data"]) / "meta.json"
-    if int(os.environ.get("RANK", "0")) == 0:
-        ensure_lm_data(meta["prepare"], cfg["data"], verbose=True)
-        return
-    wait_for_file(meta_file, float(os.environ.get("OELM_DATA_WAIT_S", "3600")))
-
-
-def wait_for_file(path, timeout_s: float, poll_s: float = 1.0) -> None:
-    """Non-zero ranks wait for rank 0 to prepare the data, but not forever (rank 0 may have failed)."""
-    import time
-
-    from oelm.errors import UserError
-
-    deadline = time.monotonic() + timeout_s
-    while not path.is_file():
-        if time.monotonic() > deadline:
-            raise UserError(
-                f"waited {timeout_s:.0f} s for rank 0 to prepare {str(path)!r}; see rank 0's error, or "
-                "prepare the data first with `oelm prepare lm` (OELM_DATA_WAIT_S sets the wait)"
-            )
-        time.sleep(poll_s)
+            flags[field] = (not value) if field in negated else value
+    return resolve_config(files[0] if files else None, getattr(args, "scale", None), flags, overrides)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Validate the config, train, and print where the results are."""
-    from oelm.training.config import make_config
+    """Validate the config, prepare a study config's data if missing, train, print where the results are."""
+    from oelm.experiments.prepare import ensure_run_data
     from oelm.training.loop import train
 
-    raw, overrides, meta = config_from_args(args)
-    _ensure_data(raw, overrides, meta)
-    cfg = make_config(raw, overrides)
+    resolved = config_from_args(args)
+    cfg = resolved.config
+    ensure_run_data(cfg, resolved.meta)
     results = train(cfg)
     if args.json:
         print(json.dumps(results, indent=2))

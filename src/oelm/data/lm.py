@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
 from oelm.errors import UserError
+from oelm.io import atomic_write_json
 
 SPLITS = ("train", "val", "test")
 BUILTIN_SOURCES = ("builtin:python-docs",)
@@ -471,6 +472,4 @@ def _publish(out: Path, temps: dict[str, Path], meta: dict) -> None:
             (out / name).unlink(missing_ok=True)  # a stale split from an earlier preparation
     for split, tmp in temps.items():
         os.replace(tmp, out / f"{split}.bin")
-    meta_tmp = out / f".meta.json.tmp-{os.getpid()}"
-    meta_tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    os.replace(meta_tmp, out / "meta.json")
+    atomic_write_json(out / "meta.json", meta)

@@ -12,7 +12,7 @@ from typing import Any
 
 
 from oelm.errors import UserError
-from oelm.experiments.study import apply_scale, deep_merge, split_study_config
+from oelm.experiments.study import deep_merge
 from oelm.training.config import load_yaml
 
 # Fields a sweep sets per run; the spec may not put them in `grid` or `overrides`.
@@ -142,16 +142,21 @@ def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, An
 
 def _base_config(raw: dict[str, Any], spec_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TrainConfig dict, meta) from `base:` (a study config, relative to the spec) or `config:`."""
+    from oelm.experiments.resolve import resolve_raw
+
     if "base" in raw:
         path = Path(raw["base"])
-        path = path if path.is_absolute() or path.is_file() else spec_dir / path
-        data = load_yaml(path)
+        source: Any = path if path.is_absolute() or path.is_file() else spec_dir / path
     elif "config" in raw:
-        data = copy.deepcopy(raw["config"])
+        source = raw["config"]
+        if not isinstance(source, dict):
+            raise UserError("the sweep spec's 'config:' must be a mapping of TrainConfig keys")
     else:
         raise UserError("sweep spec needs 'base: configs/study/gpt-01.yaml' or an inline 'config:'")
-    config, meta = split_study_config(apply_scale(data, raw.get("scale")))
-    return deep_merge(config, raw.get("overrides") or {}), meta
+    overrides = raw.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise UserError("the sweep spec's 'overrides:' must be a mapping, e.g. {steps: 200}")
+    return resolve_raw(source, raw.get("scale"), overrides=overrides)
 
 
 def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = "sweep") -> SweepSpec:
@@ -196,7 +201,7 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
 
 def validate(spec: SweepSpec) -> None:
     """Validate every run's config and check that the arms differ only where they may."""
-    from oelm.training.config import make_config
+    from oelm.experiments.resolve import resolve_config
 
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"seeds repeat: {spec.seeds}; list each seed once")
@@ -206,7 +211,7 @@ def validate(spec: SweepSpec) -> None:
 
     identities = set()
     for i, run in enumerate(spec.runs()):
-        cfg = make_config(run.config)
+        cfg = resolve_config(run.config).config
         if i == 0:
             resolve_device(cfg.device)  # a device that is not there fails before any run starts
         ident = {k: v for k, v in cfg.identity().items() if k not in VARYING and k not in spec.grid}

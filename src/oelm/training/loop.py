@@ -20,7 +20,7 @@ from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard, atomic_write_json, atomic_write_text
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
-from oelm.training.report import build_results, build_timing
+from oelm.training.report import RunFacts, build_results, build_timing
 
 
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
@@ -313,8 +313,17 @@ class Trainer:
         val, _ = self._run_eval("val", final=True)
         test = self._run_eval("test", final=True)[0] if self.task.has_split("test") else None
         mem, mem_kind = peak_memory(self.device)
-        timing = build_timing(self, mem, mem_kind)
-        results = build_results(self, val, test, check.to_dict(), timing)
+        facts = RunFacts(
+            cfg=self.cfg, steps=self.step, tokens_seen=self.tokens_seen, best_val_loss=self.best_val_loss,
+            best_step=self.best_step, wall_time=self._wall_time(), step_times=self.timer.resolve(),
+            cuda_timer=self.timer.cuda, eval_times=list(self.eval_times), world=self.dist.world,
+            device=self.device, amp=self.amp, dataset=self.task.dataset_name(), audit_totals=self.audit.totals,
+            flops_per_step=self.task.flops_per_step(self.model), flops_saving=self.task.flops_saving(self.model),
+            peak_memory=mem, memory_kind=mem_kind, task_results=self.task.results(val, test),
+            result_aliases=self.task.result_aliases(),
+        )
+        timing = build_timing(facts)
+        results = build_results(facts, check.to_dict(), timing)
         if self.dist.is_main:
             atomic_write_json(self.run_dir / "timing_stats.json", timing)
             atomic_write_json(

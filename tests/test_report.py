@@ -62,7 +62,7 @@ def lm_sweep(tmp_path: Path) -> Path:
                      theoretical_saving=0.05 if method != "baseline" else 0.0,
                      curve=[val + 0.3, val])
     # A diverged run at the otherwise best-looking LR of oelm-random: that LR must not be chosen.
-    make_run(tmp_path, "oelm-random", 1e-2, 0, test_perplexity=float("nan"), best_val_loss=1.0)
+    make_run(tmp_path, "oelm-random", 1e-2, 0, test_perplexity=4.5, best_val_loss=float("nan"))
     make_run(tmp_path, "oelm-random", 1e-2, 1, test_perplexity=4.0, best_val_loss=1.1)
     make_run(tmp_path, "oelm-random", 1e-3, 0, test_perplexity=6.0, best_val_loss=1.9)
     # An unfinished run: config and metrics, no results.json.

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oelm.experiments import stats
-from oelm.experiments.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord
+from oelm.experiments.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord, heldout_note
 from oelm.experiments.study import StudyNumbers
 
 BASELINE = "baseline"
@@ -27,8 +27,9 @@ class LrCell:
 
     @property
     def eligible(self) -> bool:
-        """An LR where a seed collapsed or diverged is chosen only if every LR did."""
-        return not any(r.status == COLLAPSED for r in self.excluded)
+        """A setting where a seed collapsed, diverged or failed its freeze check is chosen only
+        if every setting has such a seed (all decided on validation and the audit)."""
+        return not any(r.status in (COLLAPSED, INVALID) for r in self.excluded)
 
 
 @dataclass
@@ -67,6 +68,8 @@ class Group:
     arms: list[Arm]
     baseline: str | None
     warnings: list[str] = field(default_factory=list)
+    # Runs of the chosen settings whose held-out numbers look wrong: shown, never used to select.
+    heldout_notes: list[tuple[RunRecord, str]] = field(default_factory=list)
 
     @property
     def higher_is_better(self) -> bool:
@@ -234,6 +237,16 @@ def _edge_warnings(arms: list[Arm]) -> list[str]:
     return warnings
 
 
+def _invalid_warnings(runs: list[RunRecord]) -> list[str]:
+    """Name every run whose freeze check failed: its arm did not run the method it claims."""
+    bad = [r for r in runs if r.status == INVALID]
+    if not bad:
+        return []
+    shown = ", ".join(f"{r.method} {r.setting} seed {r.seed}" for r in bad)
+    return [f"{len(bad)} run(s) failed their freeze check and are excluded (their settings are "
+            f"ineligible): {shown}"]
+
+
 def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     """Baseline first, then the rest alphabetically."""
     return sorted(methods, key=lambda m: (m != baseline, m))
@@ -248,7 +261,8 @@ def _group(
         by_method[run.method or "?"].append(run)
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None)
-    group.warnings = _budget_warnings(arms) + _edge_warnings(arms)
+    group.warnings = _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms)
+    group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
     if group.primary_metric.startswith("val_"):
         group.warnings.append(
             f"{group.primary_metric} is measured on the validation split that chose the LR (the "

@@ -180,6 +180,11 @@ def _group_section(group: Group, out: Path, index: int) -> list[str]:
     )
     lines.append("")
     lines += [f"> **Warning:** {w}" for w in group.warnings]
+    lines += [
+        f"> **Held-out information** (not used for any choice): `{r.path.as_posix()}` "
+        f"({r.method} {r.setting} seed {r.seed}): {note}"
+        for r, note in group.heldout_notes
+    ]
     lines += ["", *_main_table(group, scale), "", "### Learning-rate sweep (validation)", ""]
     lines += _lr_table(group)
     slug = f"{index:02d}-{_slug(group.title)}"
@@ -230,7 +235,7 @@ def render(comparison: Comparison, out: Path, sources: Sequence[str]) -> str:
     for i, group in enumerate(comparison.groups):
         lines += _group_section(group, out, i) + [""]
     lines += _runs_list(
-        "Excluded runs (collapsed, diverged or failed freeze check)",
+        "Excluded runs (failed freeze check, diverged or collapsed on validation)",
         comparison.excluded,
         "These runs finished but are **not** in any mean above.",
     )
@@ -277,6 +282,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
                 "task": g.task, "dataset": g.dataset, "model": g.model,
                 "primary_metric": g.primary_metric, "selection_metric": g.selection_metric,
                 "baseline": g.baseline, "warnings": g.warnings,
+                "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
                 "arms": [_arm_json(a) for a in g.arms],
             }
             for g in comparison.groups

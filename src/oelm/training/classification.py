@@ -269,7 +269,11 @@ class ClassificationTask(Task):
             "heldout_loss": held.get("loss"),
             "majority_accuracy": majority,
             "val_majority_accuracy": val_majority,
-            "collapsed": M.collapsed(held.get("accuracy", val["accuracy"]), majority),
+            # Collapse is decided on validation (it makes an LR ineligible, so it is part of the
+            # selection); the held-out verdict is recorded for information only.
+            "collapsed": M.collapsed(val["accuracy"], val_majority),
+            "heldout_collapsed": (M.collapsed(held["accuracy"], majority)
+                                  if held.get("accuracy") is not None else None),
             "split_roles": dict(self.data.split_roles),
             "num_labels": self.data.num_labels,
             "label_names": list(self.data.label_names),

@@ -52,6 +52,7 @@ class Arm:
     gap_paired: stats.Summary | None = None
     delta: float | None = None
     test: stats.PairedTest | None = None
+    power: stats.Power | None = None  # MDE of the paired gap (%), at this arm's number of seeds
     step_time_ratio: float | None = None
     study: dict[str, Any] | None = None
 
@@ -190,9 +191,9 @@ def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
         arm.gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
         arm.delta = arm.primary.mean - base.primary.mean
     if arm is not base:
-        arm.gap_paired = stats.summarize(
-            stats.paired_gaps(arm.by_seed, base.by_seed, higher_is_better)
-        )
+        gaps = stats.paired_gaps(arm.by_seed, base.by_seed, higher_is_better)
+        arm.gap_paired = stats.summarize(gaps)
+        arm.power = stats.power_analysis(gaps)
         arm.test = stats.paired_test(arm.by_seed, base.by_seed)
     if arm.step_time.mean and base.step_time.mean:
         arm.step_time_ratio = arm.step_time.mean / base.step_time.mean

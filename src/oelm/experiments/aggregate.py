@@ -33,6 +33,21 @@ class LrCell:
 
 
 @dataclass
+class Noise:
+    """Test-set noise of one arm next to its seed-to-seed spread, in the same units."""
+
+    metric: str  # what both are measured on (test_loss for LMs, heldout_accuracy for classifiers)
+    test_se: float  # standard error from the finite test set (mean over the arm's seeds)
+    seed_sd: float | None  # standard deviation of that metric over seeds
+    test_size: int | None  # windows or examples in the test set
+
+    @property
+    def ratio(self) -> float | None:
+        """test_se / seed_sd: well below 1 means seeds, not the test set, dominate the noise."""
+        return None if not self.seed_sd else self.test_se / self.seed_sd
+
+
+@dataclass
 class Arm:
     """One method of a dataset table at its chosen learning rate."""
 
@@ -53,6 +68,7 @@ class Arm:
     delta: float | None = None
     test: stats.PairedTest | None = None
     power: stats.Power | None = None  # MDE of the paired gap (%), at this arm's number of seeds
+    noise: Noise | None = None  # test-set noise next to seed noise
     step_time_ratio: float | None = None
     study: dict[str, Any] | None = None
 
@@ -167,7 +183,7 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
         for r in chosen_runs
         if r.seed is not None and (v := _num(r.results.get(primary))) is not None
     }
-    return Arm(
+    arm = Arm(
         method=method,
         lr=chosen.lr if chosen else None,
         setting=chosen.setting if chosen else None,
@@ -183,6 +199,35 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
         frozen_params=_first(chosen_runs, "frozen_params"),
         theoretical_saving=_saving(chosen_runs),
     )
+    arm.noise = _noise(chosen_runs)
+    return arm
+
+
+def _noise(runs: list[RunRecord]) -> Noise | None:
+    """Standard error of the test metric from the test set's size, next to the seed SD.
+
+    LMs record the SE of the test loss over test windows; for classifiers the binomial SE
+    sqrt(p(1-p)/n) of held-out accuracy over n examples is used.
+    """
+    ses, values, sizes = [], [], []
+    for run in runs:
+        res = run.results
+        if _num(res.get("test_loss_se")) is not None and _num(res.get("test_loss")) is not None:
+            metric = "test_loss"
+            ses.append(float(res["test_loss_se"]))
+            values.append(float(res["test_loss"]))
+            sizes.append(_num(res.get("test_windows")))
+        elif (acc := _num(res.get("heldout_accuracy"))) is not None and _num(res.get("heldout_examples")):
+            metric = "heldout_accuracy"
+            n = float(res["heldout_examples"])
+            ses.append(math.sqrt(acc * (1 - acc) / n))
+            values.append(acc)
+            sizes.append(n)
+    if not ses:
+        return None
+    size = sizes[0]
+    return Noise(metric, float(sum(ses) / len(ses)), stats.summarize(values).std,
+                 int(size) if size is not None else None)
 
 
 def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:

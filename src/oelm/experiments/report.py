@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from oelm.experiments import plots
@@ -245,6 +246,10 @@ def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTE
         for r, note in group.heldout_notes
     ]
     lines += ["", *_main_table(group, scale), ""]
+    from oelm.experiments.reading import noise_text  # reading builds on this module
+
+    if noise := noise_text(group):
+        lines += [noise, ""]
     power = [t for a in group.arms if (t := power_text(a, group, extend))]
     if power:
         lines += ["### Power", "", *[f"- {t}" for t in power], ""]
@@ -334,12 +339,20 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "trainable_params": arm.trainable_params,
         "frozen_params": arm.frozen_params,
         "study": arm.study,
+        "noise": None if arm.noise is None else {**asdict(arm.noise), "ratio": arm.noise.ratio},
         "lr_sweep": [
             {"setting": c.setting, "lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
              "excluded": [str(r.path) for r in c.excluded]}
             for c in arm.cells
         ],
     }
+
+
+def _reading(group: Group) -> str:
+    """The plain-language paragraph of a table (also in report.json)."""
+    from oelm.experiments.reading import reading
+
+    return reading(group)
 
 
 def to_json(comparison: Comparison) -> dict[str, Any]:
@@ -351,6 +364,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
                 "primary_metric": g.primary_metric, "selection_metric": g.selection_metric,
                 "baseline": g.baseline, "warnings": g.warnings,
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
+                "reading": _reading(g),
                 "arms": [_arm_json(a) for a in g.arms],
             }
             for g in comparison.groups

@@ -267,6 +267,7 @@ class ClassificationTask(Task):
             "heldout_accuracy": held.get("accuracy"),
             "heldout_macro_f1": held.get("macro_f1"),
             "heldout_loss": held.get("loss"),
+            "heldout_examples": held.get("examples"),  # sets the binomial noise of the accuracy
             "majority_accuracy": majority,
             "val_majority_accuracy": val_majority,
             # Collapse is decided on validation (it makes an LR ineligible, so it is part of the

@@ -170,6 +170,7 @@ class LMTask(Task):
             # Size and standard error of the evaluation sets: test noise next to seed noise.
             "val_tokens": val.get("tokens"),
             "test_tokens": test.get("tokens") if test else None,
+            "test_windows": test.get("windows") if test else None,
             "test_loss_se": test.get("loss_se") if test else None,
             "final_perplexity": final["perplexity"],
             "primary_metric": "test_perplexity" if test else "val_perplexity",

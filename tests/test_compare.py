@@ -41,7 +41,7 @@ def test_a_preset_file_is_all_it_takes_to_change_the_regime(tmp_path: Path) -> N
     with pytest.raises(UserError, match="unknown compare preset 'nope'"):
         load_preset("nope")
     path.write_text(yaml.safe_dump({**raw, "stepz": 3}))
-    with pytest.raises(UserError, match="not valid"):
+    with pytest.raises(UserError, match="invalid compare preset"):
         load_preset(path)
     with pytest.raises(UserError, match="no LR grid"):
         apply_overrides(load_preset("quick"), methods=["oelm-global"])

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oelm.errors import UserError
+from oelm.training.config import format_validation
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import spec_from_dict
 
@@ -74,7 +75,7 @@ def load_preset(name: str | Path) -> ComparePreset:
     try:
         return ComparePreset(**{"name": path.stem, **raw})
     except (ValidationError, TypeError) as err:
-        raise UserError(f"compare preset {path} is not valid: {err}") from None
+        raise UserError(format_validation(err, f"compare preset {path}") if isinstance(err, ValidationError) else f"compare preset {path} is not valid: {err}") from None
 
 
 def apply_overrides(preset: ComparePreset, methods: Sequence[str] | None = None,
@@ -95,7 +96,7 @@ def apply_overrides(preset: ComparePreset, methods: Sequence[str] | None = None,
     try:
         return ComparePreset(**data)
     except ValidationError as err:
-        raise UserError(f"compare options are not valid: {err}") from None
+        raise UserError(format_validation(err, "compare options")) from None
 
 
 def compare_spec(preset: ComparePreset, out: str | Path = DEFAULT_OUT) -> dict[str, Any]:

@@ -80,6 +80,7 @@ class TrainConfig(BaseModel):
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = Field(default=1e-8, gt=0)
     clip: float = Field(default=1.0, ge=0)  # 0 disables clipping
+    layer_lr_decay: float = Field(default=1.0, gt=0, le=1)  # LR x decay**(layers above); 1 = off
 
     eval_every: int = Field(default=100, ge=0)  # 0: only at the end
     eval_batches: int = Field(default=20, gt=0)
@@ -131,6 +132,9 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
+        from oelm.methods import validate_method_options
+
+        validate_method_options(self.method, self.method_options)  # typos fail before any run dir
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:

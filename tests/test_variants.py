@@ -32,6 +32,7 @@ CASES = [
     ("oelm-gain", {}, 2 * L * QK, L * D),
     ("oelm-qknorm", {}, 2 * L * QK, L * 2 * (D // H)),
     ("oelm-lowrank", {"rank": 2}, 2 * L * QK, L * 2 * 2 * (D + D)),
+    ("oelm-qbias", {}, 2 * L * QK, L * D),
     ("oelm-late-freeze", {"f": 0.5}, 0, 0),
     ("oelm-late-freeze", {"f": 0.5, "on_freeze": "reorthogonalize"}, 0, 0),
     ("oelm-unfreeze", {"f": 0.5}, 2 * L * QK, 0),
@@ -86,7 +87,7 @@ def get_adapter_roles(method: str) -> tuple[str, ...]:
     from oelm.adapters import adapter_class
 
     m = get_method(method)
-    n_params = {"temp": 1, "gain": 1, "qknorm": 1, "lowrank": 2}[m.adapter]
+    n_params = {"temp": 1, "gain": 1, "qknorm": 1, "lowrank": 2, "qbias": 1}[m.adapter]
     return adapter_class(m.adapter).roles * n_params
 
 
@@ -123,7 +124,7 @@ def test_adapters_at_init_leave_the_function_unchanged_and_apply_through_adapt()
     x = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
     ref = tiny_gpt()
     apply_method(ref, "oelm-freeze", seed=0)
-    for method in ("oelm-temp", "oelm-gain", "oelm-lowrank"):
+    for method in ("oelm-temp", "oelm-gain", "oelm-lowrank", "oelm-qbias"):
         model = tiny_gpt()
         apply_method(model, method, seed=0)
         assert torch.equal(model(x)[0], ref(x)[0]), method  # identity at init (ones, B = 0)

@@ -24,7 +24,7 @@ from oelm.training.loop import train
 from test_train_resume import max_logged_step, metrics_without_timing, wait_for
 from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
-NEW = ["oelm-freeze-q", "oelm-freeze-k", "oelm-temp", "oelm-gain", "oelm-qknorm", "oelm-lowrank",
+NEW = ["oelm-freeze-q", "oelm-freeze-k", "oelm-temp", "oelm-gain", "oelm-qknorm", "oelm-lowrank", "oelm-qbias",
        "oelm-late-freeze", "oelm-unfreeze", "oelm-lower-half", "oelm-upper-half", "oelm-alternate"]
 LAYERS2 = {"n_layer": 2, "d_model": 32, "n_head": 4, "block_size": 32}
 

@@ -125,6 +125,20 @@ class LowRank(Adapter):
         return 2 * self.lora_a.numel() + 2 * self.lora_b.numel()
 
 
+@register_adapter
+class QueryBias(Adapter):
+    """A trainable bias on the frozen Q (init 0): adds a query-independent preference over keys."""
+
+    kind, roles = "qbias", ("q",)
+
+    def __init__(self, n_heads: int, head_dim: int, d_in: int, **_: Any) -> None:
+        super().__init__(n_heads, head_dim, d_in)
+        self.bias = nn.Parameter(torch.zeros(n_heads * head_dim))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return y + self.bias.to(y.dtype)
+
+
 def make_adapter(kind: str, n_heads: int, head_dim: int, d_in: int, like: torch.Tensor,
                  generator: torch.Generator, options: dict[str, Any]) -> Adapter:
     """An adapter of `kind` on the device and dtype of the tensor `like` (the projection weight)."""

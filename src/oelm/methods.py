@@ -178,6 +178,7 @@ for _m in (
         "oelm-lowrank", "oelm-freeze + a trainable rank-r update of each frozen Q/K (B zero-init)", HW, QK,
         adapter="lowrank", options=(RANK_OPTION,),
     ),
+    Method("oelm-qbias", "oelm-freeze + a trainable bias on Q (d_model per layer, init 0)", HW, QK, adapter="qbias"),
     # Schedules.
     Method(
         "oelm-late-freeze", "orthogonal Q/K train for the first fraction f of steps, then freeze", HW, QK,

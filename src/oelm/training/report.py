@@ -75,6 +75,7 @@ def build_results(
         "status": "complete",
         "task": cfg.task,
         "method": cfg.method,
+        "method_options": tr.audit.options,  # validated, defaults filled in
         "model_type": cfg.method,
         "model": cfg.model,
         "dataset": tr.task.dataset_name(),

@@ -44,6 +44,13 @@ def test_every_method_is_registered_and_runs_through_train(tmp_path: Path) -> No
             assert meta["method"] == method and "layers" in json.loads(meta["method_options"])
 
 
+def test_oelm_methods_lists_every_variant_with_its_options(capsys) -> None:
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name} " in out for name in NEW)
+    assert "[rank=8]" in out and "[f=0.5, on_freeze=keep]" in out
+
+
 def test_a_bogus_method_option_fails_up_front_with_exit_2_and_no_run_dir(tmp_path: Path, capsys) -> None:
     data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
     out = tmp_path / "run"

@@ -91,7 +91,6 @@ class SelfAttention(nn.Module):
         )
         return self.resid_drop(self.o_proj(y.transpose(1, 2).reshape(b, t, d)))
 
-
     def _adapt(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.adapters) to [B, T, D] q, k."""
         aq = self.q_proj._modules.get("oelm_adapter")  # a dict lookup: no cost without adapters

@@ -225,7 +225,10 @@ def test_adapters_work_on_hugging_face_families(family, method):
     per_layer = {"oelm-temp": H, "oelm-gain": D, "oelm-qknorm": 2 * (D // H),
                  "oelm-lowrank": 8 * (D + D) + 8 * (D + n_kv * (D // H))}[method]
     assert sum(p.numel() for p in added.values()) == L * per_layer
-    assert audit_model(model).totals["by_role"]["adapter"]["trainable"] == L * per_layer
+    audit = audit_model(model)
+    assert audit.totals["by_role"]["adapter"]["trainable"] == L * per_layer
+    q_row = next(r for r in audit.rows if r.role == "q" and r.name.endswith("weight"))
+    assert q_row.init == "headwise-orthogonal" and not q_row.trainable  # real names, also GPT-2's split Q
     if method != "oelm-qknorm":  # identity at init
         assert torch.allclose(model(input_ids=x).logits, ref(input_ids=x).logits, atol=1e-6)
     with torch.no_grad():

@@ -171,6 +171,10 @@ def apply_method(
     for layer in targets.layers:
         if layer.index in layers:
             _apply_to_layer(m, layer, state, seed, qk_init)
+    # Key inits by the real parameter names (GPT-2's split Q is `c_attn.q_weight`, not `c_attn.q.weight`).
+    names = {id(p): n for n, p in base.named_parameters()}
+    real = {f"{proj.name}.weight": names[id(proj.weight)] for layer in targets.layers for _, proj in layer.by_role()}
+    state.inits = {real.get(k, k): v for k, v in state.inits.items()}
     setattr(base, STATE_ATTR, state)
     return state
 

@@ -94,6 +94,7 @@ def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, 
         "status": "complete",
         "task": cfg.task,
         "method": cfg.method,
+        "method_options": tr.audit.options,  # validated, defaults filled in
         "model_type": cfg.method,
         "model": cfg.model,
         "dataset": tr.dataset,

@@ -344,6 +344,7 @@ class Trainer:
             best_step=self.best_step, wall_time=self._wall_time(), step_times=self.timer.resolve(),
             cuda_timer=self.timer.cuda, eval_times=list(self.eval_times), world=self.dist.world,
             device=self.device, amp=self.amp, dataset=self.task.dataset_name(), audit_totals=self.audit.totals,
+            method_options=dict(self.audit.options),
             flops_per_step=self.task.flops_per_step(self.model), flops_saving=self.task.flops_saving(self.model),
             peak_memory=mem, memory_kind=mem_kind, task_results=self.task.results(val, test),
             result_aliases=self.task.result_aliases(),

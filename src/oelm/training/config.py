@@ -23,7 +23,7 @@ from oelm.errors import UserError
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
 # differ from the stored one in these without being "a different run".
 RUNTIME_FIELDS = frozenset(
-    {"out", "resume", "overwrite", "device", "compile", "progress", "tensorboard", "log_every"}
+    {"out", "resume", "overwrite", "device", "compile", "compile_mode", "progress", "tensorboard", "log_every"}
 )
 
 
@@ -95,6 +95,8 @@ class TrainConfig(BaseModel):
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     compile: bool = False
+    # torch.compile mode; "reduce-overhead" records CUDA graphs (static shapes: LM runs).
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
     progress: bool = True
     tensorboard: bool = True
 
@@ -133,6 +135,8 @@ class TrainConfig(BaseModel):
     def _consistent(self) -> TrainConfig:
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
+        if self.compile_mode is not None and not self.compile:
+            raise ValueError(f"compile_mode={self.compile_mode!r} needs compile=true; set both")
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
             raise ValueError(
                 f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup"

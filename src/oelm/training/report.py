@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from oelm.training.runlog import git_commit
-from oelm.training.timing import summarize
+from oelm.training.timing import mfu_fields, summarize
 
 if TYPE_CHECKING:
     from oelm.training.loop import Trainer
@@ -32,7 +32,6 @@ def build_timing(tr: Trainer, peak_mem: int | None, mem_kind: str) -> dict[str, 
     mean = stats.get("mean")
     flops = tr.task.flops_per_step(tr.model)
     peak = device_peak_flops(tr.device)
-    achieved = flops / mean if flops and mean else None
     return {
         "step_time": stats,
         "timer": "cuda_events" if tr.timer.cuda else "perf_counter",
@@ -47,11 +46,10 @@ def build_timing(tr: Trainer, peak_mem: int | None, mem_kind: str) -> dict[str, 
         },
         "flops_per_step": flops,
         "theoretical_flops_saving": tr.task.flops_saving(tr.model),
-        "achieved_flops_per_second": achieved,
-        "peak_flops_per_second": peak,
-        "mfu": achieved / peak if achieved and peak else None,
+        **mfu_fields(flops, stats, peak),
         "compute_dtype": str(tr.amp).removeprefix("torch.") if tr.amp else "float32",
         "compiled": cfg.compile,
+        "compile_mode": cfg.compile_mode,
         "world_size": tr.dist.world,
         "device": device_name(tr.device),
         "peak_memory_bytes": peak_mem,

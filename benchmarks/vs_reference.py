@@ -245,6 +245,8 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
             "dtype": "bfloat16 autocast" if args.device == "cuda" else "float32",
             "steps_timed": len(a.times),
             "rounds_done": rounds_done,
+            "load_average_1min": os.getloadavg()[0],
+            "cpu_count": os.cpu_count(),
             "complete": complete,
             "tokens_per_s": batch * args.seq / m if a.times else None,
             "step_time_median_s": m,
@@ -291,19 +293,24 @@ def run(args: argparse.Namespace) -> list[dict]:
         for a in order:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
             a.timed(args.warmup, record=False)
         _sync(args)
+        start, rounds_done = time.perf_counter(), 0
         for r in range(args.rounds):
+            if args.time_budget and r >= 2 and time.perf_counter() - start > args.time_budget:
+                print(f"# time budget {args.time_budget:.0f}s spent: stopping after {r} rounds", flush=True)
+                break
             k = r % len(order)
             for a in order[k:] + order[:k]:
                 a.timed(args.steps, record=True)
             _sync(args)
             for a in arms:
                 a.collect()
+            rounds_done += 1
             line = "  ".join(f"{a.name} {1e3 * statistics.median(a.times):.1f}ms" for a in arms)
             print(f"round {r + 1}/{args.rounds}: {line}", flush=True)
-            _write(args, done + rows_of(arms, args, batch, r + 1, complete=False))
+            _write(args, done + rows_of(arms, args, batch, rounds_done, complete=False))
         for a in arms:
             a.measure_memory()
-        rows = rows_of(arms, args, batch, args.rounds, complete=True)
+        rows = rows_of(arms, args, batch, rounds_done, complete=True)
         print(HEADER, flush=True)
         for row in rows:
             print(_fmt(row), flush=True)
@@ -336,6 +343,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, help="steps per arm per round (default 10 on CUDA, 3 on CPU)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default 5 on CUDA, 1 on CPU; +compile)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--time-budget", type=float, help="stop timing rounds after this many seconds per batch "
+                   "size (at least 2 rounds; default 150 with --quick, else none)")
     p.add_argument("--peak-flops", type=float, help="peak FLOP/s for MFU (needed on CPU)")
     p.add_argument("--json", type=Path, help="write the rows here (rewritten after every round)")
     args = p.parse_args(argv)
@@ -359,6 +368,7 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.batch = args.batch or ([8, 32] if cuda else [4])
     args.rounds = args.rounds or (6 if args.quick else 10)
     args.steps = args.steps or (10 if cuda else 3)
+    args.time_budget = args.time_budget or (150.0 if args.quick else None)
     args.warmup = args.warmup or ((3 if cuda else 1) + (2 if args.compile else 0))
     args.shape_note = (f"{'CPU quick shape (smaller than ' + args.preset + ')' if small else args.preset}: "
                        f"{args.n_layer} layers, d={args.d_model}, heads={args.n_head}, d_ff={args.d_ff}, vocab={args.vocab}")
@@ -373,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
     print(f"# {args.rounds} rounds x {args.steps} steps per arm, order rotating; MFU peak: {_peak_flops(args)[1]}", flush=True)
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(f"# warning: load average {load:.1f} on {os.cpu_count()} cores; other processes are competing", flush=True)
     rows = run(args)
     base = {r["batch"]: r for r in rows if r["name"] == "baseline"}
     for r in rows:

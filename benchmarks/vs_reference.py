@@ -5,7 +5,8 @@ biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ff
 `baseline-AA` (a second baseline: the timing noise floor). Every arm runs the same loop: forward
 + backward + AdamW step (fused on CUDA), bf16 autocast on CUDA, float32 on CPU. Arms are
 interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
-CUDA steps are timed with CUDA events read after each round (no host sync inside a step).
+CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
+steps with wall time and, steadier on a shared machine, process CPU time.
 
 Each round prints a progress line and rewrites the JSON (a list of rows), so a run stopped early
 keeps its figures. Memory per arm: on CUDA the allocator peak of one step above what the other
@@ -132,6 +133,7 @@ class Arm:
         self.amp = torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else torch.autocast("cpu", enabled=False)
         self.flops, self.saving = flops, saving
         self.times: list[float] = []
+        self.cpu_times: list[float] = []  # CPU only: process CPU seconds, steadier than wall time under load
         self._events: list[tuple[Any, Any]] = []
         self.peak: int | None = None
         # What freezing must save at least: each frozen tensor's gradient and two AdamW moments.
@@ -156,10 +158,11 @@ class Arm:
                 if record:
                     self._events.append((s, e))
             else:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 self.step()
                 if record:
                     self.times.append(time.perf_counter() - t0)
+                    self.cpu_times.append(time.process_time() - c0)
 
     def collect(self) -> None:
         """Read recorded CUDA events (after the round's synchronize)."""
@@ -226,6 +229,7 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
     """One row per arm with times, throughput, memory, MFU and ratios to baseline/reference."""
     peak, peak_src = _peak_flops(args)
     med = {a.name: statistics.median(a.times) if a.times else math.nan for a in arms}
+    cpu = {a.name: statistics.median(a.cpu_times) if a.cpu_times else math.nan for a in arms}
     base, ref = med["baseline"], med["reference"]
     by_name = {a.name: a for a in arms}
     rows = []
@@ -267,6 +271,9 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
             "speedup_vs_baseline": speedup,
             "saving_realized": (1 - 1 / speedup) / a.saving if a.saving else None,
             "vs_reference": ref / m if a.times else None,
+            "cpu_seconds_median": cpu[a.name] if a.cpu_times else None,
+            "speedup_vs_baseline_cpu_time": cpu["baseline"] / cpu[a.name] if a.cpu_times else None,
+            "vs_reference_cpu_time": cpu["reference"] / cpu[a.name] if a.cpu_times else None,
         })
     return rows
 
@@ -398,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     for b, r in base.items():
         print(f"batch {b} oelm baseline vs reference: {r['vs_reference']:.3f}x", flush=True)
+    if args.device == "cpu":  # wall time on a shared machine is noisy; CPU seconds less so
+        for r in rows:
+            print(f"batch {r['batch']} {r['name']}: CPU time per step {r['cpu_seconds_median']:.3f}s, "
+                  f"vs baseline {r['speedup_vs_baseline_cpu_time']:.3f}x, vs reference {r['vs_reference_cpu_time']:.3f}x",
+                  flush=True)
     return 0
 
 

@@ -71,12 +71,13 @@ class FusedRowsLinear(torch.autograd.Function):
             starts = [sum(ctx.rows[:i]) for i in range(4)]
             for a, e in _runs(flags):
                 g = g2[:, starts[a] : starts[e]]
-                gw = g.t() @ x2 if any(need[1 + i] for i in range(a, e)) else None
-                gb = g.sum(0) if any(need[4 + i] for i in range(a, e)) else None
+                # One cast per run (not per block): fewer kernel launches in eager mode.
+                gw = (g.t() @ x2).to(ctx.w_dtypes[a]) if any(need[1 + i] for i in range(a, e)) else None
+                gb = g.sum(0).to(ctx.b_dtypes[a] or g.dtype) if any(need[4 + i] for i in range(a, e)) else None
                 for i in range(a, e):
                     lo, hi = starts[i] - starts[a], starts[i + 1] - starts[a]
                     if need[1 + i]:
-                        gws[i] = gw[lo:hi].to(ctx.w_dtypes[i])
+                        gws[i] = gw[lo:hi].to(ctx.w_dtypes[i])  # no-op unless blocks' dtypes differ
                     if need[4 + i]:
                         gbs[i] = gb[lo:hi].to(ctx.b_dtypes[i])
         return gx, *gws, *gbs

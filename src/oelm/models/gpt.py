@@ -81,10 +81,6 @@ class SelfAttention(nn.Module):
         self.resid_drop = nn.Dropout(cfg.dropout)
         self.fused = True
 
-    def _adapt(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hook for method adapters on Q/K ([B, T, D] each); identity by default."""
-        return q, k
-
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not self.fused:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
@@ -106,6 +102,12 @@ class SelfAttention(nn.Module):
             is_causal=causal and attn_mask is None,
         )
         return self.resid_drop(self.o_proj(y.transpose(1, 2).reshape(b, t, d)))
+
+    def _adapt(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.adapters) to [B, T, D] q, k."""
+        aq = self.q_proj._modules.get("oelm_adapter")  # a dict lookup: no cost without adapters
+        ak = self.k_proj._modules.get("oelm_adapter")
+        return (q if aq is None else aq(x, q)), (k if ak is None else ak(x, k))
 
 
 class MLP(nn.Module):

@@ -294,6 +294,12 @@ def run(args: argparse.Namespace) -> list[dict]:
     """Measure every batch size; print rows and rewrite the JSON as results come in."""
     done: list[dict] = []
     for batch in args.batch:
+        if args.compile:
+            # Five arms share GPT.forward's code object: fresh caches, and room for every arm's graph.
+            torch._dynamo.reset()
+            for limit in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+                if hasattr(torch._dynamo.config, limit):
+                    setattr(torch._dynamo.config, limit, max(64, getattr(torch._dynamo.config, limit)))
         arms = build_arms(args, batch)
         order = list(arms)
         print(f"\n# batch {batch} x seq {args.seq}: warm-up {args.warmup} step(s) per arm", flush=True)

@@ -152,7 +152,11 @@ def run_compare(preset: ComparePreset, out: str | Path | None = None, progress: 
 
     report.md ends with the plain-language reading (see `oelm.experiments.reading`).
     """
+    from oelm.errors import UserError
     from oelm.experiments.reading import reading_lines
+
+    if (parallel is not None and parallel < 1) or (threads is not None and threads < 1):
+        raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
 
     out_dir = Path(out) if out else default_out(preset)
     spec = spec_from_dict(compare_spec(preset, out_dir))

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from oelm.errors import UserError
+from oelm.io import read_json
 
 COMPLETE = "complete"
 INCOMPLETE = "incomplete"
@@ -137,10 +138,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from a file, or None if absent or unreadable."""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+    obj = read_json(path)
     return obj if isinstance(obj, dict) else None
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from oelm.experiments.aggregate import BASELINE, Arm, Comparison, Group, compare
 from oelm.experiments.records import RunRecord, load_runs
 from oelm.experiments.stats import Summary
 from oelm.experiments.study import StudyNumbers
+from oelm.io import atomic_write_text
 
 NA = "n/a"
 
@@ -374,11 +374,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so a crash never leaves half a report."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+_write_atomic = atomic_write_text  # a crash never leaves half a report
 
 
 def write_report(

@@ -18,7 +18,7 @@ from oelm.errors import UserError
 from oelm.training import metrics as M
 from oelm.training.config import ClassificationOptions
 from oelm.training.distributed import all_reduce_sum
-from oelm.training.task import Batch, Task
+from oelm.training.task import Batch, Task, checked_gpt_config
 
 SPLITS = {"val": "validation", "test": "heldout"}
 
@@ -111,13 +111,11 @@ class ClassificationTask(Task):
 
     def _setup_gpt(self) -> None:
         from oelm.data.tokenizers import load_tokenizer
-        from oelm.models.gpt import gpt_config
-
         self.tokenizer = load_tokenizer(self.opts.tokenizer)
         if self.data.is_pair:
             gpt_separator_id(self.tokenizer)  # grows the vocabulary before the model is sized
         overrides = {"vocab_size": self.tokenizer.vocab_size, **self.cfg.model_overrides}
-        self.model_cfg = gpt_config(self.cfg.model, **overrides)
+        self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
         if self.model_cfg.vocab_size < self.tokenizer.vocab_size:
             raise UserError(
                 f"model_overrides.vocab_size={self.model_cfg.vocab_size} is smaller than the tokenizer's "

@@ -55,11 +55,11 @@ class LMTask(Task):
 
     def validate(self) -> None:
         """Check the data directory, vocabulary and sequence length against the model."""
-        from oelm.models.gpt import gpt_config
+        from oelm.training.task import checked_gpt_config
 
         self.meta = read_lm_meta(self.data_dir)
         overrides = {"vocab_size": self.meta["vocab_size"], **self.cfg.model_overrides}
-        self.model_cfg = gpt_config(self.cfg.model, **overrides)
+        self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
         if self.meta["vocab_size"] > self.model_cfg.vocab_size:
             raise UserError(
                 f"the data's vocabulary ({self.meta['vocab_size']} tokens, {self.meta.get('tokenizer')}) "

@@ -55,6 +55,13 @@ class ComparePreset(BaseModel):
     methods: dict[str, ArmGrid] = Field(min_length=1)
 
 
+def _one_line(err: ValidationError | TypeError) -> str:
+    """A pydantic error as 'field: message; ...' on one line."""
+    if isinstance(err, TypeError):
+        return str(err)
+    return "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in err.errors())
+
+
 def preset_names() -> list[str]:
     """Presets shipped with the package."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
@@ -74,7 +81,7 @@ def load_preset(name: str | Path) -> ComparePreset:
     try:
         return ComparePreset(**{"name": path.stem, **raw})
     except (ValidationError, TypeError) as err:
-        raise UserError(f"compare preset {path} is not valid: {err}") from None
+        raise UserError(f"compare preset {path} is not valid: {_one_line(err)}") from None
 
 
 def apply_overrides(preset: ComparePreset, methods: Sequence[str] | None = None,
@@ -95,7 +102,7 @@ def apply_overrides(preset: ComparePreset, methods: Sequence[str] | None = None,
     try:
         return ComparePreset(**data)
     except ValidationError as err:
-        raise UserError(f"compare options are not valid: {err}") from None
+        raise UserError(f"compare options are not valid: {_one_line(err)}") from None
 
 
 def compare_spec(preset: ComparePreset, out: str | Path = DEFAULT_OUT) -> dict[str, Any]:

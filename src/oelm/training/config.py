@@ -23,7 +23,8 @@ from oelm.errors import UserError
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
 # differ from the stored one in these without being "a different run".
 RUNTIME_FIELDS = frozenset(
-    {"out", "resume", "overwrite", "device", "compile", "progress", "tensorboard", "log_every"}
+    {"out", "resume", "overwrite", "device", "compile", "progress", "tensorboard", "log_every", "wandb",
+     "wandb_project"}
 )
 
 
@@ -97,6 +98,8 @@ class TrainConfig(BaseModel):
     compile: bool = False
     progress: bool = True
     tensorboard: bool = True
+    wandb: bool = False  # also log to Weights & Biases (pip install 'oelm[wandb]'; WANDB_MODE respected)
+    wandb_project: str | None = None  # default "oelm"
 
     classification: ClassificationOptions | None = None
 
@@ -133,6 +136,10 @@ class TrainConfig(BaseModel):
     def _consistent(self) -> TrainConfig:
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
+        if self.wandb:
+            from oelm.integrations.wandb import require_wandb
+
+            require_wandb()
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
             raise ValueError(
                 f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup"

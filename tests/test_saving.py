@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -129,3 +130,40 @@ def test_load_model_refuses_a_checkpoint_whose_frozen_qk_moved(lm_run, tmp_path)
     save_file(tensors, best, metadata=meta)
     with pytest.raises(UserError, match="changed during training"):
         oelm.load_model(run)
+
+
+def test_load_model_rebuilds_a_gpt_classifier_run(tmp_path):
+    import yaml
+
+    from oelm.models.gpt import GPTClassifier, gpt_config
+    from oelm.training.checkpoint import save_best
+
+    torch.manual_seed(5)
+    cfg = gpt_config("gpt-tiny", vocab_size=VOCAB, block_size=16)
+    model = GPTClassifier(cfg, num_labels=3, causal=True)
+    oelm.apply_method(model, "oelm-global", seed=5)
+    with torch.no_grad():
+        model.score.bias.add_(0.5)  # trained, as far as the loader can tell
+    meta = {"num_labels": 3, "label_names": ["a", "b", "c"], "max_length": 16, "method": "oelm-global",
+            "gpt_config": dataclasses.asdict(cfg), "tokenizer": "byte", "causal": True, "task": "classification",
+            "seed": 5, "step": 10}
+    save_best(tmp_path / "checkpoints", model, meta)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"method": "oelm-global", "seed": 5, "method_options": {}}))
+    loaded = oelm.load_model(tmp_path)
+    assert isinstance(loaded, GPTClassifier) and loaded.causal and loaded.num_labels == 3
+    x = torch.randint(1, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(loaded(x)[0], model.eval()(x)[0])
+    assert _frozen(loaded) == _frozen(model) and method_state(loaded).method.name == "oelm-global"
+
+
+def test_from_pretrained_in_another_dtype_needs_verify_false(tmp_path):
+    import transformers as T
+
+    model = make("llama")
+    oelm.apply_method(model, "oelm-freeze", seed=0)
+    model.save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="verify=False"):
+        oelm.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    half = oelm.from_pretrained(tmp_path, dtype=torch.bfloat16, verify=False)
+    assert half.dtype == torch.bfloat16 and _frozen(half) == _frozen(model)
+    assert isinstance(half, T.LlamaForSequenceClassification)

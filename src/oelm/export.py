@@ -132,15 +132,19 @@ def hf_tokenizer(spec: str) -> tuple[Any, str]:
     if spec == "byte":
         return None, ("byte tokenizer (UTF-8 bytes 0-255, 256 = <|endoftext|>) has no exact Hugging Face "
                       "tokenizer; no tokenizer files written: feed list(text.encode('utf-8')) as input_ids")
-    ours = load_tokenizer(spec)
+    try:
+        ours = load_tokenizer(spec)
+    except UserError as err:
+        return None, f"could not load the run's tokenizer {spec!r} ({err}); no tokenizer files written"
     if isinstance(ours, HFTokenizer):
         backend = _fresh_backend(ours)
     elif isinstance(ours, TiktokenTokenizer):
         backend = _tiktoken_backend(ours)
     else:
         return None, f"tokenizer {spec!r} has no Hugging Face equivalent; no tokenizer files written"
-    tok = _wrap(backend, EOT_TEXT if ours._verbatim.get(ours.eot_id) == EOT_TEXT or ours.name == "gpt2" else None, ours.eot_id)
-    if tok.encode(_PROBE.replace(EOT_TEXT, "")) != ours.encode(_PROBE.replace(EOT_TEXT, "")) or len(tok) != ours.vocab_size:
+    tok = _wrap(backend, ours.eot_id)
+    probe = _PROBE.replace(EOT_TEXT, "")
+    if tok.encode(probe) != ours.encode(probe) or len(tok) != ours.vocab_size:
         return None, f"tokenizer {spec!r} could not be converted exactly; no tokenizer files written"
     return tok, f"tokenizer files written from {spec!r} (encodes the same ids as the run's tokenizer)"
 
@@ -167,10 +171,10 @@ def _tiktoken_backend(ours: Any) -> Any:
         return TikTokenConverter(vocab_file=str(path), pattern=r50k_pat_str, extra_special_tokens=["<|endoftext|>"]).converted()
 
 
-def _wrap(backend: Any, eot_text: str | None, eot_id: int) -> Any:
+def _wrap(backend: Any, eot_id: int) -> Any:
+    """A PreTrainedTokenizerFast whose bos/eos are the run's end-of-text token (as GPT-2's are)."""
     from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(tokenizer_object=backend)
-    text = eot_text or backend.id_to_token(eot_id)
-    tok.eos_token = tok.bos_token = tok.unk_token = text
+    tok.eos_token = tok.bos_token = backend.id_to_token(eot_id)
     return tok

@@ -53,8 +53,11 @@ def method_record(model: nn.Module) -> dict[str, Any]:
     }
 
 
-def reapply(model: nn.Module, record: dict[str, Any]) -> MethodState:
-    """Restore a recorded method on saved weights: same tensors frozen, no re-initialization."""
+def reapply(model: nn.Module, record: dict[str, Any], verify: bool = True) -> MethodState:
+    """Restore a recorded method on saved weights: same tensors frozen, no re-initialization.
+
+    verify=False skips the byte check of frozen tensors (needed when loading in another dtype).
+    """
     if record.get("format") != RECORD_FORMAT:
         raise UserError(f"method record format {record.get('format')!r} is not {RECORD_FORMAT}; upgrade oelm")
     method = _method_from(record["method"])
@@ -64,7 +67,7 @@ def reapply(model: nn.Module, record: dict[str, Any]) -> MethodState:
     state.method, state.qk_init = method, record["qk_init"]
     state.inits = dict(record["inits"])
     state.orthogonal_heads = {k: int(v) for k, v in record["orthogonal_heads"].items()}
-    _restore_frozen(unwrap(model), record["frozen"])
+    _restore_frozen(unwrap(model), record["frozen"], verify)
     return state
 
 
@@ -103,7 +106,7 @@ def _method_from(data: dict[str, Any]) -> Method:
         raise UserError(f"method record {data.get('name')!r} does not fit this oelm version: {err}") from None
 
 
-def _restore_frozen(base: nn.Module, frozen: dict[str, str]) -> None:
+def _restore_frozen(base: nn.Module, frozen: dict[str, str], verify: bool = True) -> None:
     """Freeze exactly the recorded tensors and check their bytes match the saved fingerprints."""
     from oelm.audit import fingerprint
 
@@ -114,13 +117,14 @@ def _restore_frozen(base: nn.Module, frozen: dict[str, str]) -> None:
     for name in frozen:
         params[name].requires_grad_(False)  # tensors frozen outside the method (e.g. embeddings) too
     extra = sorted(n for n, p in params.items() if not p.requires_grad and n not in frozen)
-    changed = sorted(n for n, fp in frozen.items() if fingerprint(params[n]) != fp)
+    changed = sorted(n for n, fp in frozen.items() if verify and fingerprint(params[n]) != fp)
     if extra or changed:
         raise UserError(
             "the saved weights do not match their method record: "
             + (f"frozen now but not when saved: {extra[:5]}; " if extra else "")
             + (f"frozen tensors whose bytes differ from the saved fingerprints: {changed[:5]}" if changed else "")
-            + "; the folder was edited or mixes two models"
+            + "; the folder was edited or mixes two models (loaded in another dtype than saved? then "
+            "pass verify=False)"
         )
 
 
@@ -204,8 +208,14 @@ def _load_gpt(folder: Path) -> nn.Module:
     return model
 
 
-def from_pretrained(folder: str | Path, *args: Any, model_class: Any = None, **kwargs: Any) -> nn.Module:
-    """Load a folder written with a method applied and restore the method (same tensors frozen)."""
+def from_pretrained(
+    folder: str | Path, *args: Any, model_class: Any = None, verify: bool = True, **kwargs: Any
+) -> nn.Module:
+    """Load a folder written with a method applied and restore the method (same tensors frozen).
+
+    Extra arguments go to the Hugging Face class's from_pretrained; verify=False skips the byte
+    check of frozen tensors against the saved fingerprints.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"{str(folder)!r} is not a folder; pass a folder written by save_pretrained")
@@ -219,7 +229,7 @@ def from_pretrained(folder: str | Path, *args: Any, model_class: Any = None, **k
         model = _load_gpt(folder)
     else:
         model = _hf_class(folder, model_class).from_pretrained(folder, *args, **kwargs)
-    reapply(model, record)
+    reapply(model, record, verify)
     return model
 
 

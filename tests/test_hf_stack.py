@@ -13,6 +13,15 @@ from oelm.freezing import trainable_parameters
 from oelm.targets import find_targets
 from test_freezing import VOCAB, make
 
+
+def loss_of(model, x: torch.Tensor) -> torch.Tensor:
+    """LM loss for our GPT (under PEFT too), classification loss for HF classifiers."""
+    from oelm.integrations import underlying
+
+    if isinstance(underlying(model), oelm.GPT):
+        return model(x, x)[1]
+    return model(input_ids=x, labels=torch.arange(x.shape[0]) % 3).loss
+
 pytest.importorskip("accelerate", reason="Trainer and accelerate tests need accelerate (pip install -e '.[test]')")
 
 
@@ -94,7 +103,7 @@ def test_accelerate_prepared_optimizer_passes_the_audit():
     assert not verify_audit(model, audit, optimizer=acc.prepare(bad)).ok
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
+@pytest.mark.parametrize("family", ["oelm-gpt", "bert", "gpt2"])
 def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
     peft = pytest.importorskip("peft", reason="PEFT test needs peft (pip install -e '.[test]')")
     from oelm.integrations.peft import lora_problems, lora_target_modules
@@ -103,7 +112,8 @@ def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
     oelm.apply_method(model, "oelm-freeze", seed=0)
     audit = audit_model(model)  # taken before PEFT wraps anything
     targets = lora_target_modules(model)
-    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, modules_to_save=["classifier", "score"])
+    heads = None if family == "oelm-gpt" else ["classifier", "score"]
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, modules_to_save=heads)
     wrapped = peft.get_peft_model(model, cfg)
     lora = [p for n, p in wrapped.named_parameters() if "lora_" in n]
     assert lora and all(p.requires_grad for p in lora)
@@ -112,7 +122,7 @@ def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
     x = torch.randint(1, VOCAB, (4, 8), generator=torch.Generator().manual_seed(0))
     losses = []
     for _ in range(5):
-        loss = wrapped(input_ids=x, labels=torch.arange(4) % 3).loss
+        loss = loss_of(wrapped, x)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -70,6 +70,10 @@ def test_hf_own_save_pretrained_writes_the_record_and_plain_load_still_works(fam
     copied = copy.deepcopy(model)  # the hook is bound per instance: a copy saves itself
     copied.save_pretrained(tmp_path / "copy")
     assert set(read_record(tmp_path / "copy")["frozen"]) == _frozen(model)
+    torch.save(model, tmp_path / "whole.pt")  # the hook pickles with the model
+    unpickled = torch.load(tmp_path / "whole.pt", weights_only=False)
+    unpickled.save_pretrained(tmp_path / "unpickled")
+    assert (tmp_path / "unpickled" / RECORD_FILE).is_file()
 
 
 def test_edited_frozen_weights_and_missing_record_are_clear_errors(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
 from pathlib import Path
 from typing import Any
 
@@ -151,19 +150,25 @@ def read_record(folder: str | Path) -> dict[str, Any] | None:
         raise UserError(f"{str(path)!r} is not valid JSON ({err}); re-save the model") from None
 
 
-def _save_with_record(self: nn.Module, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
-    out = type(self).save_pretrained(self, save_directory, *args, **kwargs)
-    if kwargs.get("is_main_process", True) and method_state(self) is not None:
-        write_record(self, save_directory)
-    return out
+class _SaveWithRecord:
+    """The model class's save_pretrained, then oelm_method.json; an object (not a closure or bound
+    method) so that deepcopy rebinds it to the copy and pickling/torch.save of the model works."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
+        out = type(self.model).save_pretrained(self.model, save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True) and method_state(self.model) is not None:
+            write_record(self.model, save_directory)
+        return out
 
 
 def install_save_hook(model: nn.Module) -> None:
     """Make a Hugging Face model's own `save_pretrained` also write `oelm_method.json` (per instance)."""
     base = unwrap(model)
     if callable(getattr(type(base), "save_pretrained", None)) and "save_pretrained" not in vars(base):
-        # A bound method, not a closure: deepcopy rebinds it to the copy.
-        base.save_pretrained = types.MethodType(_save_with_record, base)
+        base.save_pretrained = _SaveWithRecord(base)
 
 
 def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path:

@@ -67,6 +67,7 @@ def test_mapping_is_exact_for_a_random_untrained_gpt_with_dropout_config():
     assert max_logit_diff(model, to_gpt2(model)) < 1e-4
 
 
+@pytest.mark.slow
 def test_gpt2_bpe_tokenizer_is_written_exactly(tmp_path):
     if not SHARED_GPT2.is_dir():
         pytest.skip(f"shared GPT-2 tokenizer files not found at {SHARED_GPT2}")

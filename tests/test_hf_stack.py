@@ -113,7 +113,8 @@ def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
     audit = audit_model(model)  # taken before PEFT wraps anything
     targets = lora_target_modules(model)
     heads = None if family == "oelm-gpt" else ["classifier", "score"]
-    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, modules_to_save=heads)
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, modules_to_save=heads,
+                          fan_in_fan_out=family == "gpt2")  # GPT-2's Conv1D stores [in, out]
     wrapped = peft.get_peft_model(model, cfg)
     lora = [p for n, p in wrapped.named_parameters() if "lora_" in n]
     assert lora and all(p.requires_grad for p in lora)

@@ -101,13 +101,13 @@ def max_logit_diff(ours: nn.Module, hf: nn.Module, seed: int = 0, batch: int = 2
 
 def export_hf(run_dir: str | Path, out_dir: str | Path, which: str = "best", tolerance: float = 1e-4) -> dict[str, Any]:
     """Write RUN_DIR's model as a GPT2LMHeadModel folder; returns what was written and the logit check."""
-    from oelm.saving import carry_method, load_model
+    from oelm.saving import carry_method, existing_run_dir, load_model
     from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder")
-    spec = read_metadata(resolve_checkpoint(Path(run_dir), "last" if which == "latest" else which)).get("tokenizer", "")
+    spec = read_metadata(resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)).get("tokenizer", "")
     model = load_model(run_dir, which)
     tok, note = hf_tokenizer(spec)
     hf = to_gpt2(model, tok.eos_token_id if tok is not None else None)

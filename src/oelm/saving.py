@@ -265,7 +265,7 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     from oelm.audit import audit_model, verify_audit
     from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
 
-    run_dir = Path(run_dir)
+    run_dir = existing_run_dir(run_dir)
     if which not in ("best", "latest", "last") and not str(which).isdigit():
         raise UserError(f"which={which!r}: use 'best', 'latest' or a step number")
     path = resolve_checkpoint(run_dir, "last" if which == "latest" else str(which))
@@ -280,6 +280,14 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     if not check.ok:
         raise UserError(f"{str(path)!r} does not match its method {method!r}: {'; '.join(check.problems[:5])}")
     return model.to(device).eval()
+
+
+def existing_run_dir(run_dir: str | Path) -> Path:
+    """The run directory as a Path, or a UserError when it is not a folder."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UserError(f"run directory {str(path)!r} does not exist; pass the --out folder of an `oelm train` run")
+    return path
 
 
 def _run_method(run_dir: Path, meta: dict[str, str]) -> tuple[str, dict[str, Any], int]:

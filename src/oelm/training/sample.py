@@ -39,8 +39,13 @@ def sample(
     """Continue `prompt` by `tokens` tokens (temperature 0 = greedy); returns prompt + continuation."""
     from oelm.data.tokenizers import load_tokenizer
 
-    if tokens < 0:
-        raise UserError("--tokens must be >= 0")
+    if tokens < 1:
+        raise UserError(f"--tokens must be at least 1, got {tokens}")
+    if temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise UserError(f"--top-k must be at least 1 (or left out), got {top_k}")
+    resolve_device(device)  # an unknown or missing device fails before any loading
     model, spec = load_run_model(run_dir, checkpoint, device)
     tok = load_tokenizer(spec)
     ids = tok.encode(prompt) or [tok.eot_id]  # an empty prompt starts from end-of-text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,9 @@ def _save_gpt(model: nn.Module, folder: Path) -> None:
     arch: dict[str, Any] = {"class": type(model).__name__, "gpt_config": dataclasses.asdict(model.config)}
     if isinstance(model, GPTClassifier):
         arch.update(num_labels=model.num_labels, causal=model.causal)
-    save_model(model, str(folder / WEIGHTS_FILE))  # de-duplicates the tied LM head
+    tmp = folder / f".{WEIGHTS_FILE}.tmp{os.getpid()}"
+    save_model(model, str(tmp))  # de-duplicates the tied LM head
+    os.replace(tmp, folder / WEIGHTS_FILE)  # a kill never leaves a half-written weights file
     atomic_write_text(folder / GPT_FILE, json.dumps(arch, indent=2) + "\n")
 
 
@@ -260,7 +263,7 @@ def _hf_class(folder: Path, model_class: Any) -> Any:
 def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") -> nn.Module:
     """The trained model of an `oelm train` run, its method re-applied and its freeze audit passing.
 
-    which: "best" (default; the latest step when the run kept no best), "latest", or a step number.
+    which: "best" (default), "latest", or a step number; device: cpu, cuda[:N] or auto.
     """
     from oelm.audit import audit_model, verify_audit
     from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
@@ -279,7 +282,9 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     check = verify_audit(model, start)
     if not check.ok:
         raise UserError(f"{str(path)!r} does not match its method {method!r}: {'; '.join(check.problems[:5])}")
-    return model.to(device).eval()
+    from oelm.training.distributed import resolve_device
+
+    return model.to(resolve_device(device)).eval()
 
 
 def existing_run_dir(run_dir: str | Path) -> Path:

@@ -15,6 +15,7 @@ from oelm.audit import audit_model, verify_audit
 from oelm.errors import UserError
 from oelm.freezing import method_state
 from oelm.saving import RECORD_FILE, read_record
+from oelm.targets import find_targets
 from oelm.training.loop import train
 from test_freezing import FAMILIES, VOCAB, make
 from train_utils import one_thread, synthetic_lm_dir, tiny_config
@@ -30,7 +31,7 @@ def _frozen(model) -> set[str]:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("method", ["oelm-freeze", "oelm-qk-ffn"])
+@pytest.mark.parametrize("method", ["oelm-freeze", "oelm-qk-ffn", "oelm-lowrank"])
 def test_from_pretrained_restores_the_method_without_reinit(family, method, tmp_path):
     model = make(family).eval()
     oelm.apply_method(model, method, seed=3)
@@ -40,7 +41,7 @@ def test_from_pretrained_restores_the_method_without_reinit(family, method, tmp_
                 p.add_(0.01)
     oelm.save_pretrained(model, tmp_path)
     record = read_record(tmp_path)
-    assert record["method"]["name"] == method and record["seed"] == 3
+    assert record["method"] == method and record["method_seed"] == 3
     assert set(record["frozen"]) == _frozen(model)
 
     again = oelm.from_pretrained(tmp_path).eval()
@@ -49,10 +50,27 @@ def test_from_pretrained_restores_the_method_without_reinit(family, method, tmp_
     assert _frozen(again) == _frozen(model)
     state = method_state(again)
     assert state.method.name == method and state.inits == method_state(model).inits
+    assert state.options == method_state(model).options
     audit = audit_model(again)
     assert audit.totals["frozen"] == audit_model(model).totals["frozen"]
     assert audit.totals["max_orthogonality_error"] < 1e-5
     assert verify_audit(again, audit).ok
+
+
+@pytest.mark.parametrize("method", ["oelm-upper-half", "oelm-unfreeze"])
+def test_layer_options_and_a_schedule_phase_round_trip(method, tmp_path):
+    model = make("bert").eval()
+    oelm.apply_method(model, method, seed=1)
+    if method == "oelm-unfreeze":  # the schedule's switch happened before saving
+        from oelm.freezing import unfreeze_projection
+
+        for layer in find_targets(model).layers:
+            unfreeze_projection(layer.q)
+            unfreeze_projection(layer.k)
+    model.save_pretrained(tmp_path)
+    again = oelm.from_pretrained(tmp_path)
+    assert _frozen(again) == _frozen(model)
+    assert method_state(again).options == method_state(model).options
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])

@@ -35,6 +35,10 @@ def _check_maps(model: nn.Module) -> None:
     if not isinstance(model, GPT):
         raise UserError(f"export --to hf takes our GPT runs, got {type(model).__name__} (already a HF model)")
     sd = model.state_dict()
+    added = sorted({k.split(".oelm_adapter")[0] for k in sd if "oelm_adapter" in k})
+    if added:
+        raise UserError(f"the run's method adds adapter modules (e.g. at {added[0]}) that GPT-2 has no place for; "
+                        "export supports methods without adapters")
     if any(k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias")) for k in sd):
         raise UserError("this GPT has attention biases; the export expects bias-free Q/K/V/O")
     for name, module in model.named_modules():

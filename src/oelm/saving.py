@@ -1,9 +1,10 @@
 """Save and load models with their method: `oelm_method.json` beside the weights, and run loading.
 
-The method record is written and read through two functions only, `method_record` and
-`reapply`; everything else here goes through them, so a change of `MethodState` is one edit.
-Re-applying never re-initializes weights: it restores the freeze flags and the method state on
-the saved tensors and checks that the frozen ones are bit-identical to what was saved.
+The method record is written and read through `method_record`, `reapply` and `carry_method`
+only, so a change of `MethodState` is edited here. Re-applying never re-initializes saved
+weights: it re-attaches what the method adds (adapters, whose saved values are then loaded),
+restores the freeze flags and state, and `check_frozen` proves the frozen tensors are
+bit-identical to what was saved.
 """
 
 from __future__ import annotations
@@ -19,20 +20,21 @@ from torch import nn
 
 from oelm.errors import UserError
 from oelm.freezing import MethodState, apply_method, method_state
-from oelm.methods import Method, get_method
+from oelm.methods import get_method
 from oelm.targets import unwrap
 
 RECORD_FILE = "oelm_method.json"
 GPT_FILE = "oelm_model.json"  # our GPT's architecture (HF models keep theirs in config.json)
 WEIGHTS_FILE = "model.safetensors"
 RECORD_FORMAT = 1
+ADDED = "oelm_adapter"  # state-dict key part of tensors a method adds (oelm.targets.attach_adapter)
 
 
 # ---- the one place that knows MethodState's fields ----------------------------------------------
 
 
 def method_record(model: nn.Module) -> dict[str, Any]:
-    """What was applied to `model`: method record, seed, qk_init, inits, and frozen tensors' fingerprints."""
+    """What was applied: method, options, seed, qk_init, inits, and every frozen tensor's fingerprint."""
     from oelm import __version__
     from oelm.audit import fingerprint
 
@@ -43,31 +45,44 @@ def method_record(model: nn.Module) -> dict[str, Any]:
     return {
         "format": RECORD_FORMAT,
         "oelm_version": __version__,
-        "method": state.method.to_dict(),
-        "seed": state.seed,
+        **json.loads(json.dumps(state.record())),  # method, method_options, method_seed
         "qk_init": state.qk_init,
         "family": state.family,
+        "layers": list(state.layers),
         "inits": dict(state.inits),
         "orthogonal_heads": dict(state.orthogonal_heads),
         "frozen": frozen,
     }
 
 
-def reapply(model: nn.Module, record: dict[str, Any], verify: bool = True) -> MethodState:
-    """Restore a recorded method on saved weights: same tensors frozen, no re-initialization.
+def _apply_keeping_weights(model: nn.Module, name: str, seed: int, options: dict[str, Any]) -> MethodState:
+    """apply_method with the method's targets, flags and adapters but no re-init of saved weights."""
+    method = get_method(name)
+    opts = dict(options)
+    if method.changes_qk:
+        opts["qk_init"] = "keep"
+    structural = dataclasses.replace(method, ffn_init="default")
+    state = apply_method(model, structural, seed=seed, **opts)
+    state.method, state.options = method, dict(options)
+    return state
 
-    verify=False skips the byte check of frozen tensors (needed when loading in another dtype).
+
+def reapply(model: nn.Module, record: dict[str, Any]) -> MethodState:
+    """Restore a recorded method on a model holding the saved weights: same flags, nothing re-initialized.
+
+    Tensors the method adds (adapters) are attached fresh: load their saved values afterwards
+    (`from_pretrained` does), then call `check_frozen`.
     """
     if record.get("format") != RECORD_FORMAT:
         raise UserError(f"method record format {record.get('format')!r} is not {RECORD_FORMAT}; upgrade oelm")
-    method = _method_from(record["method"])
-    # Freeze flags and targets from the method, but keep every saved weight as it is.
-    structural = dataclasses.replace(method, ffn_init="default")
-    state = apply_method(model, structural, seed=record["seed"], qk_init="keep" if method.changes_qk else None)
-    state.method, state.qk_init = method, record["qk_init"]
+    try:
+        state = _apply_keeping_weights(model, record["method"], record["method_seed"], record["method_options"])
+    except UserError as err:
+        raise UserError(f"cannot re-apply the saved method: {err} (register a custom method before loading)") from None
+    state.qk_init = record["qk_init"]
     state.inits = dict(record["inits"])
     state.orthogonal_heads = {k: int(v) for k, v in record["orthogonal_heads"].items()}
-    _restore_frozen(unwrap(model), record["frozen"], verify)
+    _restore_flags(unwrap(model), record["frozen"], scheduled=state.method.schedule is not None)
     return state
 
 
@@ -78,38 +93,23 @@ def carry_method(src: nn.Module, dst: nn.Module) -> MethodState:
     s = method_state(src)
     if s is None:
         raise UserError("the source model has no method applied")
-    structural = dataclasses.replace(s.method, ffn_init="default")
-    d = apply_method(dst, structural, seed=s.seed, qk_init="keep" if s.method.changes_qk else None)
-    d.method, d.qk_init = s.method, s.qk_init
-    # Projection names differ between families; layer index and role do not.
-    names = {
-        a.name: b.name
-        for la, lb in zip(find_targets(src).layers, find_targets(dst).layers)
-        for (_, a), (_, b) in zip(la.by_role(), lb.by_role())
-    }
-    d.orthogonal_heads = {names[k]: v for k, v in s.orthogonal_heads.items()}
-    d.inits = {f"{names[k.removesuffix('.weight')]}.weight": v for k, v in s.inits.items()}
+    d = _apply_keeping_weights(dst, s.method.name, s.seed, s.options)
+    d.qk_init = s.qk_init
+    # Projection and parameter names differ between families; layer index and role do not.
+    src_params = {id(p): n for n, p in unwrap(src).named_parameters()}
+    dst_params = {id(p): n for n, p in unwrap(dst).named_parameters()}
+    proj, weight = {}, {}
+    for la, lb in zip(find_targets(src).layers, find_targets(dst).layers):
+        for (_, a), (_, b) in zip(la.by_role(), lb.by_role()):
+            proj[a.name] = b.name
+            weight[src_params[id(a.weight)]] = dst_params[id(b.weight)]
+    d.orthogonal_heads = {proj[k]: v for k, v in s.orthogonal_heads.items()}
+    d.inits = {weight.get(k, k): v for k, v in s.inits.items()}
     return d
 
 
-def _method_from(data: dict[str, Any]) -> Method:
-    """The registered method when it still equals the record, else the record itself."""
-    try:
-        registered = get_method(data["name"])
-        if registered.to_dict() == data:
-            return registered
-    except UserError:
-        pass
-    try:
-        return Method(**data)
-    except TypeError as err:
-        raise UserError(f"method record {data.get('name')!r} does not fit this oelm version: {err}") from None
-
-
-def _restore_frozen(base: nn.Module, frozen: dict[str, str], verify: bool = True) -> None:
-    """Freeze exactly the recorded tensors and check their bytes match the saved fingerprints."""
-    from oelm.audit import fingerprint
-
+def _restore_flags(base: nn.Module, frozen: dict[str, str], scheduled: bool) -> None:
+    """Freeze exactly the recorded tensors (a schedule's later phase may differ from its start)."""
     params = dict(base.named_parameters())
     missing = sorted(set(frozen) - set(params))
     if missing:
@@ -117,14 +117,23 @@ def _restore_frozen(base: nn.Module, frozen: dict[str, str], verify: bool = True
     for name in frozen:
         params[name].requires_grad_(False)  # tensors frozen outside the method (e.g. embeddings) too
     extra = sorted(n for n, p in params.items() if not p.requires_grad and n not in frozen)
-    changed = sorted(n for n, fp in frozen.items() if verify and fingerprint(params[n]) != fp)
-    if extra or changed:
+    if extra and not scheduled:
+        raise UserError(f"the method freezes tensors that were trainable when saved: {extra[:5]}; "
+                        "the folder mixes two models or the method's record changed")
+    for name in extra:  # a schedule had unfrozen them by the time of saving
+        params[name].requires_grad_(True)
+
+
+def check_frozen(model: nn.Module, record: dict[str, Any]) -> None:
+    """Raise unless every recorded frozen tensor is bit-identical to its saved fingerprint."""
+    from oelm.audit import fingerprint
+
+    params = dict(unwrap(model).named_parameters())
+    changed = sorted(n for n, fp in record["frozen"].items() if fingerprint(params[n]) != fp)
+    if changed:
         raise UserError(
-            "the saved weights do not match their method record: "
-            + (f"frozen now but not when saved: {extra[:5]}; " if extra else "")
-            + (f"frozen tensors whose bytes differ from the saved fingerprints: {changed[:5]}" if changed else "")
-            + "; the folder was edited or mixes two models (loaded in another dtype than saved? then "
-            "pass verify=False)"
+            f"frozen tensors whose bytes differ from the saved fingerprints: {changed[:5]}; the folder "
+            "was edited or mixes two models (loaded in another dtype than saved? then pass verify=False)"
         )
 
 
@@ -205,15 +214,29 @@ def _save_gpt(model: nn.Module, folder: Path) -> None:
     atomic_write_text(folder / GPT_FILE, json.dumps(arch, indent=2) + "\n")
 
 
-def _load_gpt(folder: Path) -> nn.Module:
+def _build_gpt(folder: Path) -> nn.Module:
     from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
-    from oelm.training.checkpoint import load_weights
 
     arch = json.loads((folder / GPT_FILE).read_text())
     cfg = GPTConfig(**arch["gpt_config"])
-    model = GPT(cfg) if arch["class"] == "GPT" else GPTClassifier(cfg, arch["num_labels"], arch["causal"])
-    load_weights(model, folder / WEIGHTS_FILE)
-    return model
+    return GPT(cfg) if arch["class"] == "GPT" else GPTClassifier(cfg, arch["num_labels"], arch["causal"])
+
+
+def _load_added(model: nn.Module, folder: Path) -> None:
+    """Load the saved values of tensors the method added (Hugging Face from_pretrained skips them)."""
+    from safetensors import safe_open
+
+    wanted = {k for k in model.state_dict() if ADDED in k}
+    if not wanted:
+        return
+    found: dict[str, torch.Tensor] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as fh:
+            found.update({k: fh.get_tensor(k) for k in fh.keys() if k in wanted})
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise UserError(f"the method's added tensors are not in {str(folder)!r}: {missing[:4]}; re-save the model")
+    model.load_state_dict(found, strict=False)
 
 
 def from_pretrained(
@@ -234,10 +257,17 @@ def from_pretrained(
             "transformers' from_pretrained and call oelm.apply_method"
         )
     if (folder / GPT_FILE).is_file():
-        model = _load_gpt(folder)
+        from oelm.training.checkpoint import load_weights
+
+        model = _build_gpt(folder)
+        reapply(model, record)  # first, so the tensors it adds exist to load
+        load_weights(model, folder / WEIGHTS_FILE)
     else:
         model = _hf_class(folder, model_class).from_pretrained(folder, *args, **kwargs)
-    reapply(model, record, verify)
+        reapply(model, record)
+        _load_added(model, folder)
+    if verify:
+        check_frozen(model, record)
     return model
 
 
@@ -263,7 +293,9 @@ def _hf_class(folder: Path, model_class: Any) -> Any:
 def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") -> nn.Module:
     """The trained model of an `oelm train` run, its method re-applied and its freeze audit passing.
 
-    which: "best" (default), "latest", or a step number; device: cpu, cuda[:N] or auto.
+    which: "best" (default), "latest", or a step number; device: cpu, cuda[:N] or auto. Tensors
+    that a freeze schedule switched during the run are left out of the check (and keep the
+    flags of the schedule's start); every other frozen tensor must equal its start bytes.
     """
     from oelm.audit import audit_model, verify_audit
     from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
@@ -276,8 +308,9 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     method, options, seed = _run_method(run_dir, meta)
     torch.manual_seed(seed)  # as the run did before building
     model = _model_from_meta(meta, path)
-    apply_method(model, method, seed=seed, **options)
+    state = apply_method(model, method, seed=seed, **options)
     start = audit_model(model)  # the run's start audit: building and applying are deterministic
+    _skip_scheduled(model, state, start)
     load_weights(model, path)
     check = verify_audit(model, start)
     if not check.ok:
@@ -285,6 +318,20 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     from oelm.training.distributed import resolve_device
 
     return model.to(resolve_device(device)).eval()
+
+
+def _skip_scheduled(model: nn.Module, state: MethodState, audit: Any) -> None:
+    """Drop the fingerprints of projections a schedule switches: their bytes may move by design."""
+    from oelm.targets import find_targets
+
+    if not state.scheduled:
+        return
+    names = {id(p): n for n, p in unwrap(model).named_parameters()}
+    switched = {names[id(p)] for layer in find_targets(model).layers for _, proj in layer.by_role()
+                if proj.name in state.scheduled for _, p in proj.params()}
+    for row in audit.rows:
+        if row.name in switched:
+            row.fingerprint = None
 
 
 def existing_run_dir(run_dir: str | Path) -> Path:
@@ -296,9 +343,12 @@ def existing_run_dir(run_dir: str | Path) -> Path:
 
 
 def _run_method(run_dir: Path, meta: dict[str, str]) -> tuple[str, dict[str, Any], int]:
-    """(method, method_options, seed) from the run's config.yaml, else the weights' metadata."""
+    """(method, method_options, seed) from the weights' metadata, else the run's config.yaml."""
     import yaml
 
+    if meta.get("method") and "method_options" in meta:
+        seed = meta.get("method_seed", meta.get("seed", "0"))
+        return meta["method"], json.loads(meta["method_options"]), int(json.loads(seed))
     cfg: dict[str, Any] = {}
     if (run_dir / "config.yaml").is_file():
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}

@@ -206,11 +206,12 @@ def run_sweep(
     from oelm.lock import dir_lock
 
     with dir_lock(spec.out, "sweep"):
-        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads)
+        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
 
 
 def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: bool, report: bool,
-                on_report: Callable[[Comparison], None] | None, threads: int | None) -> SweepOutcome:
+                on_report: Callable[[Comparison], None] | None, threads: int | None,
+                epilogue: Callable[[Comparison], list[str]] | None = None) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
     start = time.perf_counter()
     _check_existing(spec)

@@ -189,3 +189,22 @@ def test_from_pretrained_in_another_dtype_needs_verify_false(tmp_path):
     half = oelm.from_pretrained(tmp_path, dtype=torch.bfloat16, verify=False)
     assert half.dtype == torch.bfloat16 and _frozen(half) == _frozen(model)
     assert isinstance(half, T.LlamaForSequenceClassification)
+
+
+@pytest.mark.parametrize("method", ["oelm-unfreeze", "oelm-lowrank"])
+def test_load_model_of_runs_with_a_schedule_or_an_adapter(method, tmp_path):
+    from oelm.saving import _model_from_meta
+    from oelm.training.checkpoint import apply_recorded_method, load_weights, read_metadata
+
+    cfg = tiny_config(synthetic_lm_dir(tmp_path / "data", n_train=2000), tmp_path / "run", method=method,
+                      steps=8, eval_every=4, checkpoint_every=4, warmup=1)
+    with one_thread():
+        train(cfg)
+    model = oelm.load_model(tmp_path / "run", which="latest")
+    path = tmp_path / "run" / "checkpoints" / "step_0000008" / "model.safetensors"
+    reference = _model_from_meta(read_metadata(path), path)
+    apply_recorded_method(reference, read_metadata(path))
+    load_weights(reference, path)
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(model(x)[0], reference.eval()(x)[0])
+    assert method_state(model).method.name == method

@@ -25,7 +25,7 @@ from oelm.io import read_yaml
 # differ from the stored one in these without being "a different run".
 RUNTIME_FIELDS = frozenset(
     {"out", "resume", "overwrite", "device", "compile", "compile_mode", "progress", "tensorboard", "log_every",
-     "allow_change"}
+     "allow_change", "wandb", "wandb_project"}
 )
 
 
@@ -110,6 +110,8 @@ class TrainConfig(BaseModel):
     )
     progress: bool = Field(True, description="show a progress bar")
     tensorboard: bool = Field(True, description="write TensorBoard events to RUN/tb")
+    wandb: bool = Field(False, description="also log to Weights & Biases (pip install 'oelm[wandb]'; WANDB_MODE is respected)")
+    wandb_project: str | None = Field(None, description="Weights & Biases project (default: oelm)")
 
     classification: ClassificationOptions | None = Field(None, description="classification task options")
 
@@ -158,6 +160,10 @@ class TrainConfig(BaseModel):
             raise ValueError("resume and overwrite are exclusive; pick one")
         if self.compile_mode is not None and not self.compile:
             raise ValueError(f"compile_mode={self.compile_mode!r} needs compile=true; set both")
+        if self.wandb:
+            from oelm.integrations.wandb import require_wandb
+
+            require_wandb()
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
             raise ValueError(
                 f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup"

@@ -192,6 +192,10 @@ class Trainer:
         resumed = self.plan.resume_from is not None
         tb_dir = self.run_dir / "tb" if main and self.cfg.tensorboard else None
         self.tb = TensorBoard(tb_dir, purge_step=self.step + 1 if resumed else None)
+        if main and self.cfg.wandb:
+            from oelm.integrations.wandb import FanOut, WandbLogger
+
+            self.tb = FanOut(self.tb, WandbLogger(self.run_dir, self.cfg.model_dump(mode="json"), self.cfg.wandb_project))
         if main:
             atomic_write_json(self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": None})
 

@@ -25,11 +25,18 @@ from oelm.training.report import RunFacts, build_results, build_timing
 
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
     """Train one run described by config (+ key=value overrides); return its results.json dict."""
+    from contextlib import nullcontext
+
+    from oelm.lock import dir_lock
+
     cfg = make_config(config, overrides)
     owns_group = not (tdist.is_available() and tdist.is_initialized())
     info, device = init_distributed(cfg.device)
+    # One process (rank 0 of a job) trains into a directory at a time; a second one is refused.
+    lock = dir_lock(cfg.run_dir(), "training run") if info.is_main else nullcontext()
     try:
-        return Trainer(cfg, info, device).run()
+        with lock:
+            return Trainer(cfg, info, device).run()
     finally:
         if owns_group:
             shutdown_distributed(info)

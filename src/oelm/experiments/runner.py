@@ -193,11 +193,13 @@ def run_sweep(
     report: bool = True,
     on_report: Callable[[Comparison], None] | None = None,
     threads: int | None = None,
+    epilogue: Callable[[Comparison], list[str]] | None = None,
 ) -> SweepOutcome:
     """Train every unfinished run of the sweep, then write SWEEP/report/report.md.
 
     `threads` sets torch's intra-op threads per run; on a shared, busy machine 1 thread per run
-    avoids the oversubscription that otherwise slows every step several-fold.
+    avoids the oversubscription that otherwise slows every step several-fold. `epilogue` adds
+    closing markdown lines to the report (the quickstart's plain-language reading).
     """
     if parallel < 1 or (threads is not None and threads < 1):
         raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
@@ -232,7 +234,8 @@ def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: 
         from oelm.experiments.report import write_report
 
         outcome.report, outcome.comparison = write_report(
-            [spec.out / "runs"], spec.out / "report", spec.baseline, spec.study_numbers
+            [spec.out / "runs"], spec.out / "report", spec.baseline, spec.study_numbers,
+            extend=spec.extend, epilogue=epilogue,
         )
         if on_report:
             on_report(outcome.comparison)

@@ -60,6 +60,9 @@ class SweepSpec:
     prepare: dict[str, Any] | None = None
     study_numbers: str | None = None
     baseline: str = "baseline"
+    # The command that adds seeds to this sweep ({seeds} filled in), quoted by the report's
+    # power section; not part of the sweep's identity.
+    extend: str = "oelm sweep SPEC.yaml --seeds {seeds}"
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as resolved (what SWEEP/sweep.yaml holds)."""
@@ -196,7 +199,9 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
     if raw.get("study_numbers"):
         numbers = Path(raw["study_numbers"])
         raw["study_numbers"] = str(numbers if numbers.is_file() else path.parent / numbers)
-    return spec_from_dict(raw, path.parent, name=path.stem)
+    spec = spec_from_dict(raw, path.parent, name=path.stem)
+    spec.extend = f"oelm sweep {path.as_posix()} --seeds {{seeds}}" + (f" --out {out}" if out else "")
+    return spec
 
 
 def validate(spec: SweepSpec) -> None:

@@ -265,9 +265,14 @@ class ClassificationTask(Task):
             "heldout_accuracy": held.get("accuracy"),
             "heldout_macro_f1": held.get("macro_f1"),
             "heldout_loss": held.get("loss"),
+            "heldout_examples": held.get("examples"),  # sets the binomial noise of the accuracy
             "majority_accuracy": majority,
             "val_majority_accuracy": val_majority,
-            "collapsed": M.collapsed(held.get("accuracy", val["accuracy"]), majority),
+            # Collapse is decided on validation (it makes an LR ineligible, so it is part of the
+            # selection); the held-out verdict is recorded for information only.
+            "collapsed": M.collapsed(val["accuracy"], val_majority),
+            "heldout_collapsed": (M.collapsed(held["accuracy"], majority)
+                                  if held.get("accuracy") is not None else None),
             "split_roles": dict(self.data.split_roles),
             "num_labels": self.data.num_labels,
             "label_names": list(self.data.label_names),

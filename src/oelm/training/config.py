@@ -238,10 +238,11 @@ def make_config(raw: TrainConfig | dict[str, Any], overrides: list[str] | None =
     try:
         return TrainConfig.model_validate(raw)
     except ValidationError as err:
-        raise UserError(_format_validation(err)) from None
+        raise UserError(format_validation(err)) from None
 
 
-def _format_validation(err: ValidationError) -> str:
+def format_validation(err: ValidationError, what: str = "config") -> str:
+    """A pydantic error as one line: 'invalid WHAT: field: problem; ...'."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
@@ -249,7 +250,7 @@ def _format_validation(err: ValidationError) -> str:
         if e["type"] == "missing":
             msg = f"required (set {loc}=... or its flag)"
         lines.append(f"{loc}: {msg}" if loc else msg)
-    return "invalid config: " + "; ".join(lines)
+    return f"invalid {what}: " + "; ".join(lines)
 
 
 def dump_config(cfg: TrainConfig) -> str:

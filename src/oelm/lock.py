@@ -49,6 +49,8 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
     A directory this lock had to create is removed again when it is left empty (a failed start).
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"output {str(directory)!r} exists and is not a directory; choose another --out")
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME

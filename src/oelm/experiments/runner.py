@@ -206,17 +206,22 @@ def run_sweep(
     from oelm.lock import dir_lock
 
     with dir_lock(spec.out, "sweep"):
-        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads)
+        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
 
 
 def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: bool, report: bool,
-                on_report: Callable[[Comparison], None] | None, threads: int | None) -> SweepOutcome:
+                on_report: Callable[[Comparison], None] | None, threads: int | None,
+                epilogue: Callable[[Comparison], list[str]] | None) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
+    from oelm.training.distributed import resolve_device
+
     start = time.perf_counter()
+    runs = spec.runs()
+    if runs:  # a device that is not there fails before any run starts (specs validate anywhere)
+        resolve_device(str(runs[0].config.get("device", "auto")))
     _check_existing(spec)
     _prepare_data(spec, progress)
     _write_spec(spec)
-    runs = spec.runs()
     outcome = SweepOutcome(skipped=[r for r in runs if r.finished()])
     pending = [r for r in runs if not r.finished()]
     if progress:

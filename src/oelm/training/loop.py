@@ -17,7 +17,8 @@ from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
-from oelm.training.runlog import MetricsLog, TensorBoard, atomic_write_json, atomic_write_text
+from oelm.io import atomic_write_json, atomic_write_text
+from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.report import RunFacts, build_results, build_timing

@@ -13,7 +13,7 @@ from oelm.errors import UserError
 from oelm.lock import LOCK_NAME
 from oelm.training.checkpoint import latest_checkpoint
 from oelm.training.config import RUNTIME_FIELDS, TrainConfig
-from oelm.training.runlog import read_json
+from oelm.io import read_json
 
 
 def is_finished(results: Any) -> bool:

@@ -71,19 +71,9 @@ def resolve_raw(source: Source = None, scale: str | None = None, flags: dict[str
     return raw, meta
 
 
-def validate_options(cfg: TrainConfig) -> None:
-    """Check the method's options once, where the methods module offers a validator."""
-    try:
-        from oelm.methods import validate_method_options  # type: ignore[attr-defined]
-    except ImportError:  # no validator yet: options are checked when the method is applied
-        return
-    validate_method_options(cfg.method, cfg.method_options)
-
-
 def resolve_config(source: Source = None, scale: str | None = None, flags: dict[str, Any] | None = None,
                    overrides: list[str] | dict[str, Any] | None = None) -> Resolved:
     """Resolve and validate one run's config (UserError naming the problem and the fix)."""
     raw, meta = resolve_raw(source, scale, flags, overrides)
     cfg = make_config(raw)
-    validate_options(cfg)
     return Resolved(cfg, raw, meta)

@@ -211,7 +211,7 @@ def run_sweep(
 
 def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: bool, report: bool,
                 on_report: Callable[[Comparison], None] | None, threads: int | None,
-                epilogue: Callable[[Comparison], list[str]] | None) -> SweepOutcome:
+                epilogue: Callable[[Comparison], list[str]] | None = None) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
     from oelm.training.distributed import resolve_device
 

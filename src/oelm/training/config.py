@@ -84,6 +84,7 @@ class TrainConfig(BaseModel):
     betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
     clip: float = Field(1.0, ge=0, description="gradient-norm clipping (0 disables it)")
+    layer_lr_decay: float = Field(1.0, gt=0, le=1, description="LR x decay**(layers above this one): layer-wise LR; 1 = off")
 
     eval_every: int = Field(100, ge=0, description="validate every N steps (0: only at the end)")
     eval_batches: int = Field(20, gt=0, description="batches per periodic validation")
@@ -146,6 +147,9 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
+        from oelm.methods import validate_method_options
+
+        validate_method_options(self.method, self.method_options)  # typos fail before any run dir
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:

@@ -115,16 +115,20 @@ class Trainer:
 
     def _build(self) -> None:
         from oelm import apply_method, audit_model
-        from oelm.freezing import optimizer_groups
+        from oelm.freezing import optimizer_groups, scale_group_lrs
+        from oelm.schedules import make_schedule
 
         # Seed before building so tensors a method leaves alone are identical across methods.
         torch.manual_seed(self.cfg.seed)
         model = self.task.build_model()
         apply_method(model, self.cfg.method, seed=self.cfg.seed, **self.cfg.method_options)
         self.audit = audit_model(model)
+        self.schedule = make_schedule(model, self.cfg.steps)  # None unless the method has one
+        if self.schedule is not None:
+            self.audit.schedule = self.schedule.summary()
         self.model = model.to(self.device)
         self.optimizer = torch.optim.AdamW(
-            optimizer_groups(self.model, self.cfg.weight_decay),
+            scale_group_lrs(optimizer_groups(self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay), self.cfg.lr),
             lr=self.cfg.lr,
             betas=self.cfg.betas,
             eps=self.cfg.eps,
@@ -132,14 +136,30 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, self.cfg))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.eval_model: nn.Module = torch.compile(self.model) if self.cfg.compile else self.model
+        self._wrap_trainable()
+
+    def _wrap_trainable(self) -> None:
+        """The trainable-parameter list and the DDP wrapper (rebuilt when a schedule switches)."""
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model: nn.Module = self.eval_model
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DDP(self.eval_model, device_ids=ids)
+
+    # ---- method schedule (oelm.schedules): switches by step, restored exactly on resume ------
+    def _schedule_step(self) -> None:
+        """Switch the method's schedule when its step comes, then refill optimizer and DDP."""
+        if self.schedule is not None and self.schedule.update(self.step, self.audit):
+            self._sync_trainable()
+
+    def _sync_trainable(self) -> None:
+        from oelm.freezing import sync_optimizer
+
+        sync_optimizer(self.optimizer, self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay)
+        self._wrap_trainable()
 
     def _restore(self, path) -> None:
         state = ckpt.load_state(path)
@@ -150,6 +170,9 @@ class Trainer:
                 f"checkpoint {str(path)!r} does not fit the configured model ({str(err).splitlines()[0][:120]}); "
                 "resume with the run's own model settings or pass --overwrite"
             ) from None
+        if self.schedule is not None:  # the stored phase first: it decides the optimizer's params
+            self.schedule.load_state_dict(state["method_schedule"], self.audit)
+            self._sync_trainable()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -188,6 +211,7 @@ class Trainer:
         )
         with bar:
             while self.step < cfg.steps:
+                self._schedule_step()
                 loss, tokens = self._train_step()
                 self.step += 1
                 self.tokens_seen += tokens
@@ -270,7 +294,8 @@ class Trainer:
         return metrics, time.perf_counter() - start
 
     def _weights_meta(self) -> dict[str, Any]:
-        return {**self.task.model_metadata(), "task": self.cfg.task, "seed": self.cfg.seed, "step": self.step}
+        return {**self.task.model_metadata(), **ckpt.method_record(self.model), "task": self.cfg.task,
+                "seed": self.cfg.seed, "step": self.step}
 
     def _wall_time(self) -> float:
         return self.prior_wall + time.perf_counter() - self.session_start
@@ -293,6 +318,7 @@ class Trainer:
                 "eval_times": self.eval_times,
                 "wall_time": self._wall_time(),
                 "config": self.cfg.identity(),
+                "method_schedule": self.schedule.state_dict() if self.schedule is not None else None,
             }
             ckpt.save_checkpoint(self.ckpt_root, self.step, self.model, state, self._weights_meta(), self.cfg.keep_last)
         barrier(self.dist)
@@ -326,6 +352,7 @@ class Trainer:
             best_step=self.best_step, wall_time=self._wall_time(), step_times=self.timer.resolve(),
             cuda_timer=self.timer.cuda, eval_times=list(self.eval_times), world=self.dist.world,
             device=self.device, amp=self.amp, dataset=self.task.dataset_name(), audit_totals=self.audit.totals,
+            method_options=dict(self.audit.options),
             flops_per_step=self.task.flops_per_step(self.model), flops_saving=self.task.flops_saving(self.model),
             peak_memory=mem, memory_kind=mem_kind, task_results=self.task.results(val, test),
             result_aliases=self.task.result_aliases(),

@@ -39,6 +39,7 @@ class RunFacts:
     amp: torch.dtype | None
     dataset: str
     audit_totals: dict[str, Any]
+    method_options: dict[str, Any]  # validated, defaults filled in
     flops_per_step: float | None
     flops_saving: Any
     peak_memory: int | None
@@ -94,6 +95,7 @@ def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, 
         "status": "complete",
         "task": cfg.task,
         "method": cfg.method,
+        "method_options": tr.method_options,
         "model_type": cfg.method,
         "model": cfg.model,
         "dataset": tr.dataset,

@@ -17,7 +17,8 @@ from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
-from oelm.training.runlog import MetricsLog, TensorBoard, atomic_write_json, atomic_write_text
+from oelm.io import atomic_write_json, atomic_write_text
+from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.report import RunFacts, build_results, build_timing
@@ -25,11 +26,18 @@ from oelm.training.report import RunFacts, build_results, build_timing
 
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
     """Train one run described by config (+ key=value overrides); return its results.json dict."""
+    from contextlib import nullcontext
+
+    from oelm.lock import dir_lock
+
     cfg = make_config(config, overrides)
     owns_group = not (tdist.is_available() and tdist.is_initialized())
     info, device = init_distributed(cfg.device)
+    # One process (rank 0 of a job) trains into a directory at a time; a second one is refused.
+    lock = dir_lock(cfg.run_dir(), "training run") if info.is_main else nullcontext()
     try:
-        return Trainer(cfg, info, device).run()
+        with lock:
+            return Trainer(cfg, info, device).run()
     finally:
         if owns_group:
             shutdown_distributed(info)

@@ -494,7 +494,7 @@ def to_json(boards: Sequence[Board], not_started: Sequence[str], command: str,
     }
 
 
-def plot(boards: Sequence[Board], path: Path) -> Path:
+def plot(boards: Sequence[Board], path: Path, target: Target = Target()) -> Path:
     """pareto.png: gap (paired interval as error bars) against theoretical saving, front drawn."""
     import matplotlib
 
@@ -504,7 +504,7 @@ def plot(boards: Sequence[Board], path: Path) -> Path:
     n = max(1, len(boards))
     fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 4.6), squeeze=False)
     for ax, board in zip(axes[0], boards):
-        _plot_board(ax, board)
+        _plot_board(ax, board, target)
     if not boards:
         axes[0][0].text(0.5, 0.5, "no finished runs", ha="center", va="center")
     fig.tight_layout()
@@ -517,8 +517,10 @@ def plot(boards: Sequence[Board], path: Path) -> Path:
     return path
 
 
-def _plot_board(ax: Any, board: Board) -> None:
-    """One table's scatter with error bars, labels and the Pareto front."""
+def _plot_board(ax: Any, board: Board, target: Target) -> None:
+    """One table's scatter with error bars, labels, the Pareto front and the target's lines."""
+    ref = next((e for e in board.ranked + board.unranked if e.method == target.reference), None)
+    ref_saving = ref.saving if ref else None
     pts = [e for e in board.ranked if e.arm.gap is not None and e.saving is not None]
     for e in pts:
         x, y = e.saving * 100, e.arm.gap
@@ -530,10 +532,15 @@ def _plot_board(ax: Any, board: Board) -> None:
         ax.annotate(e.method, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     front = [e for m in board.front for e in pts if e.method == m]
     if len(front) > 1:
-        ax.step([e.saving * 100 for e in front], [e.arm.gap for e in front], where="post",
-                color="tab:red", alpha=0.6, label="Pareto front")
-        ax.legend(fontsize=8, loc="upper left")
+        ax.plot([e.saving * 100 for e in front], [e.arm.gap for e in front], "--",
+                color="tab:red", alpha=0.7, label="Pareto front")
     ax.axhline(0, color="black", linewidth=0.6)
+    ax.axhline(target.max_gap, color="tab:green", linestyle=":", linewidth=1,
+               label=f"target gap {target.max_gap:g}%")
+    if ref_saving is not None:
+        ax.axvline(ref_saving * 100 * target.min_share, color="tab:green", linestyle="-.", linewidth=1,
+                   label=f"{target.min_share * 100:g}% of {target.reference}'s saving")
+    ax.legend(fontsize=7, loc="upper left")
     ax.set_xlabel("compute saved: theoretical training-FLOP saving (%)")
     ax.set_ylabel(f"gap vs {board.group.baseline or BASELINE} (%, + = worse), paired 95% CI")
     ax.set_title(f"{board.group.title}: {board.group.primary_metric}", fontsize=9)
@@ -549,7 +556,7 @@ def write_leaderboard(paths: Sequence[str | Path], out: str | Path, baseline: st
     out_dir = Path(out)
     command = command_line(paths, out_dir, baseline)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot(boards, out_dir / "pareto.png")
+    plot(boards, out_dir / "pareto.png", target)
     atomic_write_text(out_dir / "leaderboard.json",
                       json.dumps(_clean(to_json(boards, not_started, command, target)), indent=2) + "\n")
     atomic_write_text(out_dir / "leaderboard.md", render(boards, not_started, command, len(runs), target))

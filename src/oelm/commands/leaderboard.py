@@ -11,7 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "leaderboard",
         help="write leaderboard.md/.json + pareto.png ranking the methods of stored sweeps",
         description="Read only stored run records and rank every method on its held-out metric "
-        "(LR chosen on validation, as `oelm report`): mean ± 95%% CI, paired gap to the baseline "
+        "(LR chosen on validation, as `oelm report`): mean ± 95% CI, paired gap to the baseline "
         "with its interval and p, minimum detectable gap, parameters, theoretical saving and its "
         "share of oelm-freeze's, step-time ratio, a verdict against the target and the Pareto "
         "front of gap against compute saved. Incomplete methods are listed, not ranked.",

@@ -439,7 +439,7 @@ def render(boards: Sequence[Board], not_started: Sequence[str], command: str, n_
         g = board.group
         lines += [f"## {g.title}: {g.primary_metric}", "", f"Verdict: {board.verdict}", ""]
         if board.warnings:
-            lines += [*(f"> **Warning:** {w}" for w in board.warnings), ""]
+            lines += [*(f"- **Warning:** {w}" for w in board.warnings), ""]
         lines += [*_table(board), ""]
         lines += _unranked(board, not_started if i == 0 else [])
         front = ", ".join(board.front) if board.front else NA

@@ -46,7 +46,6 @@ class RunFacts:
     memory_kind: str
     task_results: dict[str, Any] = field(default_factory=dict)  # the task's keys (of the best checkpoint)
     result_aliases: dict[str, str] = field(default_factory=dict)
-    method_options: dict[str, Any] | None = None  # validated, defaults filled in (the audit's)
 
 
 def build_timing(tr: RunFacts) -> dict[str, Any]:

@@ -131,6 +131,7 @@ def test_cli_writes_three_files_deterministically(tmp_path: Path, capsys: pytest
     assert main(["leaderboard", str(tmp_path / "sweep"), "--out", str(out)]) == 0
     assert (out / "leaderboard.md").read_bytes() == files["leaderboard.md"]
     assert (out / "leaderboard.json").read_bytes() == files["leaderboard.json"]
+    assert (out / "pareto.png").read_bytes() == files["pareto.png"]
 
 
 def test_bad_input_is_one_user_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -10,8 +10,6 @@ the Pareto front of gap against compute saved. Deterministic: no timestamps, sor
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -25,8 +23,8 @@ from oelm.errors import UserError
 from oelm.experiments import stats
 from oelm.experiments.aggregate import BASELINE, Arm, Group, compare
 from oelm.experiments.records import INCOMPLETE, RunRecord, load_runs
-from oelm.experiments.report import NA, fmt_int, fmt_num, fmt_p, fmt_summary, _pct_scale, _significant
-from oelm.io import atomic_write_bytes, atomic_write_text, read_json
+from oelm.experiments.report import NA, _pct_scale, _significant, fmt_int, fmt_p, fmt_summary
+from oelm.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 
 REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
 
@@ -557,21 +555,9 @@ def write_leaderboard(paths: Sequence[str | Path], out: str | Path, baseline: st
     command = command_line(paths, out_dir, baseline)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(boards, out_dir / "pareto.png", target)
-    atomic_write_text(out_dir / "leaderboard.json",
-                      json.dumps(_clean(to_json(boards, not_started, command, target)), indent=2) + "\n")
+    atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))
     atomic_write_text(out_dir / "leaderboard.md", render(boards, not_started, command, len(runs), target))
     return out_dir / "leaderboard.md", boards
-
-
-def _clean(obj: Any) -> Any:
-    """Non-finite floats become null (strict JSON)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
 
 
 if __name__ == "__main__":  # `python -m oelm.experiments.leaderboard SWEEP_DIR... --out DIR`

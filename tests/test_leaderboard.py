@@ -140,3 +140,15 @@ def test_bad_input_is_one_user_error(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["leaderboard", str(tmp_path / "missing"), "--out", str(tmp_path / "lb")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "lb").exists()
+
+
+def test_a_sweep_with_no_finished_run_lists_the_plan(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "baseline", 1e-3, 0, test_perplexity=10.0, best_val_loss=1.5)
+    (run / "results.json").unlink()  # started, not finished
+    spec = {"name": "t", "base": {}, "seeds": [0], "grid": {}, "baseline": "baseline",
+            "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}}}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    md_path, boards = write_leaderboard([tmp_path], tmp_path / "lb")
+    assert boards == [] and _read(tmp_path / "lb")["not_started"] == ["baseline", "oelm-freeze"]
+    assert "No finished runs: nothing to rank." in md_path.read_text()
+    assert (tmp_path / "lb" / "pareto.png").is_file()

@@ -75,6 +75,7 @@ def test_failing_verdict_names_the_closest(tmp_path: Path) -> None:
     md = md_path.read_text()
     assert "No method meets the target.** Closest: oelm-temp, gap +5.00%" in md
     assert "paired upper end" in md
+    assert "The smallest gap is oelm-lowrank's (gap +1.50%" in md and "keeps 50% < 75% of the saving" in md
 
 
 def test_pareto_front_membership(tmp_path: Path) -> None:

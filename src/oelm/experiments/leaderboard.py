@@ -219,8 +219,14 @@ def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple
     close = _closest(candidates, target)
     if close is None:
         return [], None, "**No method meets the target**: no ranked method has a gap to compare."
-    return [], close.method, (f"**No method meets the target.** Closest: {close.method}, "
-                              f"{_entry_numbers(close)}; it misses: {'; '.join(close.misses)}.")
+    text = (f"**No method meets the target.** Closest: {close.method}, {_entry_numbers(close)}; "
+            f"it misses: {'; '.join(close.misses)}.")
+    gapped = [e for e in candidates if e.arm.gap is not None]
+    best_gap = min(gapped, key=lambda e: (e.arm.gap, e.method))
+    if best_gap is not close:  # the smallest gap fails on another criterion: say which
+        text += (f" The smallest gap is {best_gap.method}'s ({_entry_numbers(best_gap)}), which "
+                 f"misses: {'; '.join(best_gap.misses)}.")
+    return [], close.method, text
 
 
 def _entry_numbers(e: Entry) -> str:

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
 from oelm.training.checkpoint import WEIGHTS
 from oelm.training.loop import train
-from train_utils import one_thread, synthetic_lm_dir, tiny_config
+from train_utils import one_thread, sigkill_then_resume, synthetic_lm_dir, tiny_config
 
 TIMING_KEYS = {"step_time"}  # wall-clock values legitimately differ between runs
 
@@ -25,25 +19,6 @@ TIMING_KEYS = {"step_time"}  # wall-clock values legitimately differ between run
 def metrics_without_timing(run: Path) -> list[dict]:
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in rec.items() if k not in TIMING_KEYS} for rec in lines]
-
-
-def max_logged_step(run: Path) -> int:
-    try:
-        lines = (run / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return 0
-    return max((json.loads(x)["step"] for x in lines if x.endswith("}")), default=0)
-
-
-def wait_for(cond, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if proc.poll() is not None:
-            pytest.fail(f"training exited early (rc={proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("timed out waiting for the run to progress")
-        time.sleep(0.01)
 
 
 @pytest.mark.slow  # two subprocess runs plus a reference run: ~10 s idle, more on a busy machine
@@ -59,20 +34,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
         reference = train(cfg)
 
     run = tmp_path / "killed"
-    config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump({**cfg, "out": str(run)}))
-    cmd = [sys.executable, "-m", "oelm", "train", str(config_file)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     # Kill after the first checkpoint, once metrics lines beyond it exist (so truncation matters).
-    wait_for(lambda: (run / "checkpoints" / "step_0000010").is_dir() and max_logged_step(run) >= 13, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (run / "results.json").exists(), "the run finished before it could be killed"
-    assert max_logged_step(run) < 30
-
-    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    sigkill_then_resume(cfg, run, tmp_path / "config.yaml", checkpoint_step=10, past_step=13)
 
     a = load_file(tmp_path / "ref" / "checkpoints" / "step_0000030" / WEIGHTS)
     b = load_file(run / "checkpoints" / "step_0000030" / WEIGHTS)

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +17,8 @@ from oelm.methods import list_methods
 from oelm.training.checkpoint import WEIGHTS, read_metadata, step_dir_name
 from oelm.training.config import make_config
 from oelm.training.loop import train
-from test_train_resume import max_logged_step, metrics_without_timing, wait_for
-from train_utils import one_thread, synthetic_lm_dir, tiny_config
+from test_train_resume import metrics_without_timing
+from train_utils import one_thread, sigkill_then_resume, synthetic_lm_dir, tiny_config
 
 NEW = ["oelm-freeze-q", "oelm-freeze-k", "oelm-temp", "oelm-gain", "oelm-qknorm", "oelm-lowrank", "oelm-qbias",
        "oelm-late-freeze", "oelm-unfreeze", "oelm-lower-half", "oelm-upper-half", "oelm-alternate"]
@@ -133,18 +129,8 @@ def test_sigkill_during_late_freeze_then_resume_matches(tmp_path: Path) -> None:
     with one_thread():
         reference = train(cfg)
     run = tmp_path / "killed"
-    config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump({**cfg, "out": str(run)}))
-    cmd = [sys.executable, "-m", "oelm", "train", str(config_file)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     # The switch is before step 13 (0.4 * 30 = 12): kill after the step-20 checkpoint, in the frozen phase.
-    wait_for(lambda: (run / "checkpoints" / "step_0000020").is_dir() and max_logged_step(run) >= 22, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (run / "results.json").exists(), "the run finished before it could be killed"
-    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    sigkill_then_resume(cfg, run, tmp_path / "config.yaml", checkpoint_step=20, past_step=22)
     a = load_file(tmp_path / "ref" / "checkpoints" / "step_0000030" / WEIGHTS)
     b = load_file(run / "checkpoints" / "step_0000030" / WEIGHTS)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO / ".." / "shared" / "data"
@@ -69,3 +75,42 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def max_logged_step(run: Path) -> int:
+    """The highest step in RUN/metrics.jsonl (0 before the first line)."""
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    return max((json.loads(x)["step"] for x in lines if x.endswith("}")), default=0)
+
+
+def wait_for(cond, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Poll until cond() holds; fail if the process exits or the time runs out first."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            pytest.fail(f"training exited early (rc={proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("timed out waiting for the run to progress")
+        time.sleep(0.01)
+
+
+def sigkill_then_resume(cfg: dict[str, Any], run: Path, config_file: Path, checkpoint_step: int,
+                        past_step: int) -> None:
+    """`oelm train` in a subprocess, SIGKILLed once checkpoint_step is saved and past_step logged,
+    then resumed with --resume to the end (one thread each, as the reference run)."""
+    config_file.write_text(yaml.safe_dump({**cfg, "out": str(run)}))
+    cmd = [sys.executable, "-m", "oelm", "train", str(config_file)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    step_dir = run / "checkpoints" / f"step_{checkpoint_step:07d}"
+    wait_for(lambda: step_dir.is_dir() and max_logged_step(run) >= past_step, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run / "results.json").exists(), "the run finished before it could be killed"
+    assert max_logged_step(run) < cfg["steps"]
+    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

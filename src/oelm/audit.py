@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -72,9 +71,6 @@ class Audit:
         """Record that a frozen tensor became trainable (a schedule): no longer fingerprinted."""
         row = self._row(name)
         row.trainable, row.fingerprint = True, None
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
     def table(self) -> str:
         """A plain-text table, one line per tensor, then the totals."""

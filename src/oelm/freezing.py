@@ -16,7 +16,7 @@ from torch import nn
 from oelm import orthogonal as ortho
 from oelm.errors import UserError
 from oelm.methods import PRETRAINED_QK, Method, get_method, select_layers, validate_method_options
-from oelm.targets import LayerTargets, Proj, attach_adapter, find_targets, layer_depths, unwrap
+from oelm.targets import LayerTargets, ModelTargets, Proj, attach_adapter, find_targets, layer_depths, unwrap
 
 # Attribute on the model recording what was applied, read by the audit.
 STATE_ATTR = "_oelm_method_state"
@@ -41,6 +41,9 @@ class MethodState:
     # Fraction of training steps the scheduled projections spend frozen: from the option f until
     # oelm.schedules.FreezeSchedule knows the step count.
     scheduled_frozen_fraction: float = 0.0
+    # The model's targets, found once by apply_method and reused by the audit, FLOP accounting,
+    # schedules and saving (the search also splits GPT-2's fused projection, so it runs once).
+    targets: ModelTargets | None = field(default=None, repr=False, compare=False)
 
     def record(self) -> dict[str, Any]:
         """The method and its options, as stored in checkpoints (enough to re-apply it)."""
@@ -175,6 +178,7 @@ def apply_method(
     names = {id(p): n for n, p in base.named_parameters()}
     real = {f"{proj.name}.weight": names[id(proj.weight)] for layer in targets.layers for _, proj in layer.by_role()}
     state.inits = {real.get(k, k): v for k, v in state.inits.items()}
+    state.targets = targets
     setattr(base, STATE_ATTR, state)
     _install_save_hook(base)
     return state

@@ -294,8 +294,14 @@ def _layer_list(model: nn.Module, family: str) -> tuple[str, nn.ModuleList]:
 
 
 def find_targets(model: nn.Module) -> ModelTargets:
-    """Locate every layer's Q/K/V/O/FFN projections (splits GPT-2's fused c_attn in place)."""
+    """Locate every layer's Q/K/V/O/FFN projections (splits GPT-2's fused c_attn in place).
+
+    A model with a method applied answers from the targets apply_method found (its MethodState).
+    """
     model = unwrap(model)
+    cached = getattr(getattr(model, "_oelm_method_state", None), "targets", None)
+    if cached is not None:
+        return cached
     family = model_family(model)
     extract = _FAMILIES[family][1]
     targets = ModelTargets(family)

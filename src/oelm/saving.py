@@ -142,7 +142,7 @@ def check_frozen(model: nn.Module, record: dict[str, Any]) -> None:
 
 def write_record(model: nn.Module, folder: str | Path) -> Path:
     """Write `oelm_method.json` for `model` into `folder`."""
-    from oelm.training.runlog import atomic_write_text
+    from oelm.io import atomic_write_text
 
     path = Path(folder) / RECORD_FILE
     atomic_write_text(path, json.dumps(method_record(model), indent=2) + "\n")
@@ -203,7 +203,7 @@ def _save_gpt(model: nn.Module, folder: Path) -> None:
     from safetensors.torch import save_model
 
     from oelm.models.gpt import GPTClassifier
-    from oelm.training.runlog import atomic_write_text
+    from oelm.io import atomic_write_text
 
     arch: dict[str, Any] = {"class": type(model).__name__, "gpt_config": dataclasses.asdict(model.config)}
     if isinstance(model, GPTClassifier):

@@ -71,6 +71,6 @@ class OELMCallback(TrainerCallback):
 
 
 def _write(path: Path, audit: Audit, check: AuditCheck) -> None:
-    from oelm.training.runlog import atomic_write_text
+    from oelm.io import atomic_write_text
 
     atomic_write_text(path, json.dumps({"start": audit.to_dict(), "check": check.to_dict()}, indent=2) + "\n")

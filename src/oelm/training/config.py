@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 section 4)
 from oelm.errors import UserError
 
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
@@ -58,7 +59,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    task: Literal["lm", "classification"] = "lm"
+    task: Literal["lm", "classification", "probe"] = "lm"
     data: str = Field(description="LM data directory (train.bin/val.bin/meta.json) or dataset spec")
     model: str = "gpt-tiny"
     model_overrides: dict[str, Any] = Field(default_factory=dict)
@@ -99,6 +100,7 @@ class TrainConfig(BaseModel):
     tensorboard: bool = True
 
     classification: ClassificationOptions | None = None
+    probe: ProbeOptions | None = None  # task probe: synthetic MQAR / induction (oelm.data.synthetic)
 
     @field_validator("method")
     @classmethod

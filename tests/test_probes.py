@@ -130,6 +130,10 @@ def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_pa
     assert any(e.get("kind") == "eval" and "accuracy" in e for e in evals)
     group = compare(load_runs([tmp_path])).groups[0]
     assert group.primary_metric == "test_answer_accuracy" and group.higher_is_better
+    from oelm.experiments.probes import probe_report
+
+    text = probe_report([tmp_path])
+    assert "### induction-v16-t16-L2-8" in text and "| oelm-freeze | 0.003 |" in text
 
 
 @pytest.mark.slow

@@ -147,3 +147,12 @@ def test_two_layer_baseline_learns_induction_above_chance(tmp_path: Path) -> Non
     # Chance is 1/16; guessing among the tokens already seen (no copying) gets about 0.25 here.
     assert res["test_answer_accuracy"] > 0.6 > 8 * res["chance_accuracy"], res["accuracy_curve"]
     assert res["steps_to_target"] is None or res["steps_to_target"] % 50 == 0
+
+
+@pytest.mark.parametrize("spec", sorted((REPO / "configs" / "probes").glob("*.yaml")), ids=lambda p: p.stem)
+def test_probe_sweep_specs_validate_and_list_the_three_arms(spec: Path) -> None:
+    from oelm.experiments.sweep import load_spec
+
+    resolved = load_spec(spec, out=Path("unused"))
+    assert resolved.base["task"] == "probe"
+    assert {"baseline", "oelm-freeze", "oelm-random"} <= set(resolved.methods)

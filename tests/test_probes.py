@@ -156,3 +156,29 @@ def test_probe_sweep_specs_validate_and_list_the_three_arms(spec: Path) -> None:
     resolved = load_spec(spec, out=Path("unused"))
     assert resolved.base["task"] == "probe"
     assert {"baseline", "oelm-freeze", "oelm-random"} <= set(resolved.methods)
+
+
+def test_head_scores_find_an_induction_pattern_and_capture_real_attention() -> None:
+    from oelm.experiments.probes import captured_attention, head_scores
+    from oelm.models.gpt import GPT, GPTConfig
+
+    opts = ProbeOptions(kind="induction", vocab=16, seq_len=12, min_period=3, max_period=5)
+    x, y = generate(opts, 8, _gen(2))
+    t = x.shape[1]
+    ideal = torch.zeros(8, 1, t, t)
+    for b in range(8):
+        period = int((y[b] == IGNORE).sum())
+        ideal[b, 0, 0, 0] = 1.0
+        for i in range(1, t):
+            ideal[b, 0, i, i - period + 1 if i >= period else i - 1] = 1.0
+    scores = head_scores([ideal], x, y)
+    assert scores["induction"][0][0] == pytest.approx(1.0)
+    uniform = torch.ones(t, t).tril()
+    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(8, 1, t, t)
+    assert head_scores([uniform], x, y)["induction"][0][0] < 0.5
+    model = GPT(GPTConfig(vocab_size=16, block_size=12, n_layer=2, n_head=2, d_model=16)).eval()
+    with torch.no_grad(), captured_attention() as maps:
+        logits, _ = model(x)
+    assert len(maps) == 2 and maps[0].shape == (8, 2, t, t)
+    assert torch.allclose(maps[0].sum(-1), torch.ones(8, 2, t)) and maps[0].triu(1).abs().max() == 0
+    assert torch.allclose(model(x)[0], logits)  # the functional is restored

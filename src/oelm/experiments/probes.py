@@ -8,15 +8,89 @@ general comparison (gaps, paired p, curves) is `oelm report` on the same directo
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
+import torch.nn.functional as F
 
 from oelm.experiments.aggregate import Arm, Group, compare
 from oelm.experiments.records import load_runs
 
 CURVE_STEPS = (100, 200, 400, 800)  # validation accuracy shown at these steps when logged
+
+
+@contextmanager
+def captured_attention() -> Iterator[list[torch.Tensor]]:
+    """Record the attention weights [B, H, T, T] of every causal scaled_dot_product_attention call.
+
+    Patching the functional (not recomputing q/k from weights) sees exactly the q and k a method
+    feeds it, including variants that add a norm, a temperature or a low-rank update.
+    """
+    maps: list[torch.Tensor] = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+        logits = (q @ k.transpose(-2, -1)).float() * (scale if scale is not None else q.shape[-1] ** -0.5)
+        t, s = logits.shape[-2:]
+        if is_causal:
+            logits = logits.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        if attn_mask is not None:
+            logits = logits + attn_mask if attn_mask.dtype != torch.bool else logits.masked_fill(~attn_mask, float("-inf"))
+        maps.append(logits.softmax(-1))
+        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+
+    F.scaled_dot_product_attention = spy
+    try:
+        yield maps
+    finally:
+        F.scaled_dot_product_attention = real
+
+
+def head_scores(maps: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, list[list[float]]]:
+    """Per layer and head: mean attention on the previous token (every t >= 1) and, at answer
+    positions, the induction score: attention mass on positions s whose previous token equals the
+    current token (where an induction head looks: the successors of earlier occurrences)."""
+    t = x.shape[1]
+    match = torch.zeros(x.shape[0], t, t, dtype=torch.bool)
+    match[:, :, 1:] = x[:, :, None] == x[:, None, :-1]  # match[b, i, s]: x[s - 1] == x[i]
+    match &= torch.ones(t, t, dtype=torch.bool).tril()
+    answers = (y != -100).float()
+    out: dict[str, list[list[float]]] = {"previous_token": [], "induction": []}
+    for att in maps:
+        prev = att[:, :, torch.arange(1, t), torch.arange(0, t - 1)].mean(dim=(0, 2))
+        mass = (att * match[:, None]).sum(-1)  # [B, H, T]
+        ind = (mass * answers[:, None]).sum(dim=(0, 2)) / answers.sum()
+        out["previous_token"].append(prev.tolist())
+        out["induction"].append(ind.tolist())
+    return out
+
+
+def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]] | None:
+    """head_scores of a finished induction run's best weights on its test set (None if n/a)."""
+    from oelm.data.synthetic import ProbeData, ProbeOptions
+    from oelm.models.gpt import GPT, GPTConfig
+    from oelm.training.checkpoint import load_weights, read_metadata
+
+    weights = run_dir / "checkpoints" / "best" / "model.safetensors"
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    opts = results.get("probe_options")
+    if not weights.is_file() or not opts or opts.get("kind") != "induction":
+        return None
+    model = GPT(GPTConfig(**json.loads(read_metadata(weights)["gpt_config"])))
+    try:
+        load_weights(model, weights)
+    except RuntimeError:  # a method that adds parameters needs its own loader
+        return None
+    x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
+    model.eval()
+    with torch.no_grad(), captured_attention() as maps:
+        model(x[:n])
+    return head_scores(maps, x[:n], y[:n])
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -48,6 +122,17 @@ def _curve(arm: Arm, step: int) -> str:
     return f"{statistics.fmean(vals):.2f}" if vals else "-"
 
 
+def _head_cells(arm: Arm) -> list[str]:
+    """Mean over seeds of the best head's induction and previous-token scores (induction probes)."""
+    scores = [run_head_scores(r.path) for r in arm.runs]
+    scores = [s for s in scores if s is not None]
+    if not scores:
+        return ["-", "-"]
+    ind = statistics.fmean(max(max(layer) for layer in s["induction"]) for s in scores)
+    prev = statistics.fmean(max(max(layer) for layer in s["previous_token"]) for s in scores)
+    return [f"{ind:.2f}", f"{prev:.2f}"]
+
+
 def group_table(group: Group) -> list[str]:
     """Markdown table of one probe."""
     runs = [r for arm in group.arms for r in arm.runs]
@@ -57,6 +142,9 @@ def group_table(group: Group) -> list[str]:
     head = ["method", "lr (val)", "test answer acc ± 95% CI (n)", "test sequence acc",
             f"seeds reaching {target:.0%} val", f"steps to {target:.0%} val per seed"]
     head += [f"val acc @{s}" for s in steps]
+    induction = group.dataset.startswith("induction")
+    if induction:
+        head += ["induction score (best head)", "previous-token score (best head)"]
     lines = [f"### {group.dataset} ({group.model}; chance {_fmt(chance)})", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm in group.arms:
@@ -66,6 +154,8 @@ def group_table(group: Group) -> list[str]:
         row = [arm.method, f"{arm.lr:g}" if arm.lr is not None else "-", _ci(arm),
                _fmt(statistics.fmean(seqs)) if seqs else "-", hits, per_seed]
         row += [_curve(arm, s) for s in steps]
+        if induction:
+            row += _head_cells(arm)
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -73,7 +163,11 @@ def group_table(group: Group) -> list[str]:
 def probe_report(paths: Sequence[str | Path]) -> str:
     """Markdown summary of every probe group found under the paths."""
     comparison = compare(load_runs(paths))
-    out = ["## Probes: answer accuracy and steps to target", ""]
+    out = ["## Probes: answer accuracy and steps to target", "",
+           "Per method at the LR chosen on validation (mean over seeds). Induction score: attention "
+           "mass a head puts, at answer positions, on positions whose previous token equals the "
+           "current one (an induction head's target); previous-token score: attention on t - 1. "
+           "Both from the best checkpoint on 128 test rows; uniform attention gives about 0.1 here.", ""]
     for group in comparison.groups:
         if group.task != "probe":
             continue

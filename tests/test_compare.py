@@ -1,4 +1,4 @@
-"""`oelm compare` with a tiny budget: data prepared on the fly, table printed, report written."""
+"""`oelm compare`: presets stored as data, a tiny run end to end, and the closing reading."""
 
 from __future__ import annotations
 
@@ -6,29 +6,68 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from oelm.cli import main
-from oelm.experiments.compare import compare_spec
+from oelm.errors import UserError
+from oelm.experiments.compare import apply_overrides, compare_spec, load_preset, preset_names
 from oelm.experiments.sweep import spec_from_dict
 
 
-def test_compare_spec_gives_every_method_the_same_budget_and_grid(tmp_path: Path) -> None:
-    spec = spec_from_dict(compare_spec(out=tmp_path, seeds=(0, 1), steps=40))
+def test_presets_ship_as_data_and_resolve_to_fair_sweeps(tmp_path: Path) -> None:
+    assert {"quick", "full"} <= set(preset_names())
+    quick = load_preset("quick")
+    assert quick.device == "cpu" and quick.model == "gpt-tiny" and quick.test_fraction >= 0.1
+    assert load_preset("full").model == "gpt-medium-512"
+    spec = spec_from_dict(compare_spec(quick, tmp_path))
     runs = spec.runs()
-    assert len(runs) == 3 * 3 * 2
-    assert {r.config["steps"] for r in runs} == {40}
-    assert {tuple(a["lr"]) for a in spec.methods.values()} == {(3e-4, 1e-3, 3e-3)}
+    grids = {m: tuple(g.lr) for m, g in quick.methods.items()}
+    assert len(runs) == sum(len(g) for g in grids.values()) * len(quick.seeds)
+    assert {r.config["steps"] for r in runs} == {quick.steps}
+    assert {m: tuple(a["lr"]) for m, a in spec.methods.items()} == grids
+    for grid in grids.values():  # each grid is centred: its middle LR is not an edge
+        assert len(grid) >= 3
+    assert spec.prepare["test_fraction"] == quick.test_fraction
+
+
+def test_a_preset_file_is_all_it_takes_to_change_the_regime(tmp_path: Path) -> None:
+    raw = yaml.safe_load(Path(load_preset.__globals__["PRESET_DIR"], "quick.yaml").read_text())
+    raw.update(steps=77, methods={"baseline": {"lr": [5e-3]}, "oelm-freeze": {"lr": [2e-3, 4e-3]}})
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    spec = spec_from_dict(compare_spec(load_preset(path), tmp_path / "out"))
+    assert {r.config["steps"] for r in spec.runs()} == {77}
+    assert spec.methods["oelm-freeze"]["lr"] == [2e-3, 4e-3]
+    with pytest.raises(UserError, match="unknown compare preset 'nope'"):
+        load_preset("nope")
+    path.write_text(yaml.safe_dump({**raw, "stepz": 3}))
+    with pytest.raises(UserError, match="invalid compare preset"):
+        load_preset(path)
+    with pytest.raises(UserError, match="no LR grid"):
+        apply_overrides(load_preset("quick"), methods=["oelm-global"])
 
 
 @pytest.mark.slow
 def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tiny = {**load_preset("quick").model_dump(exclude={"name"}), "max_docs": 12, "steps": 4,
+            "batch_size": 2, "seq_len": 32, "eval_batches": 4, "seeds": [0, 1, 2],
+            "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}}}
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(yaml.safe_dump(tiny))
     out = tmp_path / "cmp"
-    code = main(["compare", "--out", str(out), "--steps", "4", "--lrs", "1e-3", "--seq-len", "32",
-                 "--batch-size", "2", "--methods", "baseline", "oelm-freeze", "--parallel", "2"])
+    code = main(["compare", "--preset", str(preset), "--out", str(out), "--parallel", "2"])
     assert code == 0
     text = capsys.readouterr().out
     assert "oelm-freeze" in text and "report:" in text
+    # The output ends with the plain-language reading, generated from the records.
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("In plain words:") and "oelm-freeze reached test_perplexity" in last
+    assert "baseline's time" in last and "theoretical saving" in last and "Test-set noise" in last
     assert (out / "data" / "meta.json").is_file()
     report = json.loads((out / "report" / "report.json").read_text())
     arms = {a["method"]: a for a in report["groups"][0]["arms"]}
     assert set(arms) == {"baseline", "oelm-freeze"} and arms["oelm-freeze"]["frozen_params"] > 0
+    assert arms["baseline"]["noise"]["test_se"] > 0 and arms["oelm-freeze"]["power"]["n"] == 3
+    md = (out / "report" / "report.md").read_text().rstrip()
+    assert md.endswith(report["groups"][0]["reading"])
+    assert "--seeds" in md or not arms["oelm-freeze"]["power"]["underpowered"]

@@ -143,6 +143,7 @@ def test_hub_source_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "validation": datasets.Dataset.from_dict({"text": ["val doc"]}),
     })
     calls = []
+    monkeypatch.setattr("oelm.hub.require_hub", lambda *a, **k: None)  # a fake hub, reachable
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or dsd)
     meta = prepare_lm("someone/corpus:cfg", "byte", tmp_path / "hub", workers=1, verbose=False)
     assert calls == [("someone/corpus", "cfg")] and meta["source"] == "someone/corpus:cfg"

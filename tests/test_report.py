@@ -12,7 +12,7 @@ from scipy import stats as sps
 
 from oelm.cli import main
 from oelm.errors import UserError
-from oelm.experiments import records
+from oelm.experiments import records, stats
 from oelm.experiments.report import write_report
 
 # test perplexity and best_val_loss per (method, lr, seed); chosen LRs: baseline 1e-3, oelm 3e-3
@@ -62,7 +62,7 @@ def lm_sweep(tmp_path: Path) -> Path:
                      theoretical_saving=0.05 if method != "baseline" else 0.0,
                      curve=[val + 0.3, val])
     # A diverged run at the otherwise best-looking LR of oelm-random: that LR must not be chosen.
-    make_run(tmp_path, "oelm-random", 1e-2, 0, test_perplexity=float("nan"), best_val_loss=1.0)
+    make_run(tmp_path, "oelm-random", 1e-2, 0, test_perplexity=4.5, best_val_loss=float("nan"))
     make_run(tmp_path, "oelm-random", 1e-2, 1, test_perplexity=4.0, best_val_loss=1.1)
     make_run(tmp_path, "oelm-random", 1e-3, 0, test_perplexity=6.0, best_val_loss=1.9)
     # An unfinished run: config and metrics, no results.json.
@@ -168,3 +168,24 @@ def test_budget_warning_compares_arms_seed_by_seed(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "unfair" / "report.json").read_text())
     warning = next(w for w in report["groups"][0]["warnings"] if "unequal budgets" in w)
     assert "seed 0" in warning and "seed 1" not in warning
+
+
+def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> None:
+    ppl = {"baseline": [10.0, 10.4, 9.8], "oelm-freeze": [10.3, 10.1, 10.2]}  # gaps +3%, -2.9%, +4.1%
+    for method, values in ppl.items():
+        for seed, v in enumerate(values):
+            make_run(tmp_path, method, 1e-3, seed, test_perplexity=v, best_val_loss=2.0)
+    md_path, comp = write_report([tmp_path], extend="oelm sweep my.yaml --seeds {seeds}")
+    arm = comp.groups[0].arms[1]
+    gaps = np.array(ppl["oelm-freeze"]) / np.array(ppl["baseline"]) * 100 - 100
+    d = stats.min_detectable_effect_size(3)
+    assert arm.power.mde == pytest.approx(d * gaps.std(ddof=1))
+    assert arm.power.underpowered
+    md = md_path.read_text()
+    assert f"cannot distinguish a gap below {arm.power.mde:.2f}%" in md
+    n = stats.seeds_needed(gaps.mean() / gaps.std(ddof=1))
+    assert f"needs about {n} seeds (`oelm sweep my.yaml --seeds $(seq 0 {n - 1})`" in md
+    assert "no difference" not in md.replace("not evidence of no difference", "").replace(
+        "never 'no difference'", "")
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert _arm(report, "oelm-freeze")["power"]["underpowered"] is True

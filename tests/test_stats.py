@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from scipy import stats as sps
 
@@ -63,3 +64,46 @@ def test_metric_direction() -> None:
     assert not stats.is_higher_better("test_perplexity") and not stats.is_higher_better("best_val_loss")
     with pytest.raises(ValueError):
         stats.is_higher_better("step_time")
+
+
+# ---- power: reference values of G*Power / statsmodels TTestPower (one-sample = paired t,
+# two-sided alpha 0.05, power 0.8) -----------------------------------------------------------
+@pytest.mark.parametrize("n, d", [(10, 0.9960), (20, 0.6604), (30, 0.5292)])
+def test_min_detectable_effect_size_matches_reference_tables(n: int, d: float) -> None:
+    from oelm.experiments.stats import min_detectable_effect_size, paired_power
+
+    assert min_detectable_effect_size(n) == pytest.approx(d, abs=5e-4)
+    assert paired_power(d, n) == pytest.approx(0.8, abs=2e-3)
+
+
+@pytest.mark.parametrize("d, n", [(0.2, 199), (0.5, 34), (0.8, 15), (1.0, 10)])
+def test_seeds_needed_matches_reference_tables(d: float, n: int) -> None:
+    from oelm.experiments.stats import paired_power, seeds_needed
+
+    assert seeds_needed(d) == n
+    assert paired_power(d, n) >= 0.8 > paired_power(d, n - 1)
+
+
+def test_mde_has_the_promised_power_by_simulation() -> None:
+    """At the MDE of 5 seeds, a simulated paired t-test rejects about 80% of the time."""
+    from scipy import stats as sps
+
+    from oelm.experiments.stats import min_detectable_effect_size
+
+    n, sims = 5, 20000
+    d = min_detectable_effect_size(n)
+    diffs = np.random.default_rng(0).normal(d, 1.0, size=(sims, n))
+    p = sps.ttest_1samp(diffs, 0.0, axis=1).pvalue
+    assert np.mean(p < 0.05) == pytest.approx(0.8, abs=0.015)
+
+
+def test_power_analysis_flags_an_observed_gap_below_the_mde() -> None:
+    from oelm.experiments.stats import min_detectable_effect_size, power_analysis
+
+    gaps = [2.0, -1.0, 1.5]  # mean 0.83%, SD 1.61%
+    pw = power_analysis(gaps)
+    assert pw.mde == pytest.approx(min_detectable_effect_size(3) * np.std(gaps, ddof=1))
+    assert pw.underpowered and pw.seeds_for_observed > 3
+    clear = power_analysis([10.0, 10.5, 9.5, 10.2])
+    assert not clear.underpowered and clear.seeds_for_observed <= 4
+    assert power_analysis([1.0]).mde is None

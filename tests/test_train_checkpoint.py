@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
+from oelm.errors import UserError
 from oelm.training import checkpoint as ckpt
 
 
@@ -40,15 +42,24 @@ def test_save_prune_latest_and_reload(tmp_path: Path) -> None:
 def test_best_and_resolve(tmp_path: Path) -> None:
     model = Tied()
     ckpt.save_checkpoint(tmp_path / "checkpoints", 3, model, {}, {}, keep_last=1)
-    assert ckpt.resolve_checkpoint(tmp_path, "best").parent.name == "step_0000003"  # no best yet
+    with pytest.raises(UserError, match="no 'best' checkpoint.*--checkpoint last"):
+        ckpt.resolve_checkpoint(tmp_path, "best")  # no silent fallback to the latest step
+    assert ckpt.resolve_checkpoint(tmp_path, "last").parent.name == "step_0000003"
+    with pytest.raises(UserError, match="steps saved: 3"):
+        ckpt.resolve_checkpoint(tmp_path, "7")
     ckpt.save_best(tmp_path / "checkpoints", model, {"val_loss": 1.5})
     assert ckpt.resolve_checkpoint(tmp_path, "best").parent.name == "best"
     assert ckpt.resolve_checkpoint(tmp_path, "3").parent.name == "step_0000003"
     assert not list((tmp_path / "checkpoints" / "best").glob(".*"))  # no temp file left behind
 
 
-def test_rng_state_roundtrip() -> None:
-    state = ckpt.rng_state()
-    a = torch.rand(3)
-    ckpt.set_rng_state(state)
-    assert torch.equal(a, torch.rand(3))
+def test_rng_state_roundtrip(tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+
+    torch.save(ckpt.rng_state(), tmp_path / "rng.pt")
+    a = (torch.rand(3), np.random.rand(3), random.random())
+    ckpt.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))  # plain data, safe to load
+    b = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]

@@ -19,9 +19,12 @@ from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
 
 @pytest.mark.slow  # torchrun starts two Python processes
-def test_two_process_gloo_matches_single_process(tmp_path: Path) -> None:
+# oelm-unfreeze: Q/K join the optimizer and DDP mid-run (the wrapper is rebuilt at the switch).
+@pytest.mark.parametrize("method", ["oelm-freeze", "oelm-unfreeze"])
+def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) -> None:
     data = synthetic_lm_dir(tmp_path / "data")
-    cfg = tiny_config(data, tmp_path / "ddp", steps=12, batch_size=4, eval_every=6, checkpoint_every=0)
+    cfg = tiny_config(data, tmp_path / "ddp", steps=12, batch_size=4, eval_every=6, checkpoint_every=0,
+                      method=method)
     config_file = tmp_path / "ddp.yaml"
     config_file.write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

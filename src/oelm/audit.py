@@ -46,13 +46,32 @@ class Audit:
     method: str
     rows: list[AuditRow] = field(default_factory=list)
     totals: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # the method's validated options
+    schedule: dict | None = None  # oelm.schedules.FreezeSchedule.summary() when the method has one
 
     @property
     def fingerprints(self) -> dict[str, str]:
         return {r.name: r.fingerprint for r in self.rows if r.fingerprint is not None}
 
     def to_dict(self) -> dict:
-        return {"family": self.family, "method": self.method, "totals": self.totals, "rows": [asdict(r) for r in self.rows]}
+        out = {"family": self.family, "method": self.method, "options": self.options, "totals": self.totals,
+               "rows": [asdict(r) for r in self.rows]}
+        if self.schedule is not None:
+            out["schedule"] = self.schedule
+        return out
+
+    def _row(self, name: str) -> AuditRow:
+        return next(r for r in self.rows if r.name == name)
+
+    def set_frozen(self, name: str, fp: str) -> None:
+        """Record that a tensor became frozen (a schedule) with its fingerprint at that moment."""
+        row = self._row(name)
+        row.trainable, row.fingerprint = False, fp
+
+    def set_trainable(self, name: str) -> None:
+        """Record that a frozen tensor became trainable (a schedule): no longer fingerprinted."""
+        row = self._row(name)
+        row.trainable, row.fingerprint = True, None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -88,8 +107,14 @@ def _roles(model: nn.Module) -> dict[int, str]:
 
 
 def _other_roles(model: nn.Module) -> dict[int, str]:
+    from oelm.adapters import iter_adapters
+
     out: dict[int, str] = {}
+    adapters = {id(a) for _, a in iter_adapters(model)}
     for module in model.modules():
+        if id(module) in adapters:  # added by a method: its own role, whatever its class name
+            out.update({id(p): "adapter" for p in module.parameters()})
+            continue
         kind = None
         if isinstance(module, nn.Embedding):
             kind = "embedding"
@@ -110,11 +135,14 @@ def audit_model(model: nn.Module) -> Audit:
         family = model_family(base)
     except UserError:
         family = type(base).__name__
-    audit = Audit(family, state.method.name if state else "none")
+    audit = Audit(family, state.method.name if state else "none", options=dict(state.options) if state else {})
     default_init = "default" if family == "oelm-gpt" else "model-default"
     for name, p in base.named_parameters(remove_duplicate=True):
+        role = roles.get(id(p), "head")
         init = (state.inits.get(name) if state else None) or default_init
-        row = AuditRow(name, list(p.shape), p.numel(), roles.get(id(p), "head"), p.requires_grad, init)
+        if role == "adapter":
+            init = f"{state.method.adapter} adapter" if state else "adapter"
+        row = AuditRow(name, list(p.shape), p.numel(), role, p.requires_grad, init)
         if not p.requires_grad:
             row.fingerprint = fingerprint(p)
         audit.rows.append(row)
@@ -192,6 +220,8 @@ def verify_audit(model: nn.Module, audit: Audit, optimizer: torch.optim.Optimize
             problems.append(f"{name}: frozen tensor changed during training")
     if optimizer is not None:
         problems += _check_optimizer(params, optimizer)
+    if audit.schedule is not None:
+        problems += audit.schedule.get("problems", [])
     return AuditCheck(not problems, problems, len(audit.fingerprints))
 
 

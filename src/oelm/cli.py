@@ -11,9 +11,16 @@ import sys
 COMMANDS: list[str] = ["methods", "params", "report", "prepare", "train", "sample", "sweep", "compare"]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (problem + where to look), exit code 2, no usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="oelm",
         description="Orthogonal ELM Transformers: frozen head-wise orthogonal Q/K, compared fairly.",
     )
@@ -26,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `oelm` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a bad flag (2, one line already printed)
+        return int(stop.code or 0)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

@@ -26,36 +26,65 @@ def _output_head_numel(model: nn.Module) -> int:
     return head.weight.numel() if head is not None else 0
 
 
-def forward_flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """Forward matmul FLOPs per token: layer projections, attention core, per-token output head."""
+def adapter_flops_per_token(model: nn.Module) -> float:
+    """Forward matmul FLOPs per token of the adapters a method added (e.g. a low-rank update)."""
+    from oelm.adapters import iter_adapters
+
+    return float(sum(a.flops_per_token() for _, a in iter_adapters(unwrap(model))))
+
+
+def forward_flops_per_token(model: nn.Module, seq_len: int, adapters: bool = True) -> float:
+    """Forward matmul FLOPs per token: layer projections, attention core, output head (+ adapters)."""
     total = 0.0
     for layer in find_targets(model).layers:
         for _, proj in layer.by_role():
             total += 2 * proj.weight.numel()
         d_attn = layer.q.shape_out_in[0]
         total += 2 * 2 * seq_len * d_attn
+    total += adapter_flops_per_token(model) if adapters else 0.0
     return total + 2 * _output_head_numel(model)
 
 
+def _scheduled_fractions(model: nn.Module) -> dict[str, float]:
+    """Projection name -> fraction of steps it is frozen, for projections a schedule switches."""
+    from oelm.freezing import method_state
+
+    state = method_state(model)
+    if state is None or not state.scheduled:
+        return {}
+    return {name: state.scheduled_frozen_fraction for name in state.scheduled}
+
+
 def frozen_weight_grad_flops_per_token(model: nn.Module) -> float:
-    """Weight-gradient FLOPs per token that frozen layer projections do not spend."""
+    """Weight-gradient FLOPs per token that frozen layer projections do not spend.
+
+    A projection under a schedule counts for the fraction of the steps it spends frozen (the
+    saving averaged over the run), whatever its state at the moment of the call.
+    """
+    scheduled = _scheduled_fractions(model)
     saved = 0.0
     for layer in find_targets(model).layers:
         for _, proj in layer.by_role():
-            if not proj.weight.requires_grad:
+            if proj.name in scheduled:
+                saved += 2 * proj.weight.numel() * scheduled[proj.name]
+            elif not proj.weight.requires_grad:
                 saved += 2 * proj.weight.numel()
     return saved
 
 
 def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """Theoretical forward+backward FLOPs per token under the model's current freezing."""
+    """Theoretical forward+backward FLOPs per token under the method (adapters and schedule included)."""
     return 3 * forward_flops_per_token(model, seq_len) - frozen_weight_grad_flops_per_token(model)
 
 
 def theoretical_saving(model: nn.Module, seq_len: int) -> float:
-    """Fraction of training FLOPs a method saves relative to training every tensor."""
-    full = 3 * forward_flops_per_token(model, seq_len)
-    return frozen_weight_grad_flops_per_token(model) / full
+    """Fraction of the training FLOPs of full training (no adapters) that the method saves.
+
+    Added adapters count as extra cost (forward, input and weight gradients), so a low-rank
+    update lowers the saving; a schedule's saving is averaged over the steps.
+    """
+    full = 3 * forward_flops_per_token(model, seq_len, adapters=False)
+    return 1.0 - training_flops_per_token(model, seq_len) / full
 
 
 def executed_flops(step: Callable[[], None]) -> int:

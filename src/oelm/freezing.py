@@ -8,14 +8,15 @@ DDP does not all-reduce it. No gradient masks or hooks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from oelm import orthogonal as ortho
 from oelm.errors import UserError
-from oelm.methods import PRETRAINED_QK, Method, get_method
-from oelm.targets import LayerTargets, Proj, find_targets, unwrap
+from oelm.methods import PRETRAINED_QK, Method, get_method, select_layers, validate_method_options
+from oelm.targets import LayerTargets, Proj, attach_adapter, find_targets, layer_depths, unwrap
 
 # Attribute on the model recording what was applied, read by the audit.
 STATE_ATTR = "_oelm_method_state"
@@ -23,17 +24,27 @@ STATE_ATTR = "_oelm_method_state"
 
 @dataclass
 class MethodState:
-    """What apply_method did: the method, the seed, and per-parameter init and frozen flags."""
+    """What apply_method did: the method, its options, the seed, per-parameter init and frozen flags."""
 
     method: Method
     seed: int
     qk_init: str | None
     family: str
+    options: dict[str, Any] = field(default_factory=dict)  # validated, defaults filled in
+    layers: list[int] = field(default_factory=list)  # layer indices the method touched
     inits: dict[str, str] = field(default_factory=dict)  # parameter name -> init used
     orthogonal_heads: dict[str, int] = field(default_factory=dict)  # frozen orthogonal weight -> n_heads
     # For weights on the meta device (parameter counting without memory): the orthogonality
     # error of the values that were written, in the parameter's dtype.
     meta_orthogonality: dict[str, float] = field(default_factory=dict)
+    scheduled: list[str] = field(default_factory=list)  # projection names a schedule switches
+    # Fraction of training steps the scheduled projections spend frozen: from the option f until
+    # oelm.schedules.FreezeSchedule knows the step count.
+    scheduled_frozen_fraction: float = 0.0
+
+    def record(self) -> dict[str, Any]:
+        """The method and its options, as stored in checkpoints (enough to re-apply it)."""
+        return {"method": self.method.name, "method_options": dict(self.options), "method_seed": self.seed}
 
 
 def _new_qk(method: Method, layer: LayerTargets, role: str, proj: Proj, seed: int, qk_init: str | None) -> tuple[torch.Tensor | None, str]:
@@ -70,48 +81,100 @@ def _check_qk_init(method: Method, qk_init: str | None) -> None:
         )
 
 
-def _freeze(proj: Proj) -> None:
+def freeze_projection(proj: Proj) -> None:
+    """Take a projection's weight and bias out of the optimization."""
     for _, p in proj.params():
         p.requires_grad_(False)
         p.grad = None
 
 
-def apply_method(model: nn.Module, method: str | Method, seed: int = 0, qk_init: str | None = None) -> MethodState:
-    """Initialize and freeze Q/K (and FFN) of `model` in place as `method` says.
+def unfreeze_projection(proj: Proj) -> None:
+    """Put a projection's weight and bias back into the optimization."""
+    for _, p in proj.params():
+        p.requires_grad_(True)
+
+
+def _init_qk(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None) -> None:
+    for role, proj in (("q", layer.q), ("k", layer.k)):
+        if role not in m.init:
+            continue
+        new, init = _new_qk(m, layer, role, proj, seed, qk_init)
+        if new is not None:
+            proj.set(new)
+        state.inits[f"{proj.name}.weight"] = init
+        # A late-freeze schedule trains them first: no orthogonality claim at the start.
+        if role in m.freeze and "orthogonal" in init and m.schedule != "late-freeze":
+            n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
+            state.orthogonal_heads[proj.name] = n_heads
+            if new is not None and proj.weight.device.type == "meta":
+                err = ortho.orthogonality_error(new.to(proj.weight.dtype), n_heads)
+                state.meta_orthogonality[proj.name] = err
+
+
+def _attach_adapters(m: Method, layer: LayerTargets, state: MethodState, seed: int) -> None:
+    from oelm.adapters import adapter_class, make_adapter
+
+    roles = adapter_class(m.adapter).roles
+    extra = {k: v for k, v in state.options.items() if k not in ("qk_init", "layers")}
+    for role, proj in (("q", layer.q), ("k", layer.k)):
+        if role not in roles:
+            continue
+        n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
+        n_rows, d_in = proj.shape_out_in
+        gen = ortho.make_generator(seed, layer.index, role, m.adapter)
+        adapter = make_adapter(m.adapter, n_heads, n_rows // n_heads, d_in, proj.weight, gen, extra)
+        attach_adapter(proj, adapter)
+
+
+def _apply_to_layer(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None) -> None:
+    if m.changes_qk:
+        _init_qk(m, layer, state, seed, qk_init)
+    for i, proj in enumerate(layer.ffn):
+        if m.ffn_init == "orthogonal":
+            gen = ortho.make_generator(seed, layer.index, "ffn", i)
+            proj.set(ortho.global_orthogonal(*proj.shape_out_in, gen))
+            state.inits[f"{proj.name}.weight"] = "global-orthogonal"
+    for role, proj in layer.by_role():
+        if role not in m.freeze:
+            continue
+        if m.schedule is not None:
+            state.scheduled.append(proj.name)
+        if m.schedule != "late-freeze":  # late-freeze starts trainable
+            freeze_projection(proj)
+    if m.adapter is not None:
+        _attach_adapters(m, layer, state, seed)
+
+
+def apply_method(
+    model: nn.Module, method: str | Method, seed: int = 0, qk_init: str | None = None, **options: Any
+) -> MethodState:
+    """Initialize, freeze and extend `model` in place as `method` says (options: method_options).
 
     qk_init (pretrained models): None/"reinit" = the method's own init, "orthogonalize" = QR of
     each pretrained head block (keeps its row space), "keep" = pretrained weights as they are.
     """
     m = get_method(method)
+    if qk_init is not None:
+        options["qk_init"] = qk_init
+    opts = validate_method_options(m, options)
+    qk_init = opts["qk_init"]
     _check_qk_init(m, qk_init)
     base = unwrap(model)
     if hasattr(base, STATE_ATTR):
         raise UserError("a method was already applied to this model; build a fresh model first")
     targets = find_targets(base)
-    state = MethodState(m, seed, qk_init, targets.family)
+    layers = select_layers(opts["layers"], len(targets.layers))
+    state = MethodState(m, seed, qk_init, targets.family, opts, layers)
+    if m.schedule is not None:
+        f = opts["f"]
+        state.scheduled_frozen_fraction = 1.0 - f if m.schedule == "late-freeze" else f
     for layer in targets.layers:
-        if m.changes_qk:
-            for role, proj in (("q", layer.q), ("k", layer.k)):
-                new, init = _new_qk(m, layer, role, proj, seed, qk_init)
-                if new is not None:
-                    proj.set(new)
-                state.inits[f"{proj.name}.weight"] = init
-                if m.freeze_qk and "orthogonal" in init:
-                    n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
-                    state.orthogonal_heads[proj.name] = n_heads
-                    if new is not None and proj.weight.device.type == "meta":
-                        err = ortho.orthogonality_error(new.to(proj.weight.dtype), n_heads)
-                        state.meta_orthogonality[proj.name] = err
-        if m.freeze_qk:
-            _freeze(layer.q)
-            _freeze(layer.k)
-        for i, proj in enumerate(layer.ffn):
-            if m.ffn_init == "orthogonal":
-                gen = ortho.make_generator(seed, layer.index, "ffn", i)
-                proj.set(ortho.global_orthogonal(*proj.shape_out_in, gen))
-                state.inits[f"{proj.name}.weight"] = "global-orthogonal"
-            if m.freeze_ffn:
-                _freeze(proj)
+        if layer.index in layers:
+            _apply_to_layer(m, layer, state, seed, qk_init)
+    # Key inits by the real parameter names (GPT-2's split Q is `c_attn.q_weight`, not `c_attn.q.weight`).
+    names = {id(p): n for n, p in base.named_parameters()}
+    real = {f"{proj.name}.weight": names[id(proj.weight)] for layer in targets.layers for _, proj in layer.by_role()}
+    state.inits = {real.get(k, k): v for k, v in state.inits.items()}
     setattr(base, STATE_ATTR, state)
     return state
 
@@ -126,11 +189,46 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: decay on trainable tensors with ndim >= 2, none on the rest; frozen excluded."""
-    decay = [p for p in trainable_parameters(model) if p.ndim >= 2]
-    no_decay = [p for p in trainable_parameters(model) if p.ndim < 2]
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+def optimizer_groups(model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0) -> list[dict]:
+    """AdamW groups: decay on trainable tensors with ndim >= 2, none on the rest; frozen excluded.
+
+    layer_lr_decay < 1 scales the learning rate by decay**(n_layers + 1 - depth) (embeddings at
+    depth 0, layer i at i + 1, head and final norm at full LR), one group pair per depth (key
+    "lr_scale"). The group structure depends on all parameters, not on which are trainable, so
+    a schedule can refill the same groups (`sync_optimizer`).
+    """
+    if layer_lr_decay == 1.0:
+        return [
+            {"params": [p for p in model.parameters() if p.requires_grad and p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in model.parameters() if p.requires_grad and p.ndim < 2], "weight_decay": 0.0},
+        ]
+    depths, n = layer_depths(model)
+    groups: dict[tuple[int, bool], dict] = {}
+    for p in model.parameters():
+        key = (depths[id(p)], p.ndim >= 2)
+        g = groups.setdefault(key, {"params": [], "weight_decay": weight_decay if key[1] else 0.0,
+                                    "lr_scale": layer_lr_decay ** (n + 1 - key[0])})
+        if p.requires_grad:
+            g["params"].append(p)
+    return [groups[k] for k in sorted(groups)]
+
+
+def scale_group_lrs(groups: list[dict], lr: float) -> list[dict]:
+    """Set each group's lr to lr * its lr_scale (groups without a scale keep the optimizer's lr)."""
+    for g in groups:
+        if "lr_scale" in g:
+            g["lr"] = lr * g["lr_scale"]
+    return groups
+
+
+def sync_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, weight_decay: float,
+                   layer_lr_decay: float = 1.0) -> None:
+    """Refill the optimizer's groups with the currently trainable parameters; drop others' state."""
+    fresh = optimizer_groups(model, weight_decay, layer_lr_decay)
+    if len(fresh) != len(optimizer.param_groups):
+        raise RuntimeError("optimizer groups changed structure; build them with optimizer_groups")
+    for group, new in zip(optimizer.param_groups, fresh):
+        group["params"] = new["params"]
+    held = {id(p) for g in fresh for p in g["params"]}
+    for p in [p for p in optimizer.state if id(p) not in held]:
+        del optimizer.state[p]

@@ -15,14 +15,14 @@ def _builtin_hf_config(name: str):
     """Configs known offline: they equal transformers' class defaults."""
     import transformers
 
-    known = {
-        "bert-base-uncased": transformers.BertConfig,
-        "google-bert/bert-base-uncased": transformers.BertConfig,
-        "gpt2": transformers.GPT2Config,
-        "openai-community/gpt2": transformers.GPT2Config,
+    known = {  # class names, looked up only when matched (each lookup imports a model module)
+        "bert-base-uncased": "BertConfig",
+        "google-bert/bert-base-uncased": "BertConfig",
+        "gpt2": "GPT2Config",
+        "openai-community/gpt2": "GPT2Config",
     }
     factory = known.get(name)
-    return factory() if factory else None
+    return getattr(transformers, factory)() if factory else None
 
 
 def resolve_hf_config(model: str):
@@ -43,6 +43,9 @@ def resolve_hf_config(model: str):
         if not (path / "config.json").is_file():
             raise UserError(f"{path} has no config.json; point to a Hugging Face model folder")
         return transformers.AutoConfig.from_pretrained(str(path))
+    from oelm.hub import require_hub
+
+    require_hub(model, "model", f"pass a preset ({', '.join(PRESETS)}) or a local config.json or model folder")
     try:
         return transformers.AutoConfig.from_pretrained(model)
     except OSError as err:

@@ -26,6 +26,11 @@ class Proj:
     weight: nn.Parameter
     bias: nn.Parameter | None = None
     transposed: bool = False  # stored [in, out] (Conv1D)
+    module: nn.Module | None = None  # the module computing this projection's output
+    # How an adapter wraps the output: "hook" (forward hook on module), "native" (our GPT's
+    # SelfAttention._adapt reads module.oelm_adapter) or "split" (SplitQKV applies its part's).
+    adapter_via: str = "hook"
+    part: str | None = None  # q, k or v inside a SplitQKV
 
     def get(self) -> torch.Tensor:
         """The weight as [out, in] (a view)."""
@@ -98,10 +103,41 @@ class SplitQKV(nn.Module):
         parts = [
             torch.addmm(getattr(self, f"{p}_bias"), flat, getattr(self, f"{p}_weight")) for p in "qkv"
         ]
+        adapters = self._modules.get("oelm_adapter")
+        if adapters is not None:
+            parts = [adapters[p](flat, y) if p in adapters else y for p, y in zip("qkv", parts)]
         return torch.cat(parts, dim=-1).view(*x.shape[:-1], self.nf)
+
+    def add_adapter(self, part: str, adapter: nn.Module) -> None:
+        """Apply `adapter` to the q, k or v part's output (state keys `oelm_adapter.<part>.*`)."""
+        if "oelm_adapter" not in self._modules:
+            self.oelm_adapter = nn.ModuleDict()
+        self.oelm_adapter[part] = adapter
 
     def extra_repr(self) -> str:
         return f"nf={self.nf}, nx={self.nx} (split into q/k/v)"
+
+
+def attach_adapter(proj: Proj, adapter: nn.Module) -> None:
+    """Make `adapter(x, y)` wrap the output y of a projection, as submodule `oelm_adapter`.
+
+    The original weights keep their state-dict keys; the adapter's appear beside them.
+    """
+    module = proj.module
+    if module is None:
+        raise UserError(f"{proj.name}: this family's extractor gives no module to attach an adapter to")
+    if proj.adapter_via == "split":
+        module.add_adapter(proj.part, adapter)
+        return
+    if "oelm_adapter" in module._modules:
+        raise UserError(f"{proj.name} already has an adapter")
+    module.oelm_adapter = adapter
+    if proj.adapter_via == "hook":
+        module.register_forward_hook(_adapter_hook)
+
+
+def _adapter_hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    return module.oelm_adapter(args[0], output)
 
 
 def _fuse_state_dict(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
@@ -119,14 +155,14 @@ def _split_state_dict(module: nn.Module, state_dict: dict, prefix: str, *args) -
                 state_dict[f"{prefix}{p}_{kind}"] = chunk
 
 
-def _lin(name: str, module: nn.Module) -> Proj:
+def _lin(name: str, module: nn.Module, via: str = "hook") -> Proj:
     """A Proj over an nn.Linear (or any module with [out, in] weight and optional bias)."""
-    return Proj(name, module.weight, getattr(module, "bias", None))
+    return Proj(name, module.weight, getattr(module, "bias", None), module=module, adapter_via=via)
 
 
 def _conv(name: str, module: nn.Module) -> Proj:
     """A Proj over a GPT-2 Conv1D ([in, out] weight)."""
-    return Proj(name, module.weight, module.bias, transposed=True)
+    return Proj(name, module.weight, module.bias, transposed=True, module=module)
 
 
 # ---- one extractor per family: (layer name, layer module, model config) -> LayerTargets ----
@@ -137,9 +173,9 @@ def _oelm_gpt(name: str, layer: nn.Module, cfg) -> LayerTargets:
     p = f"{name}.attn"
     return LayerTargets(
         0,
-        _lin(f"{p}.q_proj", a.q_proj),
-        _lin(f"{p}.k_proj", a.k_proj),
-        _lin(f"{p}.v_proj", a.v_proj),
+        _lin(f"{p}.q_proj", a.q_proj, "native"),
+        _lin(f"{p}.k_proj", a.k_proj, "native"),
+        _lin(f"{p}.v_proj", a.v_proj, "native"),
         _lin(f"{p}.o_proj", a.o_proj),
         [_lin(f"{name}.mlp.fc_in", m.fc_in), _lin(f"{name}.mlp.fc_out", m.fc_out)],
         cfg.n_head,
@@ -180,7 +216,10 @@ def _gpt2(name: str, layer: nn.Module, cfg) -> LayerTargets:
     if not isinstance(attn.c_attn, SplitQKV):
         attn.c_attn = SplitQKV(attn.c_attn)
     c = attn.c_attn
-    q, k, v = (Proj(f"{p}.c_attn.{x}", getattr(c, f"{x}_weight"), getattr(c, f"{x}_bias"), True) for x in "qkv")
+    q, k, v = (
+        Proj(f"{p}.c_attn.{x}", getattr(c, f"{x}_weight"), getattr(c, f"{x}_bias"), True, c, "split", x)
+        for x in "qkv"
+    )
     mlp = [_conv(f"{name}.mlp.c_fc", layer.mlp.c_fc), _conv(f"{name}.mlp.c_proj", layer.mlp.c_proj)]
     return LayerTargets(0, q, k, v, _conv(f"{p}.c_proj", attn.c_proj), mlp, cfg.n_head, cfg.n_head)
 
@@ -241,20 +280,38 @@ def model_family(model: nn.Module) -> str:
     )
 
 
+def _layer_list(model: nn.Module, family: str) -> tuple[str, nn.ModuleList]:
+    """(qualified name, ModuleList) of the transformer layers of a model of `family`."""
+    suffix = _FAMILIES[family][0]
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) and (name == suffix or name.endswith("." + suffix)):
+            return name, module
+    raise UserError(f"found no transformer layers named '*{suffix}' in this {family} model")
+
+
 def find_targets(model: nn.Module) -> ModelTargets:
     """Locate every layer's Q/K/V/O/FFN projections (splits GPT-2's fused c_attn in place)."""
     model = unwrap(model)
     family = model_family(model)
-    suffix, extract = _FAMILIES[family]
-    cfg = model.config
+    extract = _FAMILIES[family][1]
     targets = ModelTargets(family)
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and (name == suffix or name.endswith("." + suffix)):
-            for i, layer in enumerate(module):
-                lt = extract(f"{name}.{i}", layer, cfg)
-                lt.index = i
-                targets.layers.append(lt)
-            break
-    if not targets.layers:
-        raise UserError(f"found no transformer layers named '*{suffix}' in this {family} model")
+    name, layers = _layer_list(model, family)
+    for i, layer in enumerate(layers):
+        lt = extract(f"{name}.{i}", layer, model.config)
+        lt.index = i
+        targets.layers.append(lt)
     return targets
+
+
+def layer_depths(model: nn.Module) -> tuple[dict[int, int], int]:
+    """(parameter id -> depth, n_layers): embeddings 0, layer i at i + 1, the rest n_layers + 1."""
+    model = unwrap(model)
+    _, layers = _layer_list(model, model_family(model))
+    n = len(layers)
+    depth = {id(p): n + 1 for p in model.parameters()}
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            depth.update({id(p): 0 for p in module.parameters()})
+    for i, layer in enumerate(layers):
+        depth.update({id(p): i + 1 for p in layer.parameters()})
+    return depth, n

@@ -21,5 +21,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     width = max(len(m.name) for m in methods)
     for m in methods:
-        print(f"{m.name:<{width}}  {m.summary}")
+        own = ", ".join(f"{o.name}={o.default}" for o in m.options)
+        print(f"{m.name:<{width}}  {m.summary}" + (f"  [{own}]" if own else ""))
+    print("\nEvery method takes method_options.layers (all | lower-half | upper-half | every-other | [i, ...]) "
+          "and method_options.qk_init (pretrained models: reinit | orthogonalize | keep).")
     return 0

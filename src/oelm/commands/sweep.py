@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     outcome = run_sweep(spec, parallel=args.parallel, report=not args.no_report, threads=args.threads)
     if outcome.comparison is not None:
-        print_summary(outcome.comparison)
+        print_summary(outcome.comparison, spec.extend)
         print(f"report: {outcome.report}")
     print(f"{len(outcome.trained)} trained, {len(outcome.skipped)} already finished, "
           f"{len(outcome.failed)} failed in {outcome.wall_time:.0f} s")

@@ -6,50 +6,62 @@ import argparse
 import json
 from typing import Any
 
-# flag -> (TrainConfig field, type); store_true flags have type None.
-FLAGS: dict[str, tuple[str, Any]] = {
-    "--task": ("task", str),
-    "--data": ("data", str),
-    "--model": ("model", str),
-    "--method": ("method", str),
-    "--steps": ("steps", int),
-    "--batch-size": ("batch_size", int),
-    "--grad-accum": ("grad_accum", int),
-    "--seq-len": ("seq_len", int),
-    "--lr": ("lr", float),
-    "--warmup": ("warmup", int),
-    "--schedule": ("schedule", str),
-    "--min-lr-ratio": ("min_lr_ratio", float),
-    "--weight-decay": ("weight_decay", float),
-    "--clip": ("clip", float),
-    "--eval-every": ("eval_every", int),
-    "--eval-batches": ("eval_batches", int),
-    "--checkpoint-every": ("checkpoint_every", int),
-    "--keep-last": ("keep_last", int),
-    "--log-every": ("log_every", int),
-    "--seed": ("seed", int),
-    "--out": ("out", str),
-    "--device": ("device", str),
-    "--dtype": ("dtype", str),
-    "--resume": ("resume", None),
-    "--overwrite": ("overwrite", None),
-    "--compile": ("compile", None),
-    "--no-progress": ("progress", None),
-    # classification (dotted fields reach nested sections)
-    "--dataset": ("data", str),
-    "--data-dir": ("classification.data_dir", str),
-    "--eval-dataset": ("classification.eval_dataset", str),
-    "--eval-data-dir": ("classification.eval_data_dir", str),
-    "--max-length": ("classification.max_length", int),
-    "--tokenizer": ("classification.tokenizer", str),
-    "--epochs": ("classification.epochs", float),
-    "--max-train": ("classification.max_train", int),
-    "--max-eval": ("classification.max_eval", int),
-    "--qk-init": ("method_options.qk_init", str),
+from oelm.cli import Parser
+
+# Flags that are not a config field's own name (kept for the study's habits).
+ALIASES: dict[str, tuple[str, str]] = {
+    "--dataset": ("data", "classification dataset name (same as --data)"),
+    "--qk-init": ("method_options.qk_init", "Q/K initializer of the method (method_options.qk_init)"),
 }
+# Fields set only in YAML or as key=value (structured values).
+_NO_FLAG = {"model_overrides", "method_options", "betas", "text_fields", "dataset"}
 
 
-class _IntermixedParser(argparse.ArgumentParser):
+def _scalar(annotation: Any) -> tuple[Any, list[str] | None] | None:
+    """(argparse type, choices) of a field's annotation, or None when it takes no flag."""
+    import typing
+
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Literal:
+        return str, [str(a) for a in typing.get_args(annotation)]
+    if args and typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return _scalar(args[0]) if len(args) == 1 else None
+    if annotation in (int, float, str, bool):
+        return annotation, None
+    if typing.get_origin(annotation) is list:  # comma-separated on the command line
+        return str, None
+    return None
+
+
+def config_flags() -> list[tuple[str, str, Any, list[str] | None, str, Any]]:
+    """(flag, dotted field, type, choices, help, default) for every flag-able TrainConfig field.
+
+    Generated from the pydantic models, so a new field gets its flag and help text for free.
+    """
+    from oelm.training.config import ClassificationOptions, TrainConfig
+
+    flags = []
+    top = set(TrainConfig.model_fields)
+    sections = [("", TrainConfig), ("classification.", ClassificationOptions)]
+    for prefix, model in sections:
+        for name, info in model.model_fields.items():
+            if name in _NO_FLAG or (prefix and name in top):
+                continue
+            kind = _scalar(info.annotation)
+            if kind is None:
+                continue
+            flag = "--" + name.replace("_", "-")
+            if kind[0] is bool and info.default is True:
+                flag = "--no-" + name.replace("_", "-")
+            text = info.description or ""
+            if flag.startswith("--no-"):
+                text = f"turn off: {text}"
+            default = "(required)" if info.is_required() else info.get_default(call_default_factory=True)
+            flags.append((flag, prefix + name, kind[0], kind[1], text, default))
+    return flags
+
+
+class _IntermixedParser(Parser):
     """Lets `key=value` items and flags interleave (`c.yaml --lr 1e-3 seed=2`).
 
     Plain argparse stops filling a nargs='*' positional at the first flag; the intermixed parser
@@ -77,12 +89,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "then key=value overrides (dots reach nested fields, e.g. model_overrides.n_layer=2). "
         "Multi-process: torchrun --nproc_per_node N -m oelm train ...",
     )
-    p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key=value")
-    for flag, (field, kind) in FLAGS.items():
-        if kind is None:
-            p.add_argument(flag, dest=field, action="store_true", default=None)
-        else:
-            p.add_argument(flag, dest=field, type=kind, default=None, metavar=field.split(".")[-1].upper())
+    p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key=value",
+                   help="an optional YAML config, then key=value overrides")
+    for flag, field, kind, choices, text, default in config_flags():
+        if kind is bool:
+            p.add_argument(flag, dest=field, action="store_true", default=None, help=text)
+            continue
+        shown = "" if default is None or default == [] or "default" in text else f" (default {default})"
+        shown = " (required here or in CONFIG.yaml)" if default == "(required)" else shown
+        p.add_argument(flag, dest=field, type=kind, default=None, choices=choices,
+                       metavar=None if choices else field.split(".")[-1].upper(), help=text + shown)
+    for flag, (field, text) in ALIASES.items():
+        p.add_argument(flag, dest=field, type=str, default=None, metavar=field.split(".")[-1].upper(), help=text)
     p.add_argument(
         "--scale",
         default=None,
@@ -93,79 +111,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _read_config_file(path: str, scale: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(TrainConfig keys, study meta keys) of a YAML; study configs get their scale applied."""
+def config_from_args(args: argparse.Namespace):
+    """Resolve the config from CONFIG.yaml, --scale, the flags and key=value items (validated once)."""
     from oelm.errors import UserError
-    from oelm.experiments.study import META_KEYS, SCALES_KEY, load_study_config, split_study_config
-    from oelm.training.config import load_yaml
+    from oelm.experiments.resolve import resolve_config
 
-    raw = load_yaml(path)
-    if not any(k in raw for k in (*META_KEYS, SCALES_KEY)):
-        if scale is not None:
-            raise UserError(f"--scale {scale} given, but {path} has no 'scales' section")
-        return raw, {}
-    return split_study_config(load_study_config(path, scale))
-
-
-def config_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
-    """The raw config dict (YAML + flags), the key=value overrides and study meta keys."""
-    from oelm.errors import UserError
-
-    raw: dict[str, Any] = {}
-    meta: dict[str, Any] = {}
-    overrides: list[str] = []
-    files = 0
-    for item in args.items:
-        if "=" in item:
-            overrides.append(item)
-        elif files:
-            raise UserError(f"more than one config file given ({item!r}); merge them or use key=value")
-        else:
-            files += 1
-            raw, meta = _read_config_file(item, getattr(args, "scale", None))
-    if getattr(args, "scale", None) is not None and not files:
-        raise UserError("--scale needs a study config file, e.g. oelm train configs/study/gpt-01.yaml --scale smoke")
-    for field, _ in FLAGS.values():
+    files = [item for item in args.items if "=" not in item]
+    overrides = [item for item in args.items if "=" in item]
+    if len(files) > 1:
+        raise UserError(f"more than one config file given ({files[1]!r}); merge them or use key=value")
+    negated = {field for flag, field, *_ in config_flags() if flag.startswith("--no-")}
+    fields = [f for _, f, *_ in config_flags()] + [f for f, _ in ALIASES.values()]
+    flags = {}
+    for field in fields:
         value = getattr(args, field, None)
         if value is not None:
-            *parents, leaf = field.split(".")
-            node = raw
-            for part in parents:
-                if not isinstance(node.get(part), dict):
-                    node[part] = {}
-                node = node[part]
-            node[leaf] = (not value) if field == "progress" else value
-    return raw, overrides, meta
-
-
-def _ensure_data(raw: dict[str, Any], overrides: list[str], meta: dict[str, Any]) -> None:
-    """Build a study config's LM data directory from its `prepare` recipe when it is missing."""
-    import os
-    import time
-    from pathlib import Path
-
-    from oelm.experiments.prepare import ensure_lm_data
-    from oelm.training.config import apply_overrides
-
-    cfg = apply_overrides(dict(raw), overrides)
-    if "prepare" not in meta or cfg.get("task", "lm") != "lm" or not cfg.get("data"):
-        return
-    meta_file = Path(cfg["data"]) / "meta.json"
-    if int(os.environ.get("RANK", "0")) == 0:
-        ensure_lm_data(meta["prepare"], cfg["data"], verbose=True)
-        return
-    while not meta_file.is_file():  # other ranks wait for rank 0 under torchrun
-        time.sleep(1.0)
+            flags[field] = (not value) if field in negated else value
+    return resolve_config(files[0] if files else None, getattr(args, "scale", None), flags, overrides)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Validate the config, train, and print where the results are."""
-    from oelm.training.config import make_config
+    """Validate the config, prepare a study config's data if missing, train, print where the results are."""
+    from oelm.experiments.prepare import ensure_run_data
     from oelm.training.loop import train
 
-    raw, overrides, meta = config_from_args(args)
-    _ensure_data(raw, overrides, meta)
-    cfg = make_config(raw, overrides)
+    resolved = config_from_args(args)
+    cfg = resolved.config
+    ensure_run_data(cfg, resolved.meta)
     results = train(cfg)
     if args.json:
         print(json.dumps(results, indent=2))

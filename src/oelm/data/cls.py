@@ -124,6 +124,11 @@ def _load_registered(spec: DatasetSpec, data_dir: Path | None, hub_loader: Calla
         return _Loaded(splits, plan, spec.split_names, list(spec.label_names), f"local:{data_dir}",
                        spec.eval_split, {})
     wanted = _plan_splits(spec.hub_plan) | {spec.eval_split}
+    if hub_loader is None:  # the real hub (tests pass their own loader)
+        from oelm.hub import require_hub
+
+        files = ", ".join(f for f, _ in spec.local_files.values())
+        require_hub(spec.hub[0], "dataset", f"pass --data-dir with the official files ({files})")
     try:
         splits = load_hub_splits(*spec.hub, sorted(wanted), len(spec.label_names), loader=hub_loader)
     except UserError:

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
 from oelm.errors import UserError
+from oelm.io import atomic_write_json
 
 SPLITS = ("train", "val", "test")
 BUILTIN_SOURCES = ("builtin:python-docs",)
@@ -44,25 +45,45 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def read_meta(data_dir: str | os.PathLike) -> dict:
-    """Read DIR/meta.json written by `oelm prepare lm`."""
+    """Read and check DIR/meta.json written by `oelm prepare lm` (a bad file is a UserError)."""
+    from oelm.io import read_json_object
+
     path = Path(data_dir) / "meta.json"
+    fix = f"re-run `oelm prepare lm SOURCE --tokenizer TOK --out {data_dir} --overwrite`"
     if not path.is_file():
         raise UserError(
             f"no LM data at {str(data_dir)!r} (meta.json missing); run "
             f"`oelm prepare lm SOURCE --tokenizer TOK --out {data_dir}` first"
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    meta = read_json_object(path, fix)
+    ok = (
+        isinstance(meta.get("splits"), dict)
+        and all(isinstance(v, int) and v >= 0 for v in meta["splits"].values())
+        and isinstance(meta.get("vocab_size"), int) and meta["vocab_size"] > 0
+        and meta.get("dtype") in ("uint16", "uint32")
+    )
+    if not ok:
+        raise UserError(f"{str(path)!r} is corrupt (needs splits, vocab_size, dtype uint16/uint32); {fix}")
+    return meta
 
 
 def load_lm_split(data_dir: str | os.PathLike, split: str) -> np.memmap:
-    """Open one split of a prepared LM directory as a read-only token memmap."""
+    """Open one split of a prepared LM directory as a read-only token memmap (size checked)."""
     meta = read_meta(data_dir)
     if split not in meta["splits"]:
         raise UserError(f"{str(data_dir)!r} has no {split!r} split; it has {sorted(meta['splits'])}")
     path = Path(data_dir) / f"{split}.bin"
+    fix = f"re-run `oelm prepare lm ... --out {data_dir} --overwrite`"
     if not path.is_file():
-        raise UserError(f"{str(path)!r} is missing; re-run `oelm prepare lm ... --out {data_dir} --overwrite`")
-    return np.memmap(path, dtype=np.dtype(meta["dtype"]), mode="r")
+        raise UserError(f"{str(path)!r} is missing; {fix}")
+    dtype = np.dtype(meta["dtype"])
+    expected = meta["splits"][split] * dtype.itemsize
+    if path.stat().st_size != expected or expected == 0:
+        raise UserError(
+            f"{str(path)!r} holds {path.stat().st_size} bytes but meta.json promises {expected} "
+            f"(truncated, empty or from another preparation); {fix}"
+        )
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 def prepare_lm(
@@ -128,7 +149,10 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         return
     what = ""
     if (out / "meta.json").is_file():
-        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+        from oelm.io import read_json
+
+        meta = read_json(out / "meta.json") or {}
+        meta = meta if isinstance(meta, dict) else {}
         what = f" (LM data from {meta.get('source')!r} with tokenizer {meta.get('tokenizer')!r})"
     raise UserError(
         f"--out {str(out)!r} already exists and is not empty{what}; pass --overwrite or pick another folder"
@@ -318,6 +342,9 @@ def _holdout_info(fraction: float, seed: int, n_val: int, n_total: int) -> dict:
 def _hub_splits(name: str, config: str | None, text_field: str, max_docs: int | None,
                 fraction: float, seed: int) -> tuple[dict, dict, dict | None]:
     """Load a Hugging Face dataset; map its splits to train/val/test; hold out val if needed."""
+    from oelm.hub import require_hub
+
+    require_hub(name, "dataset", "use a local text file, folder or .jsonl instead (oelm prepare lm PATH ...)")
     import datasets
 
     try:
@@ -445,6 +472,4 @@ def _publish(out: Path, temps: dict[str, Path], meta: dict) -> None:
             (out / name).unlink(missing_ok=True)  # a stale split from an earlier preparation
     for split, tmp in temps.items():
         os.replace(tmp, out / f"{split}.bin")
-    meta_tmp = out / f".meta.json.tmp-{os.getpid()}"
-    meta_tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    os.replace(meta_tmp, out / "meta.json")
+    atomic_write_json(out / "meta.json", meta)

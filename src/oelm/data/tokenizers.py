@@ -251,6 +251,9 @@ def _read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
 
 def _from_hub_name(name: str) -> Tokenizer:
     """A Hugging Face hub tokenizer (cached or downloaded)."""
+    from oelm.hub import require_hub
+
+    require_hub(name, "model", "pass a local tokenizer folder (with tokenizer.json) or --tokenizer byte")
     try:
         return _from_auto_tokenizer(name, name)
     except UserError as err:

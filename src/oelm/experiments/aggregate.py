@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oelm.experiments import stats
-from oelm.experiments.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord
+from oelm.experiments.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord, heldout_note
 from oelm.experiments.study import StudyNumbers
 
 BASELINE = "baseline"
@@ -27,8 +27,24 @@ class LrCell:
 
     @property
     def eligible(self) -> bool:
-        """An LR where a seed collapsed or diverged is chosen only if every LR did."""
-        return not any(r.status == COLLAPSED for r in self.excluded)
+        """A setting where a seed collapsed, diverged or failed its freeze check is chosen only
+        if every setting has such a seed (all decided on validation and the audit)."""
+        return not any(r.status in (COLLAPSED, INVALID) for r in self.excluded)
+
+
+@dataclass
+class Noise:
+    """Test-set noise of one arm next to its seed-to-seed spread, in the same units."""
+
+    metric: str  # what both are measured on (test_loss for LMs, heldout_accuracy for classifiers)
+    test_se: float  # standard error from the finite test set (mean over the arm's seeds)
+    seed_sd: float | None  # standard deviation of that metric over seeds
+    test_size: int | None  # windows or examples in the test set
+
+    @property
+    def ratio(self) -> float | None:
+        """test_se / seed_sd: well below 1 means seeds, not the test set, dominate the noise."""
+        return None if not self.seed_sd else self.test_se / self.seed_sd
 
 
 @dataclass
@@ -51,6 +67,8 @@ class Arm:
     gap_paired: stats.Summary | None = None
     delta: float | None = None
     test: stats.PairedTest | None = None
+    power: stats.Power | None = None  # MDE of the paired gap (%), at this arm's number of seeds
+    noise: Noise | None = None  # test-set noise next to seed noise
     step_time_ratio: float | None = None
     study: dict[str, Any] | None = None
 
@@ -67,6 +85,8 @@ class Group:
     arms: list[Arm]
     baseline: str | None
     warnings: list[str] = field(default_factory=list)
+    # Runs of the chosen settings whose held-out numbers look wrong: shown, never used to select.
+    heldout_notes: list[tuple[RunRecord, str]] = field(default_factory=list)
 
     @property
     def higher_is_better(self) -> bool:
@@ -163,7 +183,7 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
         for r in chosen_runs
         if r.seed is not None and (v := _num(r.results.get(primary))) is not None
     }
-    return Arm(
+    arm = Arm(
         method=method,
         lr=chosen.lr if chosen else None,
         setting=chosen.setting if chosen else None,
@@ -179,6 +199,35 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
         frozen_params=_first(chosen_runs, "frozen_params"),
         theoretical_saving=_saving(chosen_runs),
     )
+    arm.noise = _noise(chosen_runs)
+    return arm
+
+
+def _noise(runs: list[RunRecord]) -> Noise | None:
+    """Standard error of the test metric from the test set's size, next to the seed SD.
+
+    LMs record the SE of the test loss over test windows; for classifiers the binomial SE
+    sqrt(p(1-p)/n) of held-out accuracy over n examples is used.
+    """
+    ses, values, sizes = [], [], []
+    for run in runs:
+        res = run.results
+        if _num(res.get("test_loss_se")) is not None and _num(res.get("test_loss")) is not None:
+            metric = "test_loss"
+            ses.append(float(res["test_loss_se"]))
+            values.append(float(res["test_loss"]))
+            sizes.append(_num(res.get("test_windows")))
+        elif (acc := _num(res.get("heldout_accuracy"))) is not None and _num(res.get("heldout_examples")):
+            metric = "heldout_accuracy"
+            n = float(res["heldout_examples"])
+            ses.append(math.sqrt(acc * (1 - acc) / n))
+            values.append(acc)
+            sizes.append(n)
+    if not ses:
+        return None
+    size = sizes[0]
+    return Noise(metric, float(sum(ses) / len(ses)), stats.summarize(values).std,
+                 int(size) if size is not None else None)
 
 
 def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
@@ -187,9 +236,9 @@ def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
         arm.gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
         arm.delta = arm.primary.mean - base.primary.mean
     if arm is not base:
-        arm.gap_paired = stats.summarize(
-            stats.paired_gaps(arm.by_seed, base.by_seed, higher_is_better)
-        )
+        gaps = stats.paired_gaps(arm.by_seed, base.by_seed, higher_is_better)
+        arm.gap_paired = stats.summarize(gaps)
+        arm.power = stats.power_analysis(gaps)
         arm.test = stats.paired_test(arm.by_seed, base.by_seed)
     if arm.step_time.mean and base.step_time.mean:
         arm.step_time_ratio = arm.step_time.mean / base.step_time.mean
@@ -234,6 +283,16 @@ def _edge_warnings(arms: list[Arm]) -> list[str]:
     return warnings
 
 
+def _invalid_warnings(runs: list[RunRecord]) -> list[str]:
+    """Name every run whose freeze check failed: its arm did not run the method it claims."""
+    bad = [r for r in runs if r.status == INVALID]
+    if not bad:
+        return []
+    shown = ", ".join(f"{r.method} {r.setting} seed {r.seed}" for r in bad)
+    return [f"{len(bad)} run(s) failed their freeze check and are excluded (their settings are "
+            f"ineligible): {shown}"]
+
+
 def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     """Baseline first, then the rest alphabetically."""
     return sorted(methods, key=lambda m: (m != baseline, m))
@@ -248,7 +307,8 @@ def _group(
         by_method[run.method or "?"].append(run)
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None)
-    group.warnings = _budget_warnings(arms) + _edge_warnings(arms)
+    group.warnings = _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms)
+    group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
     if group.primary_metric.startswith("val_"):
         group.warnings.append(
             f"{group.primary_metric} is measured on the validation split that chose the LR (the "

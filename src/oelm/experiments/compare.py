@@ -1,51 +1,138 @@
-"""`oelm compare`: the quickstart: tiny GPTs under baseline / oelm-freeze / oelm-random, fairly."""
+"""`oelm compare`: the quickstart: GPTs under each method, fairly, in a regime stored as a preset.
+
+A preset (`presets/<name>.yaml` in this package, or any YAML file) holds the whole regime: data,
+tokenizer, hold-out fractions, model, budget, per-method LR grids, seeds. Changing the regime
+means editing that file; nothing here hard-codes it.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from oelm.errors import UserError
+from oelm.training.config import format_validation
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import spec_from_dict
 
-DEFAULT_METHODS = ("baseline", "oelm-freeze", "oelm-random")
-DEFAULT_LRS = (3e-4, 1e-3, 3e-3)
+PRESET_DIR = Path(__file__).with_name("presets")
+DEFAULT_PRESET = "quick"
 DEFAULT_OUT = "runs/compare"
 
 
-def compare_spec(
-    out: str | Path = DEFAULT_OUT,
-    data: str = "builtin:python-docs",
-    tokenizer: str = "byte",
-    model: str = "gpt-tiny",
-    methods: Sequence[str] = DEFAULT_METHODS,
-    seeds: Sequence[int] = (0, 1, 2),
-    steps: int = 100,
-    lrs: Sequence[float] = DEFAULT_LRS,
-    batch_size: int = 8,
-    seq_len: int = 128,
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """The sweep spec of the quickstart: same budget and LR grid for every method."""
+class ArmGrid(BaseModel):
+    """One method's learning-rate grid."""
+
+    model_config = ConfigDict(extra="forbid")
+    lr: list[float] = Field(min_length=1)
+
+
+class ComparePreset(BaseModel):
+    """A quickstart regime: everything `oelm compare` trains and how."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = ""
+    description: str = ""
+    data: str
+    tokenizer: str
+    val_fraction: float = Field(default=0.05, gt=0, lt=1)
+    test_fraction: float = Field(gt=0, lt=1)
+    split_seed: int = 0
+    max_docs: int | None = Field(default=None, gt=0)
+    model: str
+    steps: int = Field(gt=0)
+    batch_size: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    warmup_fraction: float = Field(default=0.1, ge=0, lt=1)  # of steps, so --steps keeps the shape
+    evals: int = Field(default=4, gt=0)  # periodic validation evaluations per run
+    eval_batches: int = Field(default=64, gt=0)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    seeds: list[int] = Field(min_length=1)
+    methods: dict[str, ArmGrid] = Field(min_length=1)
+
+
+def preset_names() -> list[str]:
+    """Presets shipped with the package."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str | Path) -> ComparePreset:
+    """A shipped preset by name, or a preset YAML file by path; UserError naming the problem."""
+    from oelm.training.config import load_yaml
+
+    path = Path(name)
+    if not (path.suffix in (".yaml", ".yml") and path.is_file()):
+        path = PRESET_DIR / f"{name}.yaml"
+        if not path.is_file():
+            raise UserError(f"unknown compare preset {str(name)!r}; choose one of "
+                            f"{', '.join(preset_names())} or pass a preset YAML file")
+    raw = load_yaml(path)
+    try:
+        return ComparePreset(**{"name": path.stem, **raw})
+    except (ValidationError, TypeError) as err:
+        raise UserError(format_validation(err, f"compare preset {path}") if isinstance(err, ValidationError) else f"compare preset {path} is not valid: {err}") from None
+
+
+def apply_overrides(preset: ComparePreset, methods: Sequence[str] | None = None,
+                    lrs: Sequence[float] | None = None, **fields: Any) -> ComparePreset:
+    """The preset with command-line values (None = keep) replacing its own."""
+    data = preset.model_dump()
+    data.update({k: v for k, v in fields.items() if v is not None})
+    grids = data["methods"]
+    if methods:
+        missing = [m for m in methods if m not in grids and not lrs]
+        if missing:
+            raise UserError(f"preset {preset.name!r} has no LR grid for {missing}; add --lrs or "
+                            f"pick from {sorted(grids)}")
+        grids = {m: grids.get(m, {"lr": list(lrs or [])}) for m in methods}
+    if lrs:
+        grids = {m: {"lr": [float(x) for x in lrs]} for m in grids}
+    data["methods"] = grids
+    try:
+        return ComparePreset(**data)
+    except ValidationError as err:
+        raise UserError(format_validation(err, "compare options")) from None
+
+
+def compare_spec(preset: ComparePreset, out: str | Path = DEFAULT_OUT) -> dict[str, Any]:
+    """The sweep spec of a preset: the same budget for every method, each with its own LR grid."""
     out = Path(out)
-    data_dir = out / "data"
+    p = preset
     return {
-        "name": "compare",
+        "name": f"compare-{p.name}" if p.name else "compare",
         "out": out.as_posix(),
-        # A seeded test hold-out (for sources without one): LRs are chosen on validation and
-        # perplexity is reported on documents no choice has seen.
-        "prepare": {"source": data, "tokenizer": tokenizer, "test_fraction": 0.05},
+        # Seeded validation and test hold-outs (for sources without them): LRs are chosen on
+        # validation and perplexity is reported on documents no choice has seen.
+        "prepare": {"source": p.data, "tokenizer": p.tokenizer, "val_fraction": p.val_fraction,
+                    "test_fraction": p.test_fraction, "seed": p.split_seed,
+                    **({"max_docs": p.max_docs} if p.max_docs else {})},
         "config": {
-            "task": "lm", "data": data_dir.as_posix(), "model": model, "steps": steps,
-            "batch_size": batch_size, "seq_len": seq_len, "warmup": max(1, steps // 10),
-            "eval_every": max(1, steps // 4), "eval_batches": 8, "final_eval_batches": 16,
-            "checkpoint_every": 0, "device": device, "tensorboard": False, "log_every": 10,
+            "task": "lm", "data": (out / "data").as_posix(), "model": p.model, "steps": p.steps,
+            "batch_size": p.batch_size, "seq_len": p.seq_len,
+            "warmup": max(1, round(p.warmup_fraction * p.steps)),
+            "eval_every": max(1, p.steps // p.evals), "eval_batches": p.eval_batches,
+            "final_eval_batches": None, "checkpoint_every": 0, "device": p.device,
+            "dtype": p.dtype, "tensorboard": False, "log_every": 10, "progress": False,
         },
-        "methods": {m: {"lr": [float(x) for x in lrs]} for m in methods},
-        "seeds": [int(s) for s in seeds],
+        "methods": {m: {"lr": list(grid.lr)} for m, grid in p.methods.items()},
+        "seeds": list(p.seeds),
     }
+
+
+def default_out(preset: ComparePreset) -> Path:
+    """runs/compare/<preset>: presets never share (and so never clash in) one sweep directory."""
+    return Path(DEFAULT_OUT) / (preset.name or "custom")
+
+
+def extend_command(preset_arg: str, out: Path | None) -> str:
+    """The `oelm compare` call that adds seeds to this comparison ({seeds} filled in later)."""
+    cmd = "oelm compare" + ("" if preset_arg == DEFAULT_PRESET else f" --preset {preset_arg}")
+    return cmd + " --seeds {seeds}" + (f" --out {out.as_posix()}" if out else "")
 
 
 def default_parallel(device: str = "cpu") -> tuple[int, int | None]:
@@ -59,10 +146,23 @@ def default_parallel(device: str = "cpu") -> tuple[int, int | None]:
     return max(1, min(4, os.cpu_count() or 1)), 1
 
 
-def run_compare(progress: bool = True, parallel: int | None = None, threads: int | None = None,
-                **kwargs: Any) -> SweepOutcome:
-    """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report."""
-    spec = spec_from_dict(compare_spec(**kwargs))
-    auto_parallel, auto_threads = default_parallel(kwargs.get("device", "cpu"))
+def run_compare(preset: ComparePreset, out: str | Path | None = None, progress: bool = True,
+                parallel: int | None = None, threads: int | None = None,
+                extend: str | None = None) -> SweepOutcome:
+    """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report.
+
+    report.md ends with the plain-language reading (see `oelm.experiments.reading`).
+    """
+    from oelm.errors import UserError
+    from oelm.experiments.reading import reading_lines
+
+    if (parallel is not None and parallel < 1) or (threads is not None and threads < 1):
+        raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
+
+    out_dir = Path(out) if out else default_out(preset)
+    spec = spec_from_dict(compare_spec(preset, out_dir))
+    if extend:
+        spec.extend = extend
+    auto_parallel, auto_threads = default_parallel(preset.device)
     return run_sweep(spec, parallel=parallel or auto_parallel, progress=progress,
-                     threads=threads or auto_threads)
+                     threads=threads or auto_threads, epilogue=reading_lines)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,33 @@ def _stage_files(files: dict[str, str], staging: Path) -> Path:
     return staging
 
 
+def wait_for_file(path: Path, timeout_s: float, poll_s: float = 1.0) -> None:
+    """Non-zero ranks wait for rank 0 to prepare the data, but not forever (rank 0 may have failed)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"waited {timeout_s:.0f} s for rank 0 to prepare {str(path)!r}; see rank 0's error, or "
+                "prepare the data first with `oelm prepare lm` (OELM_DATA_WAIT_S sets the wait)"
+            )
+        time.sleep(poll_s)
+
+
+def ensure_run_data(cfg: Any, meta: dict[str, Any], verbose: bool = True) -> None:
+    """Build a study config's LM data directory from its `prepare` recipe when it is missing.
+
+    Under torchrun rank 0 prepares; the other ranks wait for its meta.json (with a time limit).
+    """
+    if "prepare" not in meta or cfg.task != "lm" or not cfg.data:
+        return
+    if int(os.environ.get("RANK", "0")) == 0:
+        ensure_lm_data(meta["prepare"], cfg.data, verbose=verbose)
+        return
+    wait_for_file(Path(cfg.data) / "meta.json", float(os.environ.get("OELM_DATA_WAIT_S", "3600")))
+
+
 def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool = False) -> Path:
     """Prepare `data_dir` from the recipe unless it already holds prepared data; return it."""
     out = Path(data_dir)
@@ -55,16 +81,18 @@ def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool =
 
 def _rename_source(data_dir: Path, name: str) -> None:
     """Record a readable dataset name in meta.json (reports group and title tables by it)."""
-    path = data_dir / "meta.json"
-    meta = json.loads(path.read_text(encoding="utf-8"))
+    from oelm.data.lm import read_meta
+    from oelm.io import atomic_write_json
+
+    meta = read_meta(data_dir)
     meta["source_files"], meta["source"] = meta["source"], name
-    tmp = path.with_name("meta.json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_json(data_dir / "meta.json", meta)
 
 
 def data_summary(data_dir: str | Path) -> str:
     """One line describing a prepared LM directory (source, tokenizer, split sizes)."""
-    meta = json.loads((Path(data_dir) / "meta.json").read_text(encoding="utf-8"))
+    from oelm.data.lm import read_meta
+
+    meta = read_meta(data_dir)
     splits = ", ".join(f"{k} {v:,}" for k, v in meta["splits"].items())
-    return f"{meta['source']} / {meta['tokenizer']} tokenizer: {splits} tokens"
+    return f"{meta.get('source')} / {meta.get('tokenizer')} tokenizer: {splits} tokens"

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from oelm.errors import UserError
+from oelm.io import read_json
 
 COMPLETE = "complete"
 INCOMPLETE = "incomplete"
@@ -137,10 +138,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from a file, or None if absent or unreadable."""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+    obj = read_json(path)
     return obj if isinstance(obj, dict) else None
 
 
@@ -154,21 +152,37 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def classify(results: dict[str, Any] | None) -> tuple[str, str]:
-    """Status of a run from its results.json: (status, reason)."""
+    """Status of a run from its results.json: (status, reason), decided on validation only.
+
+    A failed freeze check comes first (the arm did not run its method, whatever else happened);
+    then divergence (a non-finite validation selection metric) and collapse (chance-level
+    validation accuracy). Held-out numbers never change the status: they are what is reported.
+    """
     if results is None:
         return INCOMPLETE, "no results.json"
     if results.get("status") != COMPLETE:
         return INCOMPLETE, f"status is {results.get('status')!r}"
-    if results.get("collapsed") is True:
-        return COLLAPSED, "collapsed: true (chance-level predictions)"
-    primary = results.get("primary_metric")
-    value = results.get(primary) if primary else None
-    if primary and (not isinstance(value, (int, float)) or not math.isfinite(value)):
-        return COLLAPSED, f"{primary} is {value!r} (diverged)"
     check = results.get("freeze_check")
     if isinstance(check, dict) and check.get("ok") is False:
-        return INVALID, "freeze check failed"
+        return INVALID, "freeze check failed: the run did not train its method as specified"
+    selection = results.get("selection_metric")
+    value = results.get(selection) if selection else None
+    if selection and (not isinstance(value, (int, float)) or not math.isfinite(value)):
+        return COLLAPSED, f"{selection} is {value!r} (diverged on validation)"
+    if results.get("collapsed") is True:
+        return COLLAPSED, "collapsed: true (chance-level validation predictions)"
     return COMPLETE, ""
+
+
+def heldout_note(results: dict[str, Any]) -> str:
+    """What is wrong with a run's held-out numbers ('' if nothing): information, never selection."""
+    if results.get("heldout_collapsed") is True:
+        return "chance-level held-out predictions (heldout_collapsed: true)"
+    primary = results.get("primary_metric")
+    value = results.get(primary) if primary else None
+    if primary and value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
+        return f"{primary} is {value!r}"
+    return ""
 
 
 def load_run(path: str | Path) -> RunRecord:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from oelm.experiments import plots
@@ -15,6 +15,7 @@ from oelm.experiments.aggregate import BASELINE, Arm, Comparison, Group, compare
 from oelm.experiments.records import RunRecord, load_runs
 from oelm.experiments.stats import Summary
 from oelm.experiments.study import StudyNumbers
+from oelm.io import atomic_write_text
 
 NA = "n/a"
 
@@ -73,6 +74,63 @@ def fmt_p(arm: Arm, group: Group) -> str:
     return text
 
 
+SWEEP_EXTEND = "oelm sweep SPEC.yaml --seeds {seeds}"  # how a report's reader adds seeds
+
+
+def seeds_arg(n: int) -> str:
+    """Seeds 0..n-1 as `--seeds` arguments (a `seq` call when the list is long)."""
+    return " ".join(str(i) for i in range(n)) if n <= 8 else f"$(seq 0 {n - 1})"
+
+
+def _significant(arm: Arm) -> bool:
+    """Whether the paired t-test rejects equal means at the power analysis' alpha."""
+    test, pw = arm.test, arm.power
+    return bool(test and test.p_value is not None and pw and test.p_value < pw.alpha)
+
+
+def fmt_mde(arm: Arm, group: Group) -> str:
+    """Minimum detectable gap at this number of seeds, flagged when the observed gap is below it."""
+    if arm.method == group.baseline:
+        return "—"
+    pw = arm.power
+    if pw is None or pw.mde is None:
+        return f"n/a ({pw.n if pw else 0} paired seeds)"
+    text = f"±{pw.mde:.2f}% (n={pw.n})"
+    if pw.underpowered and not _significant(arm):
+        text += " **underpowered**"
+    return text
+
+
+def power_text(arm: Arm, group: Group, extend: str = SWEEP_EXTEND) -> str:
+    """One sentence on what this comparison can resolve; never reads 'not significant' as 'equal'."""
+    pw = arm.power
+    if arm.method == group.baseline or pw is None:
+        return ""
+    if pw.mde is None or pw.sd_diff is None:
+        return (f"{arm.method}: {pw.n} paired seed(s), too few for a power estimate (>= 2) or a "
+                "test (>= 3): the gap is unmeasured, not zero.")
+    if pw.sd_diff == 0:
+        return (f"{arm.method}: the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} "
+                "seeds, so the t-test is undefined; add seeds before reading it.")
+    text = (f"{arm.method}: with {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), the paired "
+            f"t-test (two-sided, alpha {pw.alpha:g}, power {pw.power:g}) detects gaps of "
+            f"±{pw.mde:.2f}% or more; observed {pw.observed:+.2f}%")
+    p = arm.test.p_value if arm.test else None
+    p_text = "no p-value" if p is None else f"p = {p:.3g}"
+    if _significant(arm):
+        return text + f", significant ({p_text})."
+    if pw.underpowered:
+        text += (f" ({p_text}). **Underpowered: this cannot distinguish a gap below {pw.mde:.2f}%**;"
+                 " a non-significant result here is not evidence of no difference.")
+    else:
+        text += f", not significant ({p_text}); that is not evidence of no difference."
+    if pw.seeds_for_observed and pw.seeds_for_observed > pw.n:
+        cmd = extend.format(seeds=seeds_arg(pw.seeds_for_observed))
+        text += (f" Detecting a gap of {abs(pw.observed):.2f}% with power {pw.power:g} needs about "
+                 f"{pw.seeds_for_observed} seeds (`{cmd}` reuses the finished runs).")
+    return text
+
+
 def fmt_saving(value: Any) -> str:
     """Theoretical saving as recorded: a fraction is shown as a percentage."""
     if value is None:
@@ -118,6 +176,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
         head.append(f"Δ {group.primary_metric} (points{unit}, + = better)")
     head += [
         "p (paired by seed)",
+        "min. detectable gap (paired t, α=0.05, power 0.8)",
         "step time (ms)",
         "tokens/s",
         "step-time ratio vs baseline (measured)",
@@ -137,6 +196,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
             cells.append(NA if arm.delta is None else f"{arm.delta * scale:+.2f}")
         cells += [
             fmt_p(arm, group),
+            fmt_mde(arm, group),
             _ms(arm.step_time),
             NA if arm.tokens_per_second.mean is None else f"{arm.tokens_per_second.mean:,.0f}",
             NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.3f}",
@@ -169,7 +229,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:80] or "table"
 
 
-def _group_section(group: Group, out: Path, index: int) -> list[str]:
+def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTEND) -> list[str]:
     """Markdown of one dataset table with its LR sweep, warnings and figures."""
     scale = _pct_scale(group)
     lines = [f"## {group.title}", ""]
@@ -180,7 +240,20 @@ def _group_section(group: Group, out: Path, index: int) -> list[str]:
     )
     lines.append("")
     lines += [f"> **Warning:** {w}" for w in group.warnings]
-    lines += ["", *_main_table(group, scale), "", "### Learning-rate sweep (validation)", ""]
+    lines += [
+        f"> **Held-out information** (not used for any choice): `{r.path.as_posix()}` "
+        f"({r.method} {r.setting} seed {r.seed}): {note}"
+        for r, note in group.heldout_notes
+    ]
+    lines += ["", *_main_table(group, scale), ""]
+    from oelm.experiments.reading import noise_text  # reading builds on this module
+
+    if noise := noise_text(group):
+        lines += [noise, ""]
+    power = [t for a in group.arms if (t := power_text(a, group, extend))]
+    if power:
+        lines += ["### Power", "", *[f"- {t}" for t in power], ""]
+    lines += ["### Learning-rate sweep (validation)", ""]
     lines += _lr_table(group)
     slug = f"{index:02d}-{_slug(group.title)}"
     curves = plots.plot_curves(group, out / f"curves-{slug}.png")
@@ -211,6 +284,10 @@ READING_NOTES = [
     "signed so that + means worse (perplexity: (m/b - 1)·100; accuracy: (b - m)/b·100); "
     "the bracket is the 95% interval of the per-seed gaps, paired by seed. p-values come from "
     "a paired t-test over seeds both arms share (>= 3 seeds; Wilcoxon signed-rank too at >= 6). "
+    "The minimum detectable gap is the smallest |mean paired gap| that this paired t-test "
+    "(two-sided, alpha 0.05) finds with probability 0.8 at this number of seeds, from the "
+    "observed SD of the per-seed gaps (noncentral t); an observed gap below it is flagged "
+    "underpowered: not significant then means 'cannot tell', never 'no difference'. "
     "The step-time ratio is measured (method / baseline mean step time); the theoretical "
     "saving is what the run recorded (n/a when it did not). 'study (reported)' is the original "
     "study's own number at its own scale, copied from configs/study/study_numbers.yaml; it is "
@@ -218,7 +295,7 @@ READING_NOTES = [
 ]
 
 
-def render(comparison: Comparison, out: Path, sources: Sequence[str]) -> str:
+def render(comparison: Comparison, out: Path, sources: Sequence[str], extend: str = SWEEP_EXTEND) -> str:
     """The full markdown report; writes the figures into `out`."""
     lines = ["# OELM comparison report", ""]
     lines.append(
@@ -228,9 +305,9 @@ def render(comparison: Comparison, out: Path, sources: Sequence[str]) -> str:
     )
     lines += ["", *READING_NOTES, ""]
     for i, group in enumerate(comparison.groups):
-        lines += _group_section(group, out, i) + [""]
+        lines += _group_section(group, out, i, extend) + [""]
     lines += _runs_list(
-        "Excluded runs (collapsed, diverged or failed freeze check)",
+        "Excluded runs (failed freeze check, diverged or collapsed on validation)",
         comparison.excluded,
         "These runs finished but are **not** in any mean above.",
     )
@@ -254,6 +331,7 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "gap_paired": arm.gap_paired.to_dict() if arm.gap_paired else None,
         "delta": arm.delta,
         "paired_test": arm.test.to_dict() if arm.test else None,
+        "power": arm.power.to_dict() if arm.power else None,
         "mean_step_time": arm.step_time.mean,
         "tokens_per_second": arm.tokens_per_second.mean,
         "step_time_ratio": arm.step_time_ratio,
@@ -261,12 +339,20 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "trainable_params": arm.trainable_params,
         "frozen_params": arm.frozen_params,
         "study": arm.study,
+        "noise": None if arm.noise is None else {**asdict(arm.noise), "ratio": arm.noise.ratio},
         "lr_sweep": [
             {"setting": c.setting, "lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
              "excluded": [str(r.path) for r in c.excluded]}
             for c in arm.cells
         ],
     }
+
+
+def _reading(group: Group) -> str:
+    """The plain-language paragraph of a table (also in report.json)."""
+    from oelm.experiments.reading import reading
+
+    return reading(group)
 
 
 def to_json(comparison: Comparison) -> dict[str, Any]:
@@ -277,6 +363,8 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
                 "task": g.task, "dataset": g.dataset, "model": g.model,
                 "primary_metric": g.primary_metric, "selection_metric": g.selection_metric,
                 "baseline": g.baseline, "warnings": g.warnings,
+                "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
+                "reading": _reading(g),
                 "arms": [_arm_json(a) for a in g.arms],
             }
             for g in comparison.groups
@@ -286,11 +374,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so a crash never leaves half a report."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+_write_atomic = atomic_write_text  # a crash never leaves half a report
 
 
 def write_report(
@@ -298,21 +382,31 @@ def write_report(
     out: str | Path | None = None,
     baseline: str = BASELINE,
     study_numbers: str | Path | None = None,
+    extend: str = SWEEP_EXTEND,
+    epilogue: Callable[[Comparison], list[str]] | None = None,
 ) -> tuple[Path, Comparison]:
-    """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both."""
+    """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both.
+
+    `extend` is the command that adds seeds (quoted by the power section); `epilogue` returns
+    lines appended at the very end of report.md (computed from the same comparison).
+    """
     study = StudyNumbers.load(study_numbers) if study_numbers else None
     runs = load_runs(paths)
     out_dir = Path(out) if out else Path(paths[0]) / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     comparison = compare(runs, baseline=baseline, study=study)
-    _write_atomic(out_dir / "report.md", render(comparison, out_dir, [str(p) for p in paths]))
+    text = render(comparison, out_dir, [str(p) for p in paths], extend)
+    if epilogue is not None:
+        text = text.rstrip() + "\n\n" + "\n".join(epilogue(comparison)).rstrip() + "\n"
+    _write_atomic(out_dir / "report.md", text)
     _write_atomic(out_dir / "report.json", json.dumps(to_json(comparison), indent=2, default=str))
     return out_dir / "report.md", comparison
 
 
-def print_summary(comparison: Comparison) -> None:
+def print_summary(comparison: Comparison, extend: str = SWEEP_EXTEND) -> None:
     """The main numbers of every table on the console (rich), for `oelm sweep` / `oelm compare`."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -322,19 +416,24 @@ def print_summary(comparison: Comparison) -> None:
         scale = _pct_scale(group)
         table = Table(title=group.title, title_justify="left")
         for col in ("method", "setting (val)", f"{group.primary_metric} ± 95% CI (n)",
-                    "gap % (+ = worse)", "p (paired)", "ms/step", "ratio vs base", "FLOP saving"):
+                    "gap % (+ = worse)", "p (paired)", "min. detectable gap", "ms/step",
+                    "ratio vs base", "FLOP saving"):
             table.add_column(col)
         for arm in group.arms:
             table.add_row(
                 arm.method, arm.setting or NA, fmt_summary(arm.primary, scale), fmt_gap(arm, group),
                 fmt_p(arm, group).split(" (")[0] if arm.test else ("—" if arm.method == group.baseline else NA),
+                fmt_mde(arm, group).replace("**", ""),
                 _ms(arm.step_time),
                 NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.2f}",
                 fmt_saving(arm.theoretical_saving),
             )
         console.print(table)
         for warning in group.warnings:
-            console.print(f"[yellow]warning:[/] {warning}")
+            console.print(f"[yellow]warning:[/] {escape(warning)}")
+        for arm in group.arms:
+            if text := power_text(arm, group, extend):
+                console.print(f"[cyan]power:[/] {escape(text.replace('**', ''))}")
     if comparison.excluded or comparison.incomplete:
         console.print(f"{len(comparison.excluded)} excluded and {len(comparison.incomplete)} "
                       "incomplete run(s) are listed in the report, not averaged")

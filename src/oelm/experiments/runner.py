@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from tqdm import tqdm
 
 from oelm.errors import UserError
+from oelm.io import read_yaml
 from oelm.experiments.aggregate import Comparison
 from oelm.experiments.sweep import RunSpec, SweepSpec
 
@@ -38,7 +38,7 @@ def _check_existing(spec: SweepSpec) -> None:
     path = spec.out / "sweep.yaml"
     if not path.is_file():
         return
-    stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    stored = read_yaml(path, "sweep record")
     if stored.get("base") != json.loads(json.dumps(spec.base)) or stored.get("grid") != spec.grid:
         diff = sorted(k for k in set(stored.get("base", {})) | set(spec.base)
                       if stored.get("base", {}).get(k) != spec.base.get(k))
@@ -53,7 +53,7 @@ def _merge_stored(spec: SweepSpec) -> dict:
     data = json.loads(json.dumps(spec.to_dict()))
     path = spec.out / "sweep.yaml"
     if path.is_file():
-        stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        stored = read_yaml(path, "sweep record")
         data["seeds"] = sorted(set(stored.get("seeds", [])) | set(spec.seeds))
         for method, arm in (stored.get("methods") or {}).items():
             mine = data["methods"].setdefault(method, arm)
@@ -63,21 +63,22 @@ def _merge_stored(spec: SweepSpec) -> dict:
 
 def _write_spec(spec: SweepSpec) -> None:
     """Write SWEEP/sweep.yaml atomically."""
-    spec.out.mkdir(parents=True, exist_ok=True)
-    tmp = spec.out / "sweep.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(_merge_stored(spec), sort_keys=False), encoding="utf-8")
-    os.replace(tmp, spec.out / "sweep.yaml")
+    from oelm.io import atomic_write_yaml
+
+    atomic_write_yaml(spec.out / "sweep.yaml", _merge_stored(spec))
 
 
 def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
     """Build the LM data directory from the recipe when it is missing."""
-    if spec.base.get("task", "lm") != "lm" or not spec.prepare:
+    if spec.base.get("task", "lm") != "lm":
         return
+    from oelm.data.lm import read_meta
     from oelm.experiments.prepare import data_summary, ensure_lm_data
 
     data = Path(spec.base["data"])
-    if not (data / "meta.json").is_file():
-        print(f"preparing {data} ...", file=sys.stderr)
+    if not spec.prepare:
+        read_meta(data)  # missing or corrupt data is one clear error before any run starts
+        return
     ensure_lm_data(spec.prepare, data)
     if verbose:
         print(f"data: {data_summary(data)}", file=sys.stderr)
@@ -192,14 +193,26 @@ def run_sweep(
     report: bool = True,
     on_report: Callable[[Comparison], None] | None = None,
     threads: int | None = None,
+    epilogue: Callable[[Comparison], list[str]] | None = None,
 ) -> SweepOutcome:
     """Train every unfinished run of the sweep, then write SWEEP/report/report.md.
 
     `threads` sets torch's intra-op threads per run; on a shared, busy machine 1 thread per run
-    avoids the oversubscription that otherwise slows every step several-fold.
+    avoids the oversubscription that otherwise slows every step several-fold. `epilogue` adds
+    closing markdown lines to the report (the quickstart's plain-language reading).
     """
     if parallel < 1 or (threads is not None and threads < 1):
         raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
+    from oelm.lock import dir_lock
+
+    with dir_lock(spec.out, "sweep"):
+        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
+
+
+def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: bool, report: bool,
+                on_report: Callable[[Comparison], None] | None, threads: int | None,
+                epilogue: Callable[[Comparison], list[str]] | None = None) -> SweepOutcome:
+    """run_sweep's body, holding the sweep directory's lock."""
     start = time.perf_counter()
     _check_existing(spec)
     _prepare_data(spec, progress)
@@ -222,7 +235,8 @@ def run_sweep(
         from oelm.experiments.report import write_report
 
         outcome.report, outcome.comparison = write_report(
-            [spec.out / "runs"], spec.out / "report", spec.baseline, spec.study_numbers
+            [spec.out / "runs"], spec.out / "report", spec.baseline, spec.study_numbers,
+            extend=spec.extend, epilogue=epilogue,
         )
         if on_report:
             on_report(outcome.comparison)

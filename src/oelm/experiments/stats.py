@@ -127,3 +127,82 @@ def is_higher_better(metric: str) -> bool:
     if any(k in name for k in ("loss", "perplexity", "ppl")):
         return False
     raise ValueError(f"unknown direction for metric {metric!r}")
+
+
+# ---- power -------------------------------------------------------------------------------------
+ALPHA = 0.05  # two-sided significance level of the paired t-test
+POWER = 0.8  # chance of detecting an effect of the minimum detectable size
+MAX_SEEDS = 10_000
+
+
+def paired_power(effect_size: float, n: int, alpha: float = ALPHA) -> float:
+    """Power of the two-sided paired t-test with n pairs at effect size d = mean diff / sd diff."""
+    if n < 2:
+        return math.nan
+    df = n - 1
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    nc = abs(effect_size) * math.sqrt(n)
+    value = float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+    if not math.isfinite(value):  # scipy's noncentral t fails far in the tail, where power is ~1
+        return 1.0 if nc > crit else 0.0
+    return min(1.0, value)
+
+
+def min_detectable_effect_size(n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Smallest d (in units of the paired SD) that n pairs detect with the given power."""
+    from scipy.optimize import brentq
+
+    if n < 2:
+        return math.inf
+    return float(brentq(lambda d: paired_power(d, n, alpha) - power, 1e-9, 100.0, xtol=1e-10))
+
+
+def seeds_needed(effect_size: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+    """Smallest number of paired seeds whose test detects effect size d with the given power."""
+    d = abs(effect_size)
+    if not math.isfinite(d) or d == 0:
+        return None
+    lo, hi = 2, 2
+    while paired_power(d, hi, alpha) < power:
+        if hi >= MAX_SEEDS:
+            return None
+        lo, hi = hi, min(hi * 2, MAX_SEEDS)
+    while lo < hi:  # power rises with n: bisect for the first n that reaches it
+        mid = (lo + hi) // 2
+        if paired_power(d, mid, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+@dataclass(frozen=True)
+class Power:
+    """What a paired comparison of n seeds can resolve, in the units of the paired values."""
+
+    n: int
+    sd_diff: float | None
+    mde: float | None  # minimum detectable |mean difference| at n seeds (alpha, power below)
+    observed: float | None  # the observed mean paired difference
+    underpowered: bool  # |observed| < mde: this comparison cannot tell such a gap from noise
+    seeds_for_observed: int | None  # seeds needed to detect the observed difference
+    alpha: float = ALPHA
+    power: float = POWER
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+def power_analysis(diffs: Sequence[float], alpha: float = ALPHA, power: float = POWER) -> Power:
+    """Minimum detectable effect of a paired t-test from the observed paired differences."""
+    vals = _finite(diffs)
+    n = len(vals)
+    if n < 2:
+        return Power(n, None, None, float(np.mean(vals)) if vals else None, True, None, alpha, power)
+    sd = float(np.std(vals, ddof=1))
+    mean = float(np.mean(vals))
+    if sd == 0:
+        return Power(n, 0.0, 0.0, mean, False, n, alpha, power)
+    mde = min_detectable_effect_size(n, alpha, power) * sd
+    return Power(n, sd, mde, mean, abs(mean) < mde, seeds_needed(mean / sd, alpha, power), alpha, power)

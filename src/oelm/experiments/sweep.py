@@ -12,7 +12,7 @@ from typing import Any
 
 
 from oelm.errors import UserError
-from oelm.experiments.study import apply_scale, deep_merge, split_study_config
+from oelm.experiments.study import deep_merge
 from oelm.training.config import load_yaml
 
 # Fields a sweep sets per run; the spec may not put them in `grid` or `overrides`.
@@ -41,12 +41,10 @@ class RunSpec:
         return f"{self.method} lr={self.lr:g}{extra} seed={self.seed}"
 
     def finished(self) -> bool:
-        """Whether the run directory holds results.json with status complete."""
-        try:
-            results = json.loads((self.run_dir / "results.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return False
-        return isinstance(results, dict) and results.get("status") == "complete"
+        """Whether the run directory holds a finished run (the one rule, in training.rundir)."""
+        from oelm.training.rundir import run_finished
+
+        return run_finished(self.run_dir)
 
 
 @dataclass
@@ -62,6 +60,9 @@ class SweepSpec:
     prepare: dict[str, Any] | None = None
     study_numbers: str | None = None
     baseline: str = "baseline"
+    # The command that adds seeds to this sweep ({seeds} filled in), quoted by the report's
+    # power section; not part of the sweep's identity.
+    extend: str = "oelm sweep SPEC.yaml --seeds {seeds}"
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as resolved (what SWEEP/sweep.yaml holds)."""
@@ -108,6 +109,14 @@ def _as_list(value: Any, what: str) -> list[Any]:
     return values
 
 
+def _seeds(value: Any) -> list[int]:
+    """The spec's seeds as integers."""
+    seeds = _as_list(value, "seeds")
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise UserError(f"seeds must be integers, got {seeds}; e.g. seeds: [0, 1, 2]")
+    return seeds
+
+
 def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, Any]]:
     """methods: {name: {lr: [..], method_options: {..}}} (or a list of names using the base lr)."""
     from oelm.methods import get_method
@@ -136,16 +145,21 @@ def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, An
 
 def _base_config(raw: dict[str, Any], spec_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TrainConfig dict, meta) from `base:` (a study config, relative to the spec) or `config:`."""
+    from oelm.experiments.resolve import resolve_raw
+
     if "base" in raw:
         path = Path(raw["base"])
-        path = path if path.is_absolute() or path.is_file() else spec_dir / path
-        data = load_yaml(path)
+        source: Any = path if path.is_absolute() or path.is_file() else spec_dir / path
     elif "config" in raw:
-        data = copy.deepcopy(raw["config"])
+        source = raw["config"]
+        if not isinstance(source, dict):
+            raise UserError("the sweep spec's 'config:' must be a mapping of TrainConfig keys")
     else:
         raise UserError("sweep spec needs 'base: configs/study/gpt-01.yaml' or an inline 'config:'")
-    config, meta = split_study_config(apply_scale(data, raw.get("scale")))
-    return deep_merge(config, raw.get("overrides") or {}), meta
+    overrides = raw.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise UserError("the sweep spec's 'overrides:' must be a mapping, e.g. {steps: 200}")
+    return resolve_raw(source, raw.get("scale"), overrides=overrides)
 
 
 def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = "sweep") -> SweepSpec:
@@ -163,7 +177,7 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
         name=str(raw.get("name", name)),
         base=base,
         methods=_parse_methods(raw.get("methods"), raw.get("lr")),
-        seeds=[int(s) for s in _as_list(raw.get("seeds", [0]), "seeds")],
+        seeds=_seeds(raw.get("seeds", [0])),
         grid=grid,
         out=Path(raw.get("out") or f"runs/sweeps/{raw.get('name', name)}"),
         prepare=raw.get("prepare") or meta.get("prepare"),
@@ -185,20 +199,26 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
     if raw.get("study_numbers"):
         numbers = Path(raw["study_numbers"])
         raw["study_numbers"] = str(numbers if numbers.is_file() else path.parent / numbers)
-    return spec_from_dict(raw, path.parent, name=path.stem)
+    spec = spec_from_dict(raw, path.parent, name=path.stem)
+    spec.extend = f"oelm sweep {path.as_posix()} --seeds {{seeds}}" + (f" --out {out}" if out else "")
+    return spec
 
 
 def validate(spec: SweepSpec) -> None:
     """Validate every run's config and check that the arms differ only where they may."""
-    from oelm.training.config import make_config
+    from oelm.experiments.resolve import resolve_config
 
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"seeds repeat: {spec.seeds}; list each seed once")
     if spec.baseline not in spec.methods:
         print(f"note: the sweep has no '{spec.baseline}' arm; gaps will not be computed")
+    from oelm.training.distributed import resolve_device
+
     identities = set()
-    for run in spec.runs():
-        cfg = make_config(run.config)
+    for i, run in enumerate(spec.runs()):
+        cfg = resolve_config(run.config).config
+        if i == 0:
+            resolve_device(cfg.device)  # a device that is not there fails before any run starts
         ident = {k: v for k, v in cfg.identity().items() if k not in VARYING and k not in spec.grid}
         identities.add(json.dumps(ident, sort_keys=True, default=str))
     if len(identities) > 1:  # cannot happen by construction; kept as the fairness guarantee

@@ -77,11 +77,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, d = x.shape
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k = self._adapt(x, q, k)
         # [B, T, D] -> [B, H, T, Dh]: head h owns rows h*Dh:(h+1)*Dh of each projection's weight.
-        q, k, v = (
-            proj(x).view(b, t, self.n_head, d // self.n_head).transpose(1, 2)
-            for proj in (self.q_proj, self.k_proj, self.v_proj)
-        )
+        q, k, v = (y.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for y in (q, k, v))
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -91,6 +90,12 @@ class SelfAttention(nn.Module):
             is_causal=causal and attn_mask is None,
         )
         return self.resid_drop(self.o_proj(y.transpose(1, 2).reshape(b, t, d)))
+
+    def _adapt(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.adapters) to [B, T, D] q, k."""
+        aq = self.q_proj._modules.get("oelm_adapter")  # a dict lookup: no cost without adapters
+        ak = self.k_proj._modules.get("oelm_adapter")
+        return (q if aq is None else aq(x, q)), (k if ak is None else ak(x, k))
 
 
 class MLP(nn.Module):

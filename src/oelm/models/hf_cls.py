@@ -48,7 +48,20 @@ def resolve_hf_source(model: str) -> str:
                 "folder with config.json, weights and tokenizer files"
             )
         return str(path)
+    from oelm.hub import require_hub
+
+    require_hub(model, "model", "pass a local model folder (config.json, weights, tokenizer files)"
+                + (" or --model minilm (offline)" if minilm_path() else ""))
     return model
+
+
+def dtype_kwarg(dtype: torch.dtype, version: str | None = None) -> dict[str, torch.dtype]:
+    """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
+    import transformers
+    from packaging.version import Version
+
+    current = Version(version or transformers.__version__)
+    return {"dtype": dtype} if current >= Version("4.56") else {"torch_dtype": dtype}
 
 
 def load_hf_classifier(model: str, num_labels: int, label_names: list[str] | None = None) -> nn.Module:
@@ -62,7 +75,7 @@ def load_hf_classifier(model: str, num_labels: int, label_names: list[str] | Non
         kwargs["label2id"] = {name: i for i, name in enumerate(label_names)}
     try:
         clf = transformers.AutoModelForSequenceClassification.from_pretrained(
-            source, dtype=torch.float32, **kwargs
+            source, **dtype_kwarg(torch.float32), **kwargs
         )
     except (OSError, ValueError) as err:
         raise UserError(_unreachable(model, err)) from None

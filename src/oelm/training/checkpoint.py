@@ -15,10 +15,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
-from oelm.training.runlog import atomic_write_text
+from oelm.errors import UserError
+from oelm.io import atomic_write_text
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
+BEST_COPY = "best.safetensors"  # best/ weights as of this checkpoint (a kill may leave best/ newer)
 _STEP_DIR = re.compile(r"^step_(\d{7,})$")
 
 
@@ -49,6 +51,9 @@ def save_checkpoint(
     tmp.mkdir()
     _save_weights(model, tmp / WEIGHTS, {**metadata, "step": str(step)})
     torch.save(state, tmp / STATE)
+    best = ckpt_root / "best" / WEIGHTS
+    if best.is_file():  # a hard link costs nothing; best/ is replaced by rename, never edited in place
+        _link_or_copy(best, tmp / BEST_COPY)
     if final.exists():  # a complete checkpoint of this step from before a kill; same content
         shutil.rmtree(final)
     # A directory rename is atomic: a kill leaves either the old set or the complete new one.
@@ -66,6 +71,58 @@ def save_best(ckpt_root: Path, model: torch.nn.Module, metadata: dict[str, Any])
     _save_weights(model, tmp, metadata)
     os.replace(tmp, best / WEIGHTS)
     return best / WEIGHTS
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # file systems without hard links
+        shutil.copyfile(src, dst)
+
+
+def weights_step(path: Path) -> int | None:
+    """The optimizer step recorded in a weights file's metadata (None when absent)."""
+    step = read_metadata(path).get("step")
+    return int(step) if step is not None and str(step).isdigit() else None
+
+
+def restore_best(ckpt_root: Path, step_dir: Path, best_step: int | None) -> None:
+    """Make best/ hold the best weights as of the checkpoint being resumed.
+
+    A killed process may have written best/ after its last checkpoint; the resumed run replays
+    those steps and must not start from (or end with) weights it has not produced itself.
+    """
+    best = ckpt_root / "best" / WEIGHTS
+    if best.is_file() and best_step is not None and weights_step(best) == best_step:
+        return
+    if best.is_file():
+        best.unlink()
+    copy = step_dir / BEST_COPY
+    if best_step is not None and copy.is_file() and weights_step(copy) == best_step:
+        best.parent.mkdir(parents=True, exist_ok=True)
+        tmp = best.parent / f".{WEIGHTS}.tmp{os.getpid()}"
+        shutil.copyfile(copy, tmp)
+        os.replace(tmp, best)
+
+
+def method_record(model: torch.nn.Module) -> dict[str, Any]:
+    """The applied method, its validated options and seed, for weight-file metadata ({} if none)."""
+    from oelm.freezing import method_state
+
+    state = method_state(model)
+    return state.record() if state is not None else {}
+
+
+def apply_recorded_method(model: torch.nn.Module, metadata: dict[str, str]) -> None:
+    """Re-apply the method recorded in a weight file's metadata, so its added tensors exist to load."""
+    from oelm.freezing import apply_method
+
+    method = metadata.get("method")
+    if not method:
+        return
+    options = json.loads(metadata.get("method_options", "{}"))
+    seed = int(metadata.get("method_seed", metadata.get("seed", "0")))
+    apply_method(model, method, seed=seed, **options)
 
 
 def list_steps(ckpt_root: Path) -> list[tuple[int, Path]]:
@@ -94,41 +151,68 @@ def prune(ckpt_root: Path, keep_last: int) -> None:
 
 def load_weights(model: torch.nn.Module, path: Path) -> dict[str, str]:
     """Load safetensors weights into model (strict); return the file's metadata."""
+    meta = read_metadata(path)  # a damaged file is a UserError before load_model touches it
     missing, unexpected = load_model(model, str(path), strict=True, device="cpu")
     del missing, unexpected  # strict=True already raised on a mismatch
-    return read_metadata(path)
+    return meta
 
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The string metadata stored in a safetensors file."""
-    with safe_open(str(path), framework="pt") as fh:
-        return dict(fh.metadata() or {})
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return dict(fh.metadata() or {})
+    except Exception as err:  # noqa: BLE001 (SafetensorError and I/O errors: a damaged file)
+        raise UserError(
+            f"weights file {str(path)!r} is unreadable ({type(err).__name__}: {str(err)[:80]}); use another "
+            "checkpoint (--checkpoint last or a step) or retrain"
+        ) from None
 
 
 def load_state(ckpt: Path) -> dict[str, Any]:
-    """Load the state file of a step checkpoint (our own file, so full unpickling is fine)."""
-    return torch.load(ckpt / STATE, map_location="cpu", weights_only=False)
+    """Load a step checkpoint's state file as plain tensors and containers (never runs code)."""
+    try:
+        return torch.load(ckpt / STATE, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 (an unpicklable or foreign file: refuse, clearly)
+        raise UserError(
+            f"checkpoint state {str(ckpt / STATE)!r} cannot be loaded safely ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:120] if str(err) else ''}); delete {str(ckpt)!r} to resume from "
+            "an earlier checkpoint, or pass --overwrite to start over"
+        ) from None
 
 
 def resolve_checkpoint(run_dir: Path, which: str) -> Path:
-    """Weights file for 'best', 'last' or an explicit step number in a run directory."""
-    from oelm.errors import UserError
-
+    """Weights file for 'best', 'last' or an explicit step number in a run directory (no fallback)."""
     root = Path(run_dir) / "checkpoints"
-    if which == "best" and (root / "best" / WEIGHTS).is_file():
-        return root / "best" / WEIGHTS
-    if which in {"best", "last"}:
+    if which == "best":
+        if (root / "best" / WEIGHTS).is_file():
+            return root / "best" / WEIGHTS
+        raise UserError(
+            f"no 'best' checkpoint in {str(root)!r} (no validation ran or improved); pass "
+            "--checkpoint last or a step number"
+        )
+    if which == "last":
         last = latest_checkpoint(root)
         if last is not None:
             return last / WEIGHTS
-    elif which.isdigit() and (root / step_dir_name(int(which)) / WEIGHTS).is_file():
-        return root / step_dir_name(int(which)) / WEIGHTS
-    raise UserError(f"no {which!r} checkpoint in {str(root)!r}; train with checkpoints first")
+    elif which.isdigit():
+        if (root / step_dir_name(int(which)) / WEIGHTS).is_file():
+            return root / step_dir_name(int(which)) / WEIGHTS
+    else:
+        raise UserError(f"checkpoint {which!r} is not 'best', 'last' or a step number; pass one of those")
+    steps = ", ".join(str(s) for s, _ in list_steps(root)) or "none"
+    raise UserError(f"no {which!r} checkpoint in {str(root)!r} (steps saved: {steps}); train with checkpoints first")
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, numpy, torch and CUDA RNG states."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, numpy, torch and CUDA RNG states as plain containers and tensors (safe to load)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -136,8 +220,11 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what rng_state() captured."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -18,7 +18,7 @@ from oelm.errors import UserError
 from oelm.training import metrics as M
 from oelm.training.config import ClassificationOptions
 from oelm.training.distributed import all_reduce_sum
-from oelm.training.task import Batch, Task
+from oelm.training.task import Batch, Task, checked_gpt_config
 
 SPLITS = {"val": "validation", "test": "heldout"}
 
@@ -111,13 +111,11 @@ class ClassificationTask(Task):
 
     def _setup_gpt(self) -> None:
         from oelm.data.tokenizers import load_tokenizer
-        from oelm.models.gpt import gpt_config
-
         self.tokenizer = load_tokenizer(self.opts.tokenizer)
         if self.data.is_pair:
             gpt_separator_id(self.tokenizer)  # grows the vocabulary before the model is sized
         overrides = {"vocab_size": self.tokenizer.vocab_size, **self.cfg.model_overrides}
-        self.model_cfg = gpt_config(self.cfg.model, **overrides)
+        self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
         if self.model_cfg.vocab_size < self.tokenizer.vocab_size:
             raise UserError(
                 f"model_overrides.vocab_size={self.model_cfg.vocab_size} is smaller than the tokenizer's "
@@ -267,9 +265,14 @@ class ClassificationTask(Task):
             "heldout_accuracy": held.get("accuracy"),
             "heldout_macro_f1": held.get("macro_f1"),
             "heldout_loss": held.get("loss"),
+            "heldout_examples": held.get("examples"),  # sets the binomial noise of the accuracy
             "majority_accuracy": majority,
             "val_majority_accuracy": val_majority,
-            "collapsed": M.collapsed(held.get("accuracy", val["accuracy"]), majority),
+            # Collapse is decided on validation (it makes an LR ineligible, so it is part of the
+            # selection); the held-out verdict is recorded for information only.
+            "collapsed": M.collapsed(val["accuracy"], val_majority),
+            "heldout_collapsed": (M.collapsed(held["accuracy"], majority)
+                                  if held.get("accuracy") is not None else None),
             "split_roles": dict(self.data.split_roles),
             "num_labels": self.data.num_labels,
             "label_names": list(self.data.label_names),

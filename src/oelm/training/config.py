@@ -20,11 +20,12 @@ from pydantic import (
 
 from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 section 4)
 from oelm.errors import UserError
+from oelm.io import read_yaml
 
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
 # differ from the stored one in these without being "a different run".
 RUNTIME_FIELDS = frozenset(
-    {"out", "resume", "overwrite", "device", "compile", "progress", "tensorboard", "log_every"}
+    {"out", "resume", "overwrite", "device", "compile", "progress", "tensorboard", "log_every", "allow_change"}
 )
 
 
@@ -33,25 +34,28 @@ class ClassificationOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset: str | None = None  # overrides `data` (which holds the dataset name for this task)
-    data_dir: str | None = None  # local files in the official layout (or CSV/TSV/JSONL for "local")
-    eval_dataset: str | None = None  # report on another dataset, e.g. train mnli, eval xnli-en
-    eval_data_dir: str | None = None
-    num_labels: int | None = Field(default=None, ge=2)
-    max_length: int | None = Field(default=None, gt=0)
-    causal: bool = False
-    tokenizer: str = "gpt2"  # our GPT models only; HF models use their own tokenizer
-    text_fields: list[str] | None = Field(default=None, min_length=1, max_length=2)
-    label_field: str | None = None
-    split_seed: int = 0  # carved validation/held-out splits; fixed across seeds and methods
-    val_fraction: float = Field(default=0.05, gt=0, lt=1)
-    max_train: int | None = Field(default=None, gt=0)
-    max_eval: int | None = Field(default=None, gt=0)
-    epochs: float | None = Field(default=None, gt=0)  # sets steps from the train split's size
-    evals_per_epoch: int = Field(default=0, ge=0)  # > 0 sets eval_every from the epoch length
-    eval_batch_size: int | None = Field(default=None, gt=0)
-    padding_side: Literal["right", "left"] = "right"
-    options: dict[str, Any] = Field(default_factory=dict)
+    dataset: str | None = Field(None, description="dataset name; overrides `data` for this task")
+    data_dir: str | None = Field(
+        None, description="local files in the official layout (or CSV/TSV/JSONL for dataset 'local')"
+    )
+    eval_dataset: str | None = Field(None, description="report on another dataset, e.g. train mnli, eval xnli-en")
+    eval_data_dir: str | None = Field(None, description="local files of the eval dataset")
+    num_labels: int | None = Field(None, ge=2, description="number of labels (default: the dataset's)")
+    max_length: int | None = Field(None, gt=0, description="truncate inputs to this many tokens")
+    causal: bool = Field(False, description="GPT classifier with a causal mask (pool the last token)")
+    tokenizer: str = Field("gpt2", description="tokenizer of our GPT models (HF models use their own)")
+    text_fields: list[str] | None = Field(
+        None, min_length=1, max_length=2, description="text column(s) of a local table (one or two)"
+    )
+    label_field: str | None = Field(None, description="label column of a local table")
+    split_seed: int = Field(0, description="seed of carved validation/held-out splits (fixed across seeds and methods)")
+    val_fraction: float = Field(0.05, gt=0, lt=1, description="fraction of train carved out for validation")
+    max_train: int | None = Field(None, gt=0, description="use at most this many training examples")
+    max_eval: int | None = Field(None, gt=0, description="use at most this many evaluation examples")
+    epochs: float | None = Field(None, gt=0, description="set steps from the train split's size")
+    evals_per_epoch: int = Field(0, ge=0, description="> 0 sets eval_every from the epoch length")
+    eval_batch_size: int | None = Field(None, gt=0, description="evaluation batch size (default: batch_size)")
+    padding_side: Literal["right", "left"] = Field("right", description="where padding goes")
 
 
 class TrainConfig(BaseModel):
@@ -59,48 +63,60 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    task: Literal["lm", "classification", "probe"] = "lm"
-    data: str = Field(description="LM data directory (train.bin/val.bin/meta.json) or dataset spec")
-    model: str = "gpt-tiny"
-    model_overrides: dict[str, Any] = Field(default_factory=dict)
-    method: str = "baseline"
-    method_options: dict[str, Any] = Field(default_factory=dict)
-    seed: int = 0
-    data_seed: int | None = None  # data order; defaults to seed so all methods see the same batches
+    task: Literal["lm", "classification", "probe"] = Field("lm", description="what to train")
+    data: str = Field(description="LM data directory (train.bin/val.bin/meta.json) or classification dataset name")
+    model: str = Field("gpt-tiny", description="GPT preset, or (classification) a Hugging Face name or folder")
+    model_overrides: dict[str, Any] = Field(default_factory=dict, description="GPT config fields to change")
+    method: str = Field("baseline", description="training method (see `oelm methods`)")
+    method_options: dict[str, Any] = Field(default_factory=dict, description="options of the method")
+    seed: int = Field(0, description="seed of initialization (and data order unless data_seed)")
+    data_seed: int | None = Field(None, description="seed of the data order (default: seed, same batches for all methods)")
 
-    steps: int = Field(default=1000, gt=0)
-    batch_size: int = Field(default=16, gt=0)  # per rank and micro-step
-    grad_accum: int = Field(default=1, gt=0)
-    seq_len: int | None = Field(default=None, gt=1)  # None: the model's context length
+    steps: int = Field(1000, gt=0, description="optimizer steps")
+    batch_size: int = Field(16, gt=0, description="sequences per rank and micro-step")
+    grad_accum: int = Field(1, gt=0, description="micro-steps per optimizer step")
+    seq_len: int | None = Field(None, gt=1, description="tokens per sequence (default: the model's context length)")
 
-    lr: float = Field(default=6e-4, gt=0)
-    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
-    warmup: int = Field(default=100, ge=0)
-    schedule: Literal["cosine", "linear", "constant"] = "cosine"
-    weight_decay: float = Field(default=0.1, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = Field(default=1e-8, gt=0)
-    clip: float = Field(default=1.0, ge=0)  # 0 disables clipping
+    lr: float = Field(6e-4, gt=0, description="peak learning rate")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="final learning rate as a fraction of lr")
+    warmup: int = Field(100, ge=0, description="linear warmup steps")
+    schedule: Literal["cosine", "linear", "constant"] = Field("cosine", description="decay after warmup")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay (matrices only)")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
+    clip: float = Field(1.0, ge=0, description="gradient-norm clipping (0 disables it)")
+    layer_lr_decay: float = Field(1.0, gt=0, le=1, description="LR x decay**(layers above this one): layer-wise LR; 1 = off")
 
-    eval_every: int = Field(default=100, ge=0)  # 0: only at the end
-    eval_batches: int = Field(default=20, gt=0)
-    final_eval_batches: int | None = Field(default=None, gt=0)  # None: the whole split
-    checkpoint_every: int = Field(default=500, ge=0)  # 0: only at the end
-    keep_last: int = Field(default=2, gt=0)
-    log_every: int = Field(default=10, gt=0)
-    timing_warmup: int = Field(default=5, ge=0)
+    eval_every: int = Field(100, ge=0, description="validate every N steps (0: only at the end)")
+    eval_batches: int = Field(20, gt=0, description="batches per periodic validation")
+    final_eval_batches: int | None = Field(None, gt=0, description="batches of the final evaluation (default: the whole split)")
+    checkpoint_every: int = Field(500, ge=0, description="checkpoint every N steps (0: only at the end)")
+    keep_last: int = Field(2, gt=0, description="step checkpoints kept (best/ is kept apart)")
+    log_every: int = Field(10, gt=0, description="log training loss every N steps")
+    timing_warmup: int = Field(5, ge=0, description="first steps left out of the timing statistics")
 
-    out: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    device: str = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    compile: bool = False
-    progress: bool = True
-    tensorboard: bool = True
+    out: str | None = Field(None, description="run directory (default: runs/<task>-<model>-<method>-s<seed>)")
+    resume: bool = Field(False, description="continue the unfinished run in --out (or reuse a finished one)")
+    allow_change: list[str] = Field(
+        default_factory=list,
+        description="with --resume: keys that may differ from the stored run, comma-separated (e.g. lr,steps)",
+    )
+    overwrite: bool = Field(False, description="replace whatever run --out holds")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="autocast dtype")
+    compile: bool = Field(False, description="torch.compile the model")
+    progress: bool = Field(True, description="show a progress bar")
+    tensorboard: bool = Field(True, description="write TensorBoard events to RUN/tb")
 
-    classification: ClassificationOptions | None = None
-    probe: ProbeOptions | None = None  # task probe: synthetic MQAR / induction (oelm.data.synthetic)
+    classification: ClassificationOptions | None = Field(None, description="classification task options")
+    probe: ProbeOptions | None = Field(None, description="probe task options: synthetic MQAR / induction")
+
+    @field_validator("allow_change", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):  # --allow-change lr,steps
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
 
     @field_validator("method")
     @classmethod
@@ -133,6 +149,9 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
+        from oelm.methods import validate_method_options
+
+        validate_method_options(self.method, self.method_options)  # typos fail before any run dir
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
@@ -213,16 +232,7 @@ def _deep_copy(raw: dict[str, Any]) -> dict[str, Any]:
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML config file into a dict (an empty file gives {})."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"config file {str(p)!r} not found (the file does not exist); check the path")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"config file {str(p)!r} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"config file {str(p)!r} must hold a mapping of keys to values")
-    return data
+    return read_yaml(path, "config file")
 
 
 def make_config(raw: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> TrainConfig:
@@ -234,10 +244,11 @@ def make_config(raw: TrainConfig | dict[str, Any], overrides: list[str] | None =
     try:
         return TrainConfig.model_validate(raw)
     except ValidationError as err:
-        raise UserError(_format_validation(err)) from None
+        raise UserError(format_validation(err)) from None
 
 
-def _format_validation(err: ValidationError) -> str:
+def format_validation(err: ValidationError, what: str = "config") -> str:
+    """A pydantic error as one line: 'invalid WHAT: field: problem; ...'."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
@@ -245,7 +256,7 @@ def _format_validation(err: ValidationError) -> str:
         if e["type"] == "missing":
             msg = f"required (set {loc}=... or its flag)"
         lines.append(f"{loc}: {msg}" if loc else msg)
-    return "invalid config: " + "; ".join(lines)
+    return f"invalid {what}: " + "; ".join(lines)
 
 
 def dump_config(cfg: TrainConfig) -> str:

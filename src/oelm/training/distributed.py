@@ -34,11 +34,18 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         name = f"cuda:{local_rank}"
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        from oelm.errors import UserError
+    from oelm.errors import UserError
 
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError("device cuda requested but CUDA is not available; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(f"device {name} does not exist ({torch.cuda.device_count()} GPUs); use cuda:0..")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device mps requested but MPS is not available; use --device cpu")
     return device
 
 

@@ -55,11 +55,11 @@ class LMTask(Task):
 
     def validate(self) -> None:
         """Check the data directory, vocabulary and sequence length against the model."""
-        from oelm.models.gpt import gpt_config
+        from oelm.training.task import checked_gpt_config
 
         self.meta = read_lm_meta(self.data_dir)
         overrides = {"vocab_size": self.meta["vocab_size"], **self.cfg.model_overrides}
-        self.model_cfg = gpt_config(self.cfg.model, **overrides)
+        self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
         if self.meta["vocab_size"] > self.model_cfg.vocab_size:
             raise UserError(
                 f"the data's vocabulary ({self.meta['vocab_size']} tokens, {self.meta.get('tokenizer')}) "
@@ -117,24 +117,47 @@ class LMTask(Task):
         """Whether the data directory holds this split."""
         return split in self.splits
 
+    def eval_starts(self, split: str, final: bool) -> np.ndarray:
+        """Window starts of an evaluation, shared by every arm (they depend on the data only).
+
+        Validation is the selection set: the same windows at every evaluation, periodic and
+        final, so that a checkpoint or an LR is never chosen on a lucky draw. It is the whole
+        split (all non-overlapping windows) when that fits in `eval_batches` global batches, else
+        that many evenly spaced fixed windows. The test split is read once, at the end: all of it
+        unless `final_eval_batches` caps it.
+        """
+        data = self.splits[split]
+        per_batch = self.cfg.batch_size * self.dist.world
+        if split == "val":
+            every = window_starts(len(data), self.seq_len, None)
+            cap = self.cfg.eval_batches * per_batch
+            return every if len(every) <= cap else window_starts(len(data), self.seq_len, cap)
+        n_batches = self.cfg.final_eval_batches if final else self.cfg.eval_batches
+        return window_starts(len(data), self.seq_len, None if n_batches is None else n_batches * per_batch)
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str, final: bool) -> dict[str, float]:
-        """Token-weighted mean loss and perplexity over fixed windows (shared out over ranks)."""
+        """Mean loss, perplexity and the loss's standard error over fixed windows (all ranks)."""
         data = self.splits[split]
         b, world = self.cfg.batch_size, self.dist.world
-        n_batches = self.cfg.final_eval_batches if final else self.cfg.eval_batches
-        count = None if final and n_batches is None else n_batches * b * world
-        starts = window_starts(len(data), self.seq_len, count)[self.dist.rank :: world]
-        total, tokens = 0.0, 0.0
+        starts = self.eval_starts(split, final)[self.dist.rank :: world]
+        total, sq, windows = 0.0, 0.0, 0.0
         for i in range(0, len(starts), b):
             batch = self._windows(data, starts[i : i + b])
-            _, loss = model(**batch)
-            n = batch["targets"].numel()
-            total += float(loss) * n
-            tokens += n
-        total, tokens = all_reduce_sum([total, tokens], self.dist, self.device)
-        loss = total / max(tokens, 1.0)
-        return {"loss": loss, "perplexity": _perplexity(loss), "tokens": int(tokens)}
+            logits, _ = model(**batch)
+            # Per-window losses (windows have equal length, so their mean is the token mean);
+            # their spread gives the standard error of the loss over the evaluation set.
+            per = nn.functional.cross_entropy(logits.float().transpose(1, 2), batch["targets"],
+                                              reduction="none").mean(dim=1)
+            total += float(per.sum())
+            sq += float((per.double() ** 2).sum())
+            windows += per.numel()
+        total, sq, windows = all_reduce_sum([total, sq, windows], self.dist, self.device)
+        n = max(windows, 1.0)
+        loss = total / n
+        var = max(sq / n - loss**2, 0.0) * n / max(n - 1.0, 1.0)
+        return {"loss": loss, "perplexity": _perplexity(loss), "tokens": int(windows) * self.seq_len,
+                "windows": int(windows), "loss_se": math.sqrt(var / n)}
 
     def results(self, val: dict[str, float], test: dict[str, float] | None) -> dict[str, Any]:
         """LM keys of results.json (of the best checkpoint)."""
@@ -144,6 +167,11 @@ class LMTask(Task):
             "val_perplexity": val["perplexity"],
             "test_loss": test["loss"] if test else None,
             "test_perplexity": test["perplexity"] if test else None,
+            # Size and standard error of the evaluation sets: test noise next to seed noise.
+            "val_tokens": val.get("tokens"),
+            "test_tokens": test.get("tokens") if test else None,
+            "test_windows": test.get("windows") if test else None,
+            "test_loss_se": test.get("loss_se") if test else None,
             "final_perplexity": final["perplexity"],
             "primary_metric": "test_perplexity" if test else "val_perplexity",
             "selection_metric": "best_val_loss",

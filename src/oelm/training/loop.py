@@ -20,7 +20,7 @@ from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard, atomic_write_json, atomic_write_text
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
-from oelm.training.report import build_results, build_timing
+from oelm.training.report import RunFacts, build_results, build_timing
 
 
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
@@ -83,16 +83,20 @@ class Trainer:
         if self.plan.finished is not None:
             return self.plan.finished
         self.session_start = time.perf_counter()
+        # Build (model, method, optimizer) before touching the directory: a start that fails here
+        # leaves nothing behind that could block the corrected rerun.
+        self._build()
         barrier(self.dist)  # every rank has inspected the directory before rank 0 changes it
         if self.dist.is_main:
             if self.plan.clear:
                 clear_run_dir(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.plan.reopen:
+                (self.run_dir / "results.json").unlink(missing_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
-        barrier(self.dist)
-        self._build()
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
+        barrier(self.dist)
         self._open_logs()
         try:
             self._loop()
@@ -103,16 +107,20 @@ class Trainer:
 
     def _build(self) -> None:
         from oelm import apply_method, audit_model
-        from oelm.freezing import optimizer_groups
+        from oelm.freezing import optimizer_groups, scale_group_lrs
+        from oelm.schedules import make_schedule
 
         # Seed before building so tensors a method leaves alone are identical across methods.
         torch.manual_seed(self.cfg.seed)
         model = self.task.build_model()
         apply_method(model, self.cfg.method, seed=self.cfg.seed, **self.cfg.method_options)
         self.audit = audit_model(model)
+        self.schedule = make_schedule(model, self.cfg.steps)  # None unless the method has one
+        if self.schedule is not None:
+            self.audit.schedule = self.schedule.summary()
         self.model = model.to(self.device)
         self.optimizer = torch.optim.AdamW(
-            optimizer_groups(self.model, self.cfg.weight_decay),
+            scale_group_lrs(optimizer_groups(self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay), self.cfg.lr),
             lr=self.cfg.lr,
             betas=self.cfg.betas,
             eps=self.cfg.eps,
@@ -120,8 +128,12 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, self.cfg))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.eval_model: nn.Module = torch.compile(self.model) if self.cfg.compile else self.model
+        self._wrap_trainable()
+
+    def _wrap_trainable(self) -> None:
+        """The trainable-parameter list and the DDP wrapper (rebuilt when a schedule switches)."""
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model: nn.Module = self.eval_model
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -129,9 +141,30 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DDP(self.eval_model, device_ids=ids)
 
+    # ---- method schedule (oelm.schedules): switches by step, restored exactly on resume ------
+    def _schedule_step(self) -> None:
+        """Switch the method's schedule when its step comes, then refill optimizer and DDP."""
+        if self.schedule is not None and self.schedule.update(self.step, self.audit):
+            self._sync_trainable()
+
+    def _sync_trainable(self) -> None:
+        from oelm.freezing import sync_optimizer
+
+        sync_optimizer(self.optimizer, self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay)
+        self._wrap_trainable()
+
     def _restore(self, path) -> None:
-        ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
         state = ckpt.load_state(path)
+        try:
+            ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
+        except RuntimeError as err:  # strict load: the stored weights do not fit this model
+            raise UserError(
+                f"checkpoint {str(path)!r} does not fit the configured model ({str(err).splitlines()[0][:120]}); "
+                "resume with the run's own model settings or pass --overwrite"
+            ) from None
+        if self.schedule is not None:  # the stored phase first: it decides the optimizer's params
+            self.schedule.load_state_dict(state["method_schedule"], self.audit)
+            self._sync_trainable()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -144,7 +177,13 @@ class Trainer:
         self.timer = StepTimer(self.device, state["step_times"])
         self.eval_times = list(state["eval_times"])
         self.prior_wall = state["wall_time"]
+        if "lr" in self.cfg.allow_change:  # the stored scheduler would keep the old peak LR
+            self.scheduler.base_lrs = [self.cfg.lr for _ in self.scheduler.base_lrs]
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.cfg.lr * lr_factor(self.step, self.cfg)
         self.last_lr = self.scheduler.get_last_lr()[0]
+        if self.dist.is_main:
+            ckpt.restore_best(self.ckpt_root, path, self.best_step)
 
     def _open_logs(self) -> None:
         main = self.dist.is_main
@@ -164,6 +203,7 @@ class Trainer:
         )
         with bar:
             while self.step < cfg.steps:
+                self._schedule_step()
                 loss, tokens = self._train_step()
                 self.step += 1
                 self.tokens_seen += tokens
@@ -246,7 +286,8 @@ class Trainer:
         return metrics, time.perf_counter() - start
 
     def _weights_meta(self) -> dict[str, Any]:
-        return {**self.task.model_metadata(), "task": self.cfg.task, "seed": self.cfg.seed, "step": self.step}
+        return {**self.task.model_metadata(), **ckpt.method_record(self.model), "task": self.cfg.task,
+                "seed": self.cfg.seed, "step": self.step}
 
     def _wall_time(self) -> float:
         return self.prior_wall + time.perf_counter() - self.session_start
@@ -269,24 +310,47 @@ class Trainer:
                 "eval_times": self.eval_times,
                 "wall_time": self._wall_time(),
                 "config": self.cfg.identity(),
+                "method_schedule": self.schedule.state_dict() if self.schedule is not None else None,
             }
             ckpt.save_checkpoint(self.ckpt_root, self.step, self.model, state, self._weights_meta(), self.cfg.keep_last)
         barrier(self.dist)
+
+    def _load_best(self) -> None:
+        """Load best/ after checking it holds this run's best step (never stale weights)."""
+        best = self.ckpt_root / "best" / ckpt.WEIGHTS
+        if self.best_step is None:
+            return
+        found = ckpt.weights_step(best) if best.is_file() else None
+        if found != self.best_step:
+            raise UserError(
+                f"{str(best)!r} holds step {found}, but this run's best is step {self.best_step} "
+                "(left by an interrupted run); rerun with --overwrite"
+            )
+        ckpt.load_weights(self.model, best)
 
     # ---- end of run --------------------------------------------------------------------------
     def _finish(self) -> dict[str, Any]:
         from oelm import verify_audit
 
-        check = verify_audit(self.model, self.audit, optimizer=self.optimizer)
         barrier(self.dist)  # rank 0 has written best/ before anyone reads it
-        best = self.ckpt_root / "best" / ckpt.WEIGHTS
-        if best.is_file():
-            ckpt.load_weights(self.model, best)
+        self._load_best()
+        # Verified after loading best/: the audit speaks for the weights that are evaluated.
+        check = verify_audit(self.model, self.audit, optimizer=self.optimizer)
         val, _ = self._run_eval("val", final=True)
         test = self._run_eval("test", final=True)[0] if self.task.has_split("test") else None
         mem, mem_kind = peak_memory(self.device)
-        timing = build_timing(self, mem, mem_kind)
-        results = build_results(self, val, test, check.to_dict(), timing)
+        facts = RunFacts(
+            cfg=self.cfg, steps=self.step, tokens_seen=self.tokens_seen, best_val_loss=self.best_val_loss,
+            best_step=self.best_step, wall_time=self._wall_time(), step_times=self.timer.resolve(),
+            cuda_timer=self.timer.cuda, eval_times=list(self.eval_times), world=self.dist.world,
+            device=self.device, amp=self.amp, dataset=self.task.dataset_name(), audit_totals=self.audit.totals,
+            method_options=dict(self.audit.options),
+            flops_per_step=self.task.flops_per_step(self.model), flops_saving=self.task.flops_saving(self.model),
+            peak_memory=mem, memory_kind=mem_kind, task_results=self.task.results(val, test),
+            result_aliases=self.task.result_aliases(),
+        )
+        timing = build_timing(facts)
+        results = build_results(facts, check.to_dict(), timing)
         if self.dist.is_main:
             atomic_write_json(self.run_dir / "timing_stats.json", timing)
             atomic_write_json(

@@ -42,7 +42,7 @@ class ProbeTask(LMTask):
 
     def validate(self) -> None:
         """Check the probe options against the model; build the val/test sets."""
-        from oelm.models.gpt import gpt_config
+        from oelm.training.task import checked_gpt_config
 
         if self.opts is None:
             raise UserError("task probe needs `probe: {kind: mqar|induction, ...}` (or probe.kind=induction)")
@@ -50,7 +50,7 @@ class ProbeTask(LMTask):
         if self.cfg.seq_len not in (None, opts.seq_len):
             raise UserError(f"seq_len {self.cfg.seq_len} differs from probe.seq_len {opts.seq_len}; set only probe.seq_len")
         overrides = {"vocab_size": opts.vocab, "block_size": opts.seq_len, **self.cfg.model_overrides}
-        self.model_cfg = gpt_config(self.cfg.model, **overrides)
+        self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
         if self.model_cfg.vocab_size < opts.vocab or self.model_cfg.block_size < opts.seq_len:
             raise UserError("model_overrides make the model smaller than the probe; drop vocab_size/block_size")
         self.seq_len = opts.seq_len

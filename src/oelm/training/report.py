@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from oelm.training.config import TrainConfig
 from oelm.training.runlog import git_commit
 from oelm.training.timing import summarize
-
-if TYPE_CHECKING:
-    from oelm.training.loop import Trainer
 
 SCHEMA_VERSION = 1
 
@@ -22,20 +21,47 @@ def device_name(device: torch.device) -> str:
     return str(device)
 
 
-def build_timing(tr: Trainer, peak_mem: int | None, mem_kind: str) -> dict[str, Any]:
+@dataclass
+class RunFacts:
+    """Plain values of a finished run, which results.json and timing_stats.json are built from."""
+
+    cfg: TrainConfig
+    steps: int
+    tokens_seen: int
+    best_val_loss: float
+    best_step: int | None
+    wall_time: float
+    step_times: list[float]
+    cuda_timer: bool
+    eval_times: list[float]
+    world: int
+    device: torch.device
+    amp: torch.dtype | None
+    dataset: str
+    audit_totals: dict[str, Any]
+    method_options: dict[str, Any]  # validated, defaults filled in
+    flops_per_step: float | None
+    flops_saving: Any
+    peak_memory: int | None
+    memory_kind: str
+    task_results: dict[str, Any] = field(default_factory=dict)  # the task's keys (of the best checkpoint)
+    result_aliases: dict[str, str] = field(default_factory=dict)
+
+
+def build_timing(tr: RunFacts) -> dict[str, Any]:
     """Step-time statistics (warm-up excluded, data loading excluded), eval time, throughput, MFU."""
     from oelm.flops import device_peak_flops
 
     cfg = tr.cfg
-    stats = summarize(tr.timer.resolve(), cfg.timing_warmup)
-    tokens_per_step = tr.tokens_seen / tr.step if tr.step else 0
+    stats = summarize(tr.step_times, cfg.timing_warmup)
+    tokens_per_step = tr.tokens_seen / tr.steps if tr.steps else 0
     mean = stats.get("mean")
-    flops = tr.task.flops_per_step(tr.model)
+    flops = tr.flops_per_step
     peak = device_peak_flops(tr.device)
     achieved = flops / mean if flops and mean else None
     return {
         "step_time": stats,
-        "timer": "cuda_events" if tr.timer.cuda else "perf_counter",
+        "timer": "cuda_events" if tr.cuda_timer else "perf_counter",
         "data_loading": "excluded",
         "tokens_per_step": tokens_per_step,
         "tokens_per_second": tokens_per_step / mean if mean else None,
@@ -46,45 +72,40 @@ def build_timing(tr: Trainer, peak_mem: int | None, mem_kind: str) -> dict[str, 
             "mean_seconds": sum(tr.eval_times) / len(tr.eval_times) if tr.eval_times else None,
         },
         "flops_per_step": flops,
-        "theoretical_flops_saving": tr.task.flops_saving(tr.model),
+        "theoretical_flops_saving": tr.flops_saving,
         "achieved_flops_per_second": achieved,
         "peak_flops_per_second": peak,
         "mfu": achieved / peak if achieved and peak else None,
         "compute_dtype": str(tr.amp).removeprefix("torch.") if tr.amp else "float32",
         "compiled": cfg.compile,
-        "world_size": tr.dist.world,
+        "world_size": tr.world,
         "device": device_name(tr.device),
-        "peak_memory_bytes": peak_mem,
-        "memory_kind": mem_kind,
+        "peak_memory_bytes": tr.peak_memory,
+        "memory_kind": tr.memory_kind,
     }
 
 
-def build_results(
-    tr: Trainer,
-    val: dict[str, float],
-    test: dict[str, float] | None,
-    freeze_check: dict[str, Any],
-    timing: dict[str, Any],
-) -> dict[str, Any]:
+def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, Any]) -> dict[str, Any]:
     """results.json: the common keys, then the task's keys (of the best checkpoint)."""
     cfg = tr.cfg
-    totals = tr.audit.totals
+    totals = tr.audit_totals
     stats = timing["step_time"]
     common = {
         "schema_version": SCHEMA_VERSION,
         "status": "complete",
         "task": cfg.task,
         "method": cfg.method,
+        "method_options": tr.method_options,
         "model_type": cfg.method,
         "model": cfg.model,
-        "dataset": tr.task.dataset_name(),
+        "dataset": tr.dataset,
         "seed": cfg.seed,
         "lr": cfg.lr,
-        "steps": tr.step,
+        "steps": tr.steps,
         "tokens_seen": tr.tokens_seen,
         "best_val_loss": tr.best_val_loss,
         "best_step": tr.best_step,
-        "total_wall_time": tr._wall_time(),
+        "total_wall_time": tr.wall_time,
         "mean_step_time": stats.get("mean"),
         "median_step_time": stats.get("median"),
         "tokens_per_second": timing["tokens_per_second"],
@@ -94,9 +115,9 @@ def build_results(
         "freeze_check": freeze_check,
         "git_commit": git_commit(),
         "device": timing["device"],
-        "world_size": tr.dist.world,
-        "global_batch_size": cfg.batch_size * cfg.grad_accum * tr.dist.world,
+        "world_size": tr.world,
+        "global_batch_size": cfg.batch_size * cfg.grad_accum * tr.world,
     }
-    out = {**common, **tr.task.results(val, test)}
-    out.update({alias: out.get(key) for alias, key in tr.task.result_aliases().items()})
+    out = {**common, **tr.task_results}
+    out.update({alias: out.get(key) for alias, key in tr.result_aliases.items()})
     return out

@@ -15,6 +15,16 @@ from oelm.training.config import RUNTIME_FIELDS, TrainConfig
 from oelm.training.runlog import read_json
 
 
+def is_finished(results: Any) -> bool:
+    """The one rule for "this run is finished": results.json with status complete."""
+    return isinstance(results, dict) and results.get("status") == "complete"
+
+
+def run_finished(run_dir: Path) -> bool:
+    """Whether run_dir holds a finished run."""
+    return is_finished(read_json(Path(run_dir) / "results.json"))
+
+
 @dataclass
 class RunPlan:
     """The outcome of inspecting the run directory."""
@@ -23,21 +33,46 @@ class RunPlan:
     resume_from: Path | None = None  # a step checkpoint to continue from
     finished: dict[str, Any] | None = None  # results of a complete run to return as is
     clear: bool = False  # the directory's previous contents must go (overwrite / fresh restart)
+    reopen: bool = False  # a finished run continues: its results.json no longer holds
 
 
 def _stored_identity(run_dir: Path) -> dict[str, Any] | None:
     try:
         stored = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(stored, dict):
         return None
     return {k: v for k, v in stored.items() if k not in RUNTIME_FIELDS}
 
 
-def _differences(cfg: TrainConfig, stored: dict[str, Any] | None) -> list[str]:
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}, so that a difference names the exact key."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _allowed(key: str, allow: list[str]) -> bool:
+    return any(key == a or key.startswith(a + ".") for a in allow)
+
+
+def differences(cfg: TrainConfig, stored: dict[str, Any] | None, *, allowed_too: bool = False) -> list[str]:
+    """Keys (dotted) in which cfg differs from a stored config (without cfg.allow_change unless asked)."""
     if stored is None:
         return ["config.yaml unreadable"]
-    mine = cfg.identity()
-    return sorted(k for k in set(mine) | set(stored) if mine.get(k) != stored.get(k))
+    mine, theirs = _flatten(cfg.identity()), _flatten(stored)
+    keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    return keys if allowed_too else [k for k in keys if not _allowed(k, list(cfg.allow_change))]
+
+
+def has_progress(run_dir: Path) -> bool:
+    """Whether a run directory holds anything worth keeping: a step checkpoint or a result."""
+    return latest_checkpoint(run_dir / "checkpoints") is not None or (run_dir / "results.json").is_file()
 
 
 def plan_run(cfg: TrainConfig) -> RunPlan:
@@ -52,11 +87,13 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
             f"output directory {str(run_dir)!r} is not empty and holds no run (no config.yaml); "
             "choose another --out"
         )
-    if cfg.overwrite:
+    if cfg.overwrite or not has_progress(run_dir):
+        # A start that failed before its first checkpoint left nothing to resume or protect.
         return RunPlan(run_dir, clear=True)
     results = read_json(run_dir / "results.json")
-    finished = results is not None and results.get("status") == "complete"
-    diff = _differences(cfg, _stored_identity(run_dir))
+    finished = is_finished(results)
+    stored = _stored_identity(run_dir)
+    diff = differences(cfg, stored)
     state = "finished" if finished else "unfinished"
     if not cfg.resume:
         what = f"a different {state} run (differs in: {', '.join(diff)})" if diff else f"a {state} run"
@@ -68,12 +105,15 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
     if diff:
         raise UserError(
             f"cannot resume: {str(run_dir)!r} holds a different run (differs in: {', '.join(diff)}); "
-            "use the same settings, another --out, or --overwrite"
+            "use the same settings, list the keys that may change with --allow-change "
+            f"{','.join(diff)}, or use another --out / --overwrite"
         )
-    if finished:
+    changed = bool(differences(cfg, stored, allowed_too=True))  # only keys in --allow-change
+    if finished and not changed:
         return RunPlan(run_dir, finished=results)
     ckpt = latest_checkpoint(run_dir / "checkpoints")
-    return RunPlan(run_dir, resume_from=ckpt, clear=ckpt is None)
+    # A finished run continued with allowed changes (e.g. more steps) is reopened from its last checkpoint.
+    return RunPlan(run_dir, resume_from=ckpt, clear=ckpt is None, reopen=finished)
 
 
 def clear_run_dir(run_dir: Path) -> None:

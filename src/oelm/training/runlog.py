@@ -9,40 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text to path through a temp file + os.replace, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _clean(value: Any) -> Any:
-    # JSON has no NaN/inf; a diverged run must still produce a readable record.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write a JSON document atomically (non-finite floats become null)."""
-    atomic_write_text(path, json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """Read a JSON file, or None when missing or unreadable."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
+from oelm.io import atomic_write_json, atomic_write_text, clean_json, read_json  # noqa: F401 (re-exported)
 
 
 class MetricsLog:
@@ -67,7 +34,7 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         """Append one record as a JSON line."""
         if self._fh is not None:
-            self._fh.write(json.dumps(_clean(record)) + "\n")
+            self._fh.write(json.dumps(clean_json(record)) + "\n")
 
     def offset(self) -> int:
         """Flush and return the current byte size of the stream."""

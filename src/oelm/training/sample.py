@@ -13,15 +13,19 @@ from oelm.training.distributed import resolve_device
 
 
 def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu"):
-    """(GPT in eval mode, tokenizer spec) from a run's checkpoint; the weights file is self-describing."""
+    """(GPT in eval mode, tokenizer spec) from a run's checkpoint; the weights file is self-describing.
+
+    The recorded method is re-applied before loading, so tensors it added (adapters) load too.
+    """
     from oelm.models.gpt import GPT, GPTConfig
-    from oelm.training.checkpoint import load_weights
+    from oelm.training.checkpoint import apply_recorded_method, load_weights
 
     path = resolve_checkpoint(Path(run_dir), checkpoint)
     meta = read_metadata(path)
     if "gpt_config" not in meta:
         raise UserError(f"{str(path)!r} is not a language-model checkpoint (no gpt_config); sample needs an LM run")
     model = GPT(GPTConfig(**json.loads(meta["gpt_config"])))
+    apply_recorded_method(model, meta)
     load_weights(model, path)
     return model.to(resolve_device(device)).eval(), meta.get("tokenizer", "")
 
@@ -39,8 +43,13 @@ def sample(
     """Continue `prompt` by `tokens` tokens (temperature 0 = greedy); returns prompt + continuation."""
     from oelm.data.tokenizers import load_tokenizer
 
-    if tokens < 0:
-        raise UserError("--tokens must be >= 0")
+    if tokens < 1:
+        raise UserError(f"--tokens must be at least 1, got {tokens}")
+    if temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise UserError(f"--top-k must be at least 1 (or left out), got {top_k}")
+    resolve_device(device)  # an unknown or missing device fails before any loading
     model, spec = load_run_model(run_dir, checkpoint, device)
     tok = load_tokenizer(spec)
     ids = tok.encode(prompt) or [tok.eot_id]  # an empty prompt starts from end-of-text

@@ -107,6 +107,20 @@ class Task(ABC):
         """Restore the data position from a checkpoint."""
 
 
+def checked_gpt_config(preset: str, overrides: dict[str, Any]) -> Any:
+    """gpt_config(preset, **overrides) with a bad override value turned into one UserError."""
+    from oelm.models.gpt import gpt_config
+
+    try:
+        return gpt_config(preset, **overrides)
+    except UserError:
+        raise
+    except (TypeError, ValueError, AssertionError, ZeroDivisionError) as err:
+        raise UserError(
+            f"model_overrides {overrides} do not make a valid {preset} config ({err}); fix the values"
+        ) from None
+
+
 def make_task(cfg: TrainConfig, dist: DistInfo, device: torch.device) -> Task:
     """Instantiate the Task registered for cfg.task."""
     target = TASKS.get(cfg.task)

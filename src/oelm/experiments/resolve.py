@@ -1,0 +1,79 @@
+"""One path from what the user wrote to a validated run config, used by train, sweep and compare.
+
+source (YAML file, study config, or dict) -> its scale -> command-line flags -> key=value
+overrides -> one validation (TrainConfig + method options). Nothing else applies overrides.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from oelm.errors import UserError
+from oelm.experiments.study import META_KEYS, SCALES_KEY, apply_scale, deep_merge, split_study_config
+from oelm.io import read_yaml
+from oelm.training.config import TrainConfig, apply_overrides, make_config
+
+Source = str | os.PathLike | dict[str, Any] | None
+
+
+@dataclass
+class Resolved:
+    """A validated config, the dict it came from, and the study meta (data `prepare` recipe, id)."""
+
+    config: TrainConfig
+    raw: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_source(source: Source, scale: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(TrainConfig keys, study meta) of a source; study configs get their scale applied."""
+    if source is None:
+        if scale is not None:
+            raise UserError("--scale needs a study config file, e.g. oelm train configs/study/gpt-01.yaml --scale smoke")
+        return {}, {}
+    data = copy.deepcopy(source) if isinstance(source, dict) else read_yaml(source, "config file")
+    if not any(k in data for k in (*META_KEYS, SCALES_KEY)):
+        if scale is not None:
+            name = "the config" if isinstance(source, dict) else str(source)
+            raise UserError(f"--scale {scale} given, but {name} has no 'scales' section")
+        return data, {}
+    return split_study_config(apply_scale(data, scale))
+
+
+def _set_flags(raw: dict[str, Any], flags: dict[str, Any] | None) -> dict[str, Any]:
+    """raw with each dotted field of `flags` set (None means: flag not given)."""
+    out = copy.deepcopy(raw)
+    for dotted, value in (flags or {}).items():
+        if value is None:
+            continue
+        *parents, leaf = dotted.split(".")
+        node = out
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[leaf] = value
+    return out
+
+
+def resolve_raw(source: Source = None, scale: str | None = None, flags: dict[str, Any] | None = None,
+                overrides: list[str] | dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config dict, study meta) with scale, flags and overrides applied, not yet validated."""
+    raw, meta = _read_source(source, scale)
+    raw = _set_flags(raw, flags)
+    if isinstance(overrides, dict):
+        raw = deep_merge(raw, overrides)
+    elif overrides:
+        raw = apply_overrides(raw, list(overrides))
+    return raw, meta
+
+
+def resolve_config(source: Source = None, scale: str | None = None, flags: dict[str, Any] | None = None,
+                   overrides: list[str] | dict[str, Any] | None = None) -> Resolved:
+    """Resolve and validate one run's config (UserError naming the problem and the fix)."""
+    raw, meta = resolve_raw(source, scale, flags, overrides)
+    cfg = make_config(raw)
+    return Resolved(cfg, raw, meta)

@@ -1,0 +1,213 @@
+"""Faults a run must survive: stale best/, failed starts, changed configs on resume, locks, unsafe files."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from oelm.cli import main
+from oelm.errors import UserError
+from oelm.training import checkpoint as ckpt
+from oelm.training.loop import Trainer, train
+from train_utils import one_thread, synthetic_lm_dir, tiny_config
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "oelm"
+
+
+def _weights_like(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Linear(3, 2)
+
+
+def test_restore_best_brings_back_the_checkpoints_best(tmp_path: Path) -> None:
+    root = tmp_path / "checkpoints"
+    old, newer = _weights_like(0), _weights_like(1)
+    ckpt.save_best(root, old, {"step": 5})
+    step_dir = ckpt.save_checkpoint(root, 10, old, {}, {}, keep_last=2)
+    ckpt.save_best(root, newer, {"step": 15})  # written by the killed process after its checkpoint
+    ckpt.restore_best(root, step_dir, best_step=5)
+    best = root / "best" / ckpt.WEIGHTS
+    assert ckpt.weights_step(best) == 5
+    assert torch.equal(load_file(best)["weight"], old.weight.detach())
+    ckpt.save_best(root, newer, {"step": 15})
+    (step_dir / ckpt.BEST_COPY).unlink()  # an old checkpoint without the copy: stale best/ goes
+    ckpt.restore_best(root, step_dir, best_step=5)
+    assert not best.exists()
+
+
+def test_resume_with_newer_best_matches_uninterrupted_run(tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    cfg = tiny_config(data, tmp_path / "ref", steps=20, eval_every=5, checkpoint_every=10, keep_last=3)
+    with one_thread():
+        reference = train(cfg)
+        run = tmp_path / "run"
+        train({**cfg, "out": str(run), "steps": 20})
+        # Make it look killed after step 10's checkpoint, having written a newer (bogus) best/.
+        (run / "results.json").unlink()
+        import shutil
+
+        shutil.rmtree(run / "checkpoints" / "step_0000020")
+        ckpt.save_best(run / "checkpoints", _bogus_model(run), {"step": 17})
+        resumed = train({**cfg, "out": str(run), "resume": True})
+    for key in ("best_step", "best_val_loss", "val_loss", "test_loss", "freeze_check"):
+        assert resumed[key] == reference[key], key
+
+
+def _bogus_model(run: Path) -> nn.Module:
+    """A module whose state dict has the run's keys and shapes but zero weights."""
+    tensors = load_file(run / "checkpoints" / "step_0000010" / ckpt.WEIGHTS)
+    module = nn.Module()
+    for name, t in tensors.items():
+        module.register_buffer(name.replace(".", "_"), torch.zeros_like(t))
+    return module
+
+
+def test_finish_refuses_a_best_of_another_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    real = ckpt.save_best
+
+    def wrong_step(root, model, meta):  # best/ claims a step the run did not select
+        return real(root, model, {**meta, "step": 999})
+
+    monkeypatch.setattr(ckpt, "save_best", wrong_step)
+    with one_thread(), pytest.raises(UserError, match="holds step 999.*--overwrite"):
+        train(tiny_config(data, tmp_path / "run", steps=4, warmup=1, eval_every=2))
+
+
+def test_failed_start_leaves_nothing_that_blocks_the_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    cfg = tiny_config(data, tmp_path / "run", steps=4, warmup=1)
+
+    def broken(self):
+        raise UserError("method options are bad")
+
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "_build", broken)
+        with pytest.raises(UserError):
+            train(cfg)
+    assert not (tmp_path / "run").exists()  # nothing was created before the build succeeded
+    # A directory from an older failed start (config.yaml, no checkpoint) does not block either.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("data: elsewhere\nlr: 1.0\n")
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    with one_thread():
+        assert train({**cfg, "lr": 2e-3})["status"] == "complete"
+
+
+def test_resume_with_changed_config_names_keys_unless_allowed(tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    cfg = tiny_config(data, tmp_path / "run", steps=6, warmup=1, eval_every=3, checkpoint_every=3)
+    with one_thread():
+        train({**cfg, "steps": 3})  # a finished 3-step run, with a checkpoint
+        changed = {**cfg, "lr": 1e-3, "model_overrides": {**cfg["model_overrides"], "n_layer": 2},
+                   "resume": True}
+        with pytest.raises(UserError, match=r"differs in: lr, model_overrides\.n_layer, steps.*--allow-change"):
+            train(changed)
+        with pytest.raises(UserError, match=r"differs in: model_overrides\.n_layer"):
+            train({**changed, "allow_change": "lr,steps"})
+        out = train({**cfg, "lr": 1e-3, "resume": True, "allow_change": ["lr", "steps"]})
+    train_lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+                   if '"train"' in x]
+    assert out["status"] == "complete" and [r["step"] for r in train_lines] == [1, 2, 3, 4, 5, 6]
+    assert max(r["lr"] for r in train_lines[3:]) <= 1e-3 + 1e-12  # the new peak LR took effect
+
+
+def test_state_file_is_loaded_without_running_code(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    step = tmp_path / "step_0000001"
+    step.mkdir()
+    with open(step / ckpt.STATE, "wb") as fh:
+        pickle.dump({"x": Evil()}, fh, protocol=2)
+    with pytest.raises(UserError, match="cannot be loaded safely"):
+        ckpt.load_state(step)
+    assert not marker.exists()
+
+
+def test_no_unsafe_loaders_in_the_source() -> None:
+    text = "\n".join(p.read_text(encoding="utf-8") for p in SRC.rglob("*.py"))
+    assert not re.search(r"weights_only\s*=\s*False", text)
+    assert not re.search(r"yaml\.(load|unsafe_load|full_load)\(", text)
+    assert not re.search(r"trust_remote_code\s*=\s*True", text)
+    assert not re.search(r"\bpickle\.loads?\(|(?<![\w.])(eval|exec)\(", text)
+
+
+def test_dtype_keyword_follows_the_transformers_version() -> None:
+    from oelm.models.hf_cls import dtype_kwarg
+
+    assert dtype_kwarg(torch.float32, "4.40.0") == {"torch_dtype": torch.float32}
+    assert dtype_kwarg(torch.float32, "4.56.0") == {"dtype": torch.float32}
+
+
+def test_nonzero_ranks_stop_waiting_for_data(tmp_path: Path) -> None:
+    from oelm.experiments.prepare import wait_for_file
+
+    start = time.monotonic()
+    with pytest.raises(UserError, match="rank 0.*OELM_DATA_WAIT_S"):
+        wait_for_file(tmp_path / "meta.json", timeout_s=0.2, poll_s=0.05)
+    assert time.monotonic() - start < 2
+
+
+def test_every_train_flag_has_help() -> None:
+    from oelm.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["train"]
+    missing = [a.option_strings for a in sub._actions if a.option_strings and not (a.help or "").strip()]
+    assert not missing
+    flags = {s for a in sub._actions for s in a.option_strings}
+    assert {"--lr", "--allow-change", "--no-tensorboard", "--data-dir", "--qk-init", "--dataset"} <= flags
+
+
+def test_offline_hub_name_fails_fast_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    import oelm.hub
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    monkeypatch.setattr(oelm.hub, "hub_reachable", lambda timeout_s=1.5: False)
+    cases = [
+        (["prepare", "lm", "someone/corpus", "--tokenizer", "byte", "--out", str(tmp_path / "a")], "local text file"),
+        (["prepare", "lm", "builtin:python-docs", "--tokenizer", "someone/tok", "--out", str(tmp_path / "b")],
+         "local tokenizer folder"),
+        (["params", "someone/model"], "local config.json"),
+    ]
+    for argv, fix in cases:
+        start = time.monotonic()
+        assert main(argv) == 2
+        assert time.monotonic() - start < 2
+        err = capsys.readouterr().err
+        assert "not reachable" in err and fix in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_sweep_lock_refuses_a_second_sweep_and_takes_over_a_stale_one(tmp_path: Path) -> None:
+    from oelm.lock import LOCK_NAME, dir_lock
+
+    with dir_lock(tmp_path, "sweep"):
+        with pytest.raises(UserError, match=r"another sweep \(pid \d+"):
+            with dir_lock(tmp_path, "sweep"):
+                pass
+    assert not (tmp_path / LOCK_NAME).exists()
+    import socket
+
+    (tmp_path / LOCK_NAME).write_text(f"{socket.gethostname()} 99999999\n")  # a dead process
+    with dir_lock(tmp_path, "sweep"):
+        assert (tmp_path / LOCK_NAME).read_text().split()[1] == str(os.getpid())
+    (tmp_path / LOCK_NAME).write_text("")  # half-written by a killed process
+    with dir_lock(tmp_path, "sweep"):
+        pass

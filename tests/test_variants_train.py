@@ -1,0 +1,154 @@
+"""Variants through `oelm train`: options validated up front, schedules resume exactly, reload re-applies."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from oelm.cli import main
+from oelm.errors import UserError
+from oelm.methods import list_methods
+from oelm.training.checkpoint import WEIGHTS, read_metadata, step_dir_name
+from oelm.training.config import make_config
+from oelm.training.loop import train
+from test_train_resume import max_logged_step, metrics_without_timing, wait_for
+from train_utils import one_thread, synthetic_lm_dir, tiny_config
+
+NEW = ["oelm-freeze-q", "oelm-freeze-k", "oelm-temp", "oelm-gain", "oelm-qknorm", "oelm-lowrank", "oelm-qbias",
+       "oelm-late-freeze", "oelm-unfreeze", "oelm-lower-half", "oelm-upper-half", "oelm-alternate"]
+LAYERS2 = {"n_layer": 2, "d_model": 32, "n_head": 4, "block_size": 32}
+
+
+def test_every_method_is_registered_and_runs_through_train(tmp_path: Path) -> None:
+    assert set(NEW) <= {m.name for m in list_methods()}
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    with one_thread():
+        for method in NEW:
+            cfg = tiny_config(data, tmp_path / method, method=method, steps=4, eval_every=0,
+                              checkpoint_every=0, model_overrides=LAYERS2, timing_warmup=0)
+            results = train(cfg)
+            assert results["freeze_check"]["ok"], (method, results["freeze_check"])
+            audit = json.loads((tmp_path / method / "freeze_audit.json").read_text())
+            assert audit["start"]["method"] == method and "options" in audit["start"]
+            meta = read_metadata(tmp_path / method / "checkpoints" / step_dir_name(4) / WEIGHTS)
+            assert meta["method"] == method and "layers" in json.loads(meta["method_options"])
+
+
+def test_oelm_methods_lists_every_variant_with_its_options(capsys) -> None:
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name} " in out for name in NEW)
+    assert "[rank=8]" in out and "[f=0.5, on_freeze=keep]" in out
+
+
+def test_a_bogus_method_option_fails_up_front_with_exit_2_and_no_run_dir(tmp_path: Path, capsys) -> None:
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    out = tmp_path / "run"
+    rc = main(["train", "--data", str(data), "--method", "oelm-lowrank", "--out", str(out), "method_options.bogus=1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'bogus'" in err and "valid options: qk_init, layers, rank" in err
+    assert not out.exists()
+    spec = {"config": tiny_config(data, tmp_path / "x"), "methods": {"oelm-temp": {"lr": [1e-3],
+                                                                                   "method_options": {"rnak": 2}}}}
+    from oelm.experiments.sweep import spec_from_dict
+
+    with pytest.raises(UserError, match="unknown method option 'rnak'"):
+        spec_from_dict(spec)
+    with pytest.raises(UserError, match="layer_lr_decay"):
+        make_config({"data": "x", "layer_lr_decay": 1.5})
+
+
+def test_sample_reloads_a_run_with_adapters_and_layer_lr(tmp_path: Path) -> None:
+    from oelm.training.sample import sample
+
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    # The synthetic data claims the byte tokenizer: size the model for its ids.
+    overrides = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "vocab_size": 260}
+    cfg = tiny_config(data, tmp_path / "run", method="oelm-lowrank", method_options={"rank": 2},
+                      layer_lr_decay=0.7, steps=6, eval_every=3, checkpoint_every=3, model_overrides=overrides)
+    with one_thread():
+        results = train(cfg)
+    assert results["freeze_check"]["ok"]
+    weights = load_file(tmp_path / "run" / "checkpoints" / "best" / WEIGHTS)
+    assert any(".oelm_adapter.lora_b" in k for k in weights)
+    text = sample(tmp_path / "run", "ab", tokens=5, temperature=0)
+    assert isinstance(text, str)
+    assert main(["sample", str(tmp_path / "run"), "--tokens", "3"]) == 0
+    timing = json.loads((tmp_path / "run" / "timing_stats.json").read_text())
+    assert 0 < timing["theoretical_flops_saving"]
+
+
+def _truncate_to(src: Path, dst: Path, step: int) -> None:
+    """A copy of a finished run as if it had been killed right after the checkpoint of `step`."""
+    shutil.copytree(src, dst)
+    (dst / "results.json").unlink()
+    for p in (dst / "checkpoints").iterdir():
+        if p.name.startswith("step_") and int(p.name[5:]) > step:
+            shutil.rmtree(p)
+    cfg = yaml.safe_load((dst / "config.yaml").read_text())
+    cfg["out"] = str(dst)
+    (dst / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+@pytest.mark.parametrize("method,options", [("oelm-late-freeze", {"on_freeze": "reorthogonalize"}),
+                                            ("oelm-unfreeze", {})])
+def test_schedule_state_survives_resume_exactly(tmp_path: Path, method: str, options: dict) -> None:
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    cfg = tiny_config(data, tmp_path / "ref", method=method, method_options=options, steps=20,
+                      checkpoint_every=5, keep_last=5, eval_every=5)
+    with one_thread():
+        ref = train(cfg)
+        # Step 10 is the switch (f = 0.5): its checkpoint is taken before it; 15 is after it.
+        for step in (10, 15):
+            run = tmp_path / f"cut{step}"
+            _truncate_to(tmp_path / "ref", run, step)
+            resumed = train({**cfg, "out": str(run), "resume": True})
+            a = load_file(tmp_path / "ref" / "checkpoints" / step_dir_name(20) / WEIGHTS)
+            b = load_file(run / "checkpoints" / step_dir_name(20) / WEIGHTS)
+            assert all(torch.equal(a[k], b[k]) for k in a), step
+            assert metrics_without_timing(run) == metrics_without_timing(tmp_path / "ref")
+            for key in ("best_val_loss", "test_loss", "freeze_check", "trainable_params"):
+                assert resumed[key] == ref[key], (step, key)
+            audit = json.loads((run / "freeze_audit.json").read_text())
+            assert audit["end"]["ok"] and audit["start"]["schedule"]["switched"]  # rows follow the switch
+    assert ref["freeze_check"]["n_frozen_checked"] == (2 if method == "oelm-late-freeze" else 0)
+
+
+@pytest.mark.slow  # a subprocess killed mid-run plus a reference run
+def test_sigkill_during_late_freeze_then_resume_matches(tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "data")
+    overrides = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "dropout": 0.1}
+    cfg = tiny_config(data, tmp_path / "ref", method="oelm-late-freeze", method_options={"f": 0.4},
+                      steps=30, model_overrides=overrides, checkpoint_every=10, eval_every=5, keep_last=3)
+    with one_thread():
+        reference = train(cfg)
+    run = tmp_path / "killed"
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump({**cfg, "out": str(run)}))
+    cmd = [sys.executable, "-m", "oelm", "train", str(config_file)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # The switch is before step 13 (0.4 * 30 = 12): kill after the step-20 checkpoint, in the frozen phase.
+    wait_for(lambda: (run / "checkpoints" / "step_0000020").is_dir() and max_logged_step(run) >= 22, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run / "results.json").exists(), "the run finished before it could be killed"
+    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    a = load_file(tmp_path / "ref" / "checkpoints" / "step_0000030" / WEIGHTS)
+    b = load_file(run / "checkpoints" / "step_0000030" / WEIGHTS)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    resumed = json.loads((run / "results.json").read_text())
+    for key in ("best_val_loss", "val_loss", "test_loss", "freeze_check"):
+        assert resumed[key] == reference[key], key
+    assert resumed["freeze_check"]["ok"] and resumed["freeze_check"]["n_frozen_checked"] == 2

@@ -123,14 +123,16 @@ def _curve(arm: Arm, step: int) -> str:
 
 
 def _head_cells(arm: Arm) -> list[str]:
-    """Mean over seeds of the best head's induction and previous-token scores (induction probes)."""
-    scores = [run_head_scores(r.path) for r in arm.runs]
-    scores = [s for s in scores if s is not None]
+    """Best head's induction and previous-token scores: mean over seeds (per seed)."""
+    runs = sorted(arm.runs, key=lambda r: r.seed or 0)
+    scores = [s for s in (run_head_scores(r.path) for r in runs) if s is not None]
     if not scores:
         return ["-", "-"]
-    ind = statistics.fmean(max(max(layer) for layer in s["induction"]) for s in scores)
-    prev = statistics.fmean(max(max(layer) for layer in s["previous_token"]) for s in scores)
-    return [f"{ind:.2f}", f"{prev:.2f}"]
+    cells = []
+    for key in ("induction", "previous_token"):
+        best = [max(max(layer) for layer in s[key]) for s in scores]
+        cells.append(f"{statistics.fmean(best):.2f} ({', '.join(f'{b:.2f}' for b in best)})")
+    return cells
 
 
 def group_table(group: Group) -> list[str]:

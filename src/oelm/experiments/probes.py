@@ -73,53 +73,17 @@ def head_scores(maps: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) 
 def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]] | None:
     """head_scores of a finished induction run's best weights on its test set (None if n/a)."""
     from oelm.data.synthetic import ProbeData, ProbeOptions
-    from oelm.models.gpt import GPT, GPTConfig
-    from oelm.training.checkpoint import load_weights, read_metadata
+    from oelm.training.sample import load_run_model
 
-    weights = run_dir / "checkpoints" / "best" / "model.safetensors"
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     opts = results.get("probe_options")
-    if not weights.is_file() or not opts or opts.get("kind") != "induction":
+    if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "induction":
         return None
-    model = GPT(GPTConfig(**json.loads(read_metadata(weights)["gpt_config"])))
-    try:
-        load_weights(model, weights)
-    except RuntimeError:  # a method that adds parameters needs its own loader
-        return None
+    model, _ = load_run_model(run_dir)  # re-applies the recorded method, so adapters load too
     x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
-    model.eval()
     with torch.no_grad(), captured_attention() as maps:
         model(x[:n])
     return head_scores(maps, x[:n], y[:n])
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _ci(arm: Arm) -> str:
-    p = arm.primary
-    if p.mean is None:
-        return "-"
-    half = f" ± {p.half_width:.3f}" if p.half_width is not None else ""
-    return f"{p.mean:.3f}{half} ({p.n})"
-
-
-def _steps(arm: Arm) -> tuple[str, str]:
-    """(seeds reaching the target, per-seed steps with the median of those that did)."""
-    runs = sorted(arm.runs, key=lambda r: r.seed or 0)
-    steps = [r.results.get("steps_to_target") for r in runs]
-    hit = [s for s in steps if s is not None]
-    per_seed = ", ".join("never" if s is None else str(s) for s in steps)
-    median = f" (median {statistics.median(hit):g})" if hit else ""
-    return f"{len(hit)}/{len(steps)}", per_seed + median
-
-
-def _curve(arm: Arm, step: int) -> str:
-    """Mean validation accuracy over seeds at a step (periodic evals), or '-'."""
-    vals = [dict(r.eval_curve("accuracy")).get(step) for r in arm.runs]
-    vals = [v for v in vals if v is not None]
-    return f"{statistics.fmean(vals):.2f}" if vals else "-"
 
 
 def _head_cells(arm: Arm) -> list[str]:

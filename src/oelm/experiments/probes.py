@@ -86,6 +86,35 @@ def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]]
     return head_scores(maps, x[:n], y[:n])
 
 
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _ci(arm: Arm) -> str:
+    p = arm.primary
+    if p.mean is None:
+        return "-"
+    half = f" ± {p.half_width:.3f}" if p.half_width is not None else ""
+    return f"{p.mean:.3f}{half} ({p.n})"
+
+
+def _steps(arm: Arm) -> tuple[str, str]:
+    """(seeds reaching the target, per-seed steps with the median of those that did)."""
+    runs = sorted(arm.runs, key=lambda r: r.seed or 0)
+    steps = [r.results.get("steps_to_target") for r in runs]
+    hit = [s for s in steps if s is not None]
+    per_seed = ", ".join("never" if s is None else str(s) for s in steps)
+    median = f" (median {statistics.median(hit):g})" if hit else ""
+    return f"{len(hit)}/{len(steps)}", per_seed + median
+
+
+def _curve(arm: Arm, step: int) -> str:
+    """Mean validation accuracy over seeds at a step (periodic evals), or '-'."""
+    vals = [dict(r.eval_curve("accuracy")).get(step) for r in arm.runs]
+    vals = [v for v in vals if v is not None]
+    return f"{statistics.fmean(vals):.2f}" if vals else "-"
+
+
 def _head_cells(arm: Arm) -> list[str]:
     """Best head's induction and previous-token scores: mean over seeds (per seed)."""
     runs = sorted(arm.runs, key=lambda r: r.seed or 0)

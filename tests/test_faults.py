@@ -195,6 +195,20 @@ def test_offline_hub_name_fails_fast_with_the_fix(tmp_path: Path, monkeypatch: p
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_two_trainings_in_one_directory_one_refuses(tmp_path: Path) -> None:
+    from oelm.lock import dir_lock
+
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    run = tmp_path / "run"
+    with dir_lock(run, "training run"):  # as if another process were training there
+        with pytest.raises(UserError, match=r"another training run \(pid"):
+            train(tiny_config(data, run, steps=2, warmup=0))
+        assert [p.name for p in run.iterdir()] == [".lock"]  # nothing of the refused run
+    with one_thread():
+        assert train(tiny_config(data, run, steps=2, warmup=0))["status"] == "complete"
+    assert not (run / ".lock").exists()
+
+
 def test_sweep_lock_refuses_a_second_sweep_and_takes_over_a_stale_one(tmp_path: Path) -> None:
     from oelm.lock import LOCK_NAME, dir_lock
 

@@ -41,3 +41,58 @@ def test_amp_training_keeps_frozen_qk_and_times_with_cuda_events(cuda, tmp_path,
     assert results["freeze_check"]["ok"], results["freeze_check"]
     assert timing["timer"] == "cuda_events" and timing["memory_kind"] == "cuda_max_memory_allocated"
     assert np.isfinite(results["best_val_loss"])
+
+
+def _sync_warnings(fn) -> int:
+    """How many host synchronizations fn() triggers (torch's sync debug mode, warn level)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def test_train_step_adds_no_host_sync_to_the_bare_model_step(cuda, tmp_path):
+    from oelm.training.config import make_config
+    from oelm.training.distributed import init_distributed
+    from oelm.training.loop import Trainer
+
+    data = _tiny_lm_data(tmp_path / "data")
+    cfg = make_config({"data": str(data), "model": "gpt-tiny", "method": "oelm-freeze", "steps": 10, "warmup": 2,
+                       "batch_size": 4, "seq_len": 64, "device": "cuda", "out": str(tmp_path / "run"), "progress": False})
+    info, device = init_distributed(cfg.device)
+    tr = Trainer(cfg, info, device)
+    tr.run_dir.mkdir(parents=True)
+    tr._build()
+    batch = tr.task.next_batch()
+
+    def bare() -> None:  # the model's own step: whatever syncs PyTorch itself needs
+        with tr._autocast():
+            tr.task.loss(tr.model, batch).backward()
+        tr.optimizer.step()
+        tr.optimizer.zero_grad(set_to_none=True)
+
+    tr._train_step()  # warm-up: lazy optimizer state
+    bare()
+    assert _sync_warnings(lambda: [tr._train_step() for _ in range(3)]) <= 3 * _sync_warnings(bare)
+
+
+@pytest.mark.slow  # compiles and records CUDA graphs
+def test_reduce_overhead_compile_mode_trains(cuda, tmp_path):
+    from oelm.training import train
+
+    data = _tiny_lm_data(tmp_path / "data")
+    results = train({"data": str(data), "model": "gpt-tiny", "method": "oelm-freeze", "steps": 12, "warmup": 2,
+                     "batch_size": 4, "seq_len": 64, "eval_every": 6, "eval_batches": 2, "device": "cuda",
+                     "compile": True, "compile_mode": "reduce-overhead", "out": str(tmp_path / "run"),
+                     "progress": False})
+    timing = json.loads((tmp_path / "run" / "timing_stats.json").read_text())
+    assert results["freeze_check"]["ok"], results["freeze_check"]
+    assert timing["compile_mode"] == "reduce-overhead" and np.isfinite(results["best_val_loss"])
+    assert timing["mfu"] is None or 0 < timing["mfu"] < 1

@@ -5,12 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from oelm.experiments.sweep import load_spec
 from oelm.training.config import make_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def _pretend_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU presets name device cuda, checked up front: validate them here as if it were present."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
 CLAIMS = {  # spec: (steps, max_length, train rows cap)
     "agnews-gpt-medium": (900, 128, None),
     "imdb-gpt-medium": (470, 256, None),

@@ -93,3 +93,9 @@ def test_cli_yaml_flags_and_overrides(data: Path, tmp_path: Path, capsys: pytest
     assert rc == 0 and results["lr"] == 0.002 and results["seed"] == 3 and results["steps"] == 4
     assert main(["train", str(tmp_path / "c.yaml"), "--method", "nope"]) == 2
     assert "unknown method 'nope'" in capsys.readouterr().err
+
+
+def test_compile_mode_needs_compile(data: Path, tmp_path: Path) -> None:
+    msg = error_of({**tiny_config(data, tmp_path), "compile_mode": "reduce-overhead"})
+    assert "compile_mode='reduce-overhead' needs compile=true" in msg
+    assert "compile_mode" in error_of({**tiny_config(data, tmp_path), "compile": True, "compile_mode": "fast"})

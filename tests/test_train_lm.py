@@ -65,6 +65,8 @@ def test_run_directory_schema(ts_run: tuple[Path, dict]) -> None:
     timing = json.loads((run / "timing_stats.json").read_text())
     assert {"mean", "std", "median", "min", "max", "p95", "p99"} <= set(timing["step_time"])
     assert timing["step_time"]["count"] == 36 - 5 and timing["flops_per_step"] > 0
+    assert timing["achieved_flops_per_second"] > 0 and "LM head and attention" in timing["mfu_counts"]
+    assert timing["mfu"] is None and timing["mfu_note"]  # CPU: no peak FLOP/s assumed
     assert timing["eval"]["count"] == 3
     steps = [s for s, _ in list_steps(run / "checkpoints")]
     assert steps == [24, 36]  # keep_last=2

@@ -10,8 +10,11 @@ __all__ = [
     "GPTConfig",
     "apply_method",
     "audit_model",
+    "from_pretrained",
     "get_method",
     "list_methods",
+    "load_model",
+    "save_pretrained",
     "verify_audit",
 ]
 
@@ -24,6 +27,9 @@ _LAZY = {
     "list_methods": "oelm.methods",
     "audit_model": "oelm.audit",
     "verify_audit": "oelm.audit",
+    "from_pretrained": "oelm.saving",
+    "load_model": "oelm.saving",
+    "save_pretrained": "oelm.saving",
 }
 
 

@@ -176,7 +176,15 @@ def apply_method(
     real = {f"{proj.name}.weight": names[id(proj.weight)] for layer in targets.layers for _, proj in layer.by_role()}
     state.inits = {real.get(k, k): v for k, v in state.inits.items()}
     setattr(base, STATE_ATTR, state)
+    _install_save_hook(base)
     return state
+
+
+def _install_save_hook(model: nn.Module) -> None:
+    # A Hugging Face model's own save_pretrained then also writes oelm_method.json (oelm.saving).
+    from oelm.saving import install_save_hook
+
+    install_save_hook(model)
 
 
 def method_state(model: nn.Module) -> MethodState | None:

@@ -2,9 +2,9 @@
 
 Every projection is exposed as a `Proj` whose weight is read and written in the [out, in]
 layout, whatever the storage (nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out]).
-GPT-2's fused `c_attn` is split in place into separate Q/K/V parameters (`SplitQKV`) so that a
-frozen Q/K gets no weight gradient at all; its state_dict keeps the fused layout, so
-`save_pretrained`/`from_pretrained` still round-trip.
+GPT-2's fused `c_attn` is split in place into separate Q/K/V parameters (`SplitQKV`, still one
+GEMM through `oelm.fused`) so that a frozen Q/K gets no weight gradient at all; its state_dict
+keeps the fused layout, so `save_pretrained`/`from_pretrained` still round-trip.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class ModelTargets:
 
 
 class SplitQKV(nn.Module):
-    """GPT-2's fused Conv1D `c_attn` as three parameters, one matmul each; same output."""
+    """GPT-2's fused Conv1D `c_attn` as three parameters in one fused GEMM; same output."""
 
     def __init__(self, conv: nn.Module) -> None:
         super().__init__()
@@ -99,14 +99,18 @@ class SplitQKV(nn.Module):
         self.register_load_state_dict_pre_hook(_split_state_dict)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        parts = [
-            torch.addmm(getattr(self, f"{p}_bias"), flat, getattr(self, f"{p}_weight")) for p in "qkv"
-        ]
+        from oelm.fused import fused_qkv
+
+        # One GEMM; weight gradients only for the blocks that require grad. Conv1D weights are
+        # [in, out], so pass their [out, in] transposed views.
+        ws = [getattr(self, f"{p}_weight").t() for p in "qkv"]
+        y = fused_qkv(x, *ws, *(getattr(self, f"{p}_bias") for p in "qkv"))
         adapters = self._modules.get("oelm_adapter")
-        if adapters is not None:
-            parts = [adapters[p](flat, y) if p in adapters else y for p, y in zip("qkv", parts)]
-        return torch.cat(parts, dim=-1).view(*x.shape[:-1], self.nf)
+        if adapters is None:
+            return y
+        parts = y.split([w.shape[0] for w in ws], dim=-1)
+        parts = [adapters[p](x, z) if p in adapters else z for p, z in zip("qkv", parts)]
+        return torch.cat(parts, dim=-1)
 
     def add_adapter(self, part: str, adapter: nn.Module) -> None:
         """Apply `adapter` to the q, k or v part's output (state keys `oelm_adapter.<part>.*`)."""

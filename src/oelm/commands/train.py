@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import types
+import typing
 from typing import Any
 
 from oelm.cli import Parser
@@ -19,16 +21,15 @@ _NO_FLAG = {"model_overrides", "method_options", "betas", "text_fields", "datase
 
 def _scalar(annotation: Any) -> tuple[Any, list[str] | None] | None:
     """(argparse type, choices) of a field's annotation, or None when it takes no flag."""
-    import typing
-
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) is typing.Literal:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
         return str, [str(a) for a in typing.get_args(annotation)]
-    if args and typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):  # X | None: the flag takes an X
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _scalar(args[0]) if len(args) == 1 else None
     if annotation in (int, float, str, bool):
         return annotation, None
-    if typing.get_origin(annotation) is list:  # comma-separated on the command line
+    if origin is list:  # comma-separated on the command line
         return str, None
     return None
 

@@ -19,12 +19,16 @@ from oelm.errors import UserError
 from oelm.io import atomic_write_json
 
 SPLITS = ("train", "val", "test")
-BUILTIN_SOURCES = ("builtin:python-docs",)
+BUILTIN_SOURCES = ("builtin:python-docs", "builtin:python-stdlib")
+# The stdlib corpus: the first modules (by name) of the running Python's standard library, whole
+# files up to this many characters, so it is the same on every machine with the same Python.
+STDLIB_CHARS = 3_000_000
 ACCEPTED_SOURCES = (
     "accepted sources: a text file (documents separated by '<|endoftext|>' lines, else by blank "
     "lines; WikiText raw files by ' = Title = ' headings); a folder of such files (files named "
     "train/valid/validation/test, wiki.train.raw, train_head.txt... are official splits, otherwise "
-    "one document per file); a .jsonl file with a text field; 'builtin:python-docs'; a Hugging "
+    "one document per file); a .jsonl file with a text field; 'builtin:python-docs' or "
+    "'builtin:python-stdlib' (Python's own documentation or standard-library source); a Hugging "
     "Face dataset 'owner/name' or 'owner/name:config' (e.g. Salesforce/wikitext:wikitext-103-raw-v1)"
 )
 _TEXT_SUFFIXES = {"", ".txt", ".raw", ".text", ".tokens", ".jsonl"}
@@ -193,11 +197,7 @@ def _looks_like_hub_name(name: str) -> bool:
 def _local_docs(kind: str, path: Path, text_field: str, max_docs: int | None) -> dict[str, list[str]]:
     """Documents per official split ('train' only when the source has no splits)."""
     if kind == "builtin":
-        from pydoc_data.topics import topics
-
-        # Some topics share one text: drop exact repeats so no document sits in two splits.
-        texts = (topics[k].strip() for k in sorted(topics))
-        docs = {"train": list(dict.fromkeys(t for t in texts if t))}
+        docs = {"train": _builtin_docs(str(path))}
     elif kind == "file":
         docs = {"train": _file_docs(path, text_field, whole_if_plain=False)}
     else:
@@ -208,6 +208,27 @@ def _local_docs(kind: str, path: Path, text_field: str, max_docs: int | None) ->
         if not d:
             raise UserError(f"source {str(path)!r} has no documents in its {split!r} split (empty?)")
     return docs
+
+
+def _builtin_docs(name: str) -> list[str]:
+    """Documents of a corpus that ships with Python itself (offline everywhere)."""
+    if name.endswith("python-stdlib"):
+        import sysconfig
+
+        docs, total = [], 0
+        for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace").strip()
+            if total + len(text) > STDLIB_CHARS:
+                break
+            if text:
+                docs.append(text)
+                total += len(text)
+        return list(dict.fromkeys(docs))
+    from pydoc_data.topics import topics
+
+    # Some topics share one text: drop exact repeats so no document sits in two splits.
+    texts = (topics[k].strip() for k in sorted(topics))
+    return list(dict.fromkeys(t for t in texts if t))
 
 
 def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:

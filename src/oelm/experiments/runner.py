@@ -213,11 +213,15 @@ def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: 
                 on_report: Callable[[Comparison], None] | None, threads: int | None,
                 epilogue: Callable[[Comparison], list[str]] | None = None) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
+    from oelm.training.distributed import resolve_device
+
     start = time.perf_counter()
+    runs = spec.runs()
+    if runs:  # a device that is not there fails before any run starts (specs validate anywhere)
+        resolve_device(str(runs[0].config.get("device", "auto")))
     _check_existing(spec)
     _prepare_data(spec, progress)
     _write_spec(spec)
-    runs = spec.runs()
     outcome = SweepOutcome(skipped=[r for r in runs if r.finished()])
     pending = [r for r in runs if not r.finished()]
     if progress:

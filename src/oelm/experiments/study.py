@@ -96,13 +96,6 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def load_study_config(path: str | Path, scale: str | None = None) -> dict[str, Any]:
-    """Read a study YAML and apply one of its scales ('full' or None = the study's settings)."""
-    from oelm.training.config import load_yaml
-
-    return apply_scale(load_yaml(path), scale)
-
-
 META_KEYS = ("study", "prepare")  # read by oelm.experiments, not by TrainConfig
 
 
@@ -111,8 +104,3 @@ def split_study_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     train = {k: v for k, v in config.items() if k not in META_KEYS and k != SCALES_KEY}
     meta = {k: config[k] for k in META_KEYS if k in config}
     return train, meta
-
-
-def study_configs(directory: str | Path) -> list[Path]:
-    """The study's experiment YAMLs in a directory (the numbers table excluded)."""
-    return sorted(p for p in Path(directory).glob("*.yaml") if p.name != "study_numbers.yaml")

@@ -1,4 +1,4 @@
-"""The study's GPT: pre-LayerNorm blocks, learned positions, tied LM head, separate Q/K/V/O."""
+"""The study's GPT: pre-LayerNorm blocks, learned positions, tied LM head, separate Q/K/V/O (fused QKV GEMM)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oelm.errors import UserError
+from oelm.fused import fused_qkv
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,11 @@ def gpt_config(preset: str, **overrides) -> GPTConfig:
 
 
 class SelfAttention(nn.Module):
-    """Multi-head attention with separate bias-free Q/K/V/O projections (so Q/K can be frozen alone)."""
+    """Multi-head attention with separate bias-free Q/K/V/O parameters (so Q/K can be frozen alone).
+
+    Q, K and V are computed in one GEMM (`oelm.fused.fused_qkv`) that spends weight-gradient
+    FLOPs only on the blocks that require grad; `fused = False` runs three separate projections.
+    """
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -74,13 +79,20 @@ class SelfAttention(nn.Module):
         self.o_proj = nn.Linear(d, d, bias=False)
         self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
+        self.fused = True
+
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not self.fused:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        qkv = fused_qkv(x, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
+        return qkv.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
 
     def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k, v = self._qkv(x)
         q, k = self._adapt(x, q, k)
         # [B, T, D] -> [B, H, T, Dh]: head h owns rows h*Dh:(h+1)*Dh of each projection's weight.
-        q, k, v = (y.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for y in (q, k, v))
+        q, k, v = (z.reshape(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(
             q,
             k,

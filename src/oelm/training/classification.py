@@ -51,6 +51,7 @@ class ClassificationTask(Task):
         self.order_state = self.gen.get_state()
         self.pos = 0
         self.epoch = 0
+        self._host_tokens: dict[int, int] = {}  # id(device mask) -> non-padding tokens, counted on the host
         self.history: list[dict[str, float]] = []  # periodic validation evals, in order
         self.extra_results: dict[str, dict[str, float]] = {}
 
@@ -197,7 +198,11 @@ class ClassificationTask(Task):
         """This rank's slice of the next global batch (epochs reshuffled by the data seed)."""
         b = self.cfg.batch_size
         idx = self._next_indices(b * self.dist.world)[self.dist.rank * b : (self.dist.rank + 1) * b]
-        return self._to_device(self.collate([self.features["train"][i] for i in idx]))
+        host = self.collate([self.features["train"][i] for i in idx])
+        batch = self._to_device(host)
+        # Counted before the copy: summing the device mask would sync the host every step.
+        self._host_tokens[id(batch["attention_mask"])] = int(host["attention_mask"].sum())
+        return batch
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Mean cross-entropy of a micro-batch."""
@@ -205,7 +210,8 @@ class ClassificationTask(Task):
 
     def batch_tokens(self, batch: Batch) -> int:
         """Non-padding tokens of a micro-batch."""
-        return int(batch["attention_mask"].sum())
+        n = self._host_tokens.pop(id(batch["attention_mask"]), None)
+        return n if n is not None else int(batch["attention_mask"].sum())
 
     # ---- evaluation --------------------------------------------------------------------------
     def has_split(self, split: str) -> bool:

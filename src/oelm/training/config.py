@@ -25,7 +25,8 @@ from oelm.io import read_yaml
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
 # differ from the stored one in these without being "a different run".
 RUNTIME_FIELDS = frozenset(
-    {"out", "resume", "overwrite", "device", "compile", "progress", "tensorboard", "log_every", "allow_change"}
+    {"out", "resume", "overwrite", "device", "compile", "compile_mode", "progress", "tensorboard", "log_every",
+     "allow_change", "wandb", "wandb_project"}
 )
 
 
@@ -105,8 +106,13 @@ class TrainConfig(BaseModel):
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="autocast dtype")
     compile: bool = Field(False, description="torch.compile the model")
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = Field(
+        None, description="torch.compile mode (needs --compile); reduce-overhead records CUDA graphs (static shapes)"
+    )
     progress: bool = Field(True, description="show a progress bar")
     tensorboard: bool = Field(True, description="write TensorBoard events to RUN/tb")
+    wandb: bool = Field(False, description="also log to Weights & Biases (pip install 'oelm[wandb]'; WANDB_MODE is respected)")
+    wandb_project: str | None = Field(None, description="Weights & Biases project (default: oelm)")
 
     classification: ClassificationOptions | None = Field(None, description="classification task options")
     probe: ProbeOptions | None = Field(None, description="probe task options: synthetic MQAR / induction")
@@ -154,6 +160,12 @@ class TrainConfig(BaseModel):
         validate_method_options(self.method, self.method_options)  # typos fail before any run dir
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
+        if self.compile_mode is not None and not self.compile:
+            raise ValueError(f"compile_mode={self.compile_mode!r} needs compile=true; set both")
+        if self.wandb:
+            from oelm.integrations.wandb import require_wandb
+
+            require_wandb()
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
             raise ValueError(
                 f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup"

@@ -17,7 +17,8 @@ from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
-from oelm.training.runlog import MetricsLog, TensorBoard, atomic_write_json, atomic_write_text
+from oelm.io import atomic_write_json, atomic_write_text
+from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.report import RunFacts, build_results, build_timing
@@ -25,11 +26,18 @@ from oelm.training.report import RunFacts, build_results, build_timing
 
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
     """Train one run described by config (+ key=value overrides); return its results.json dict."""
+    from contextlib import nullcontext
+
+    from oelm.lock import dir_lock
+
     cfg = make_config(config, overrides)
     owns_group = not (tdist.is_available() and tdist.is_initialized())
     info, device = init_distributed(cfg.device)
+    # One process (rank 0 of a job) trains into a directory at a time; a second one is refused.
+    lock = dir_lock(cfg.run_dir(), "training run") if info.is_main else nullcontext()
     try:
-        return Trainer(cfg, info, device).run()
+        with lock:
+            return Trainer(cfg, info, device).run()
     finally:
         if owns_group:
             shutdown_distributed(info)
@@ -128,7 +136,8 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, self.cfg))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
-        self.eval_model: nn.Module = torch.compile(self.model) if self.cfg.compile else self.model
+        compiled = self.cfg.compile and torch.compile(self.model, mode=self.cfg.compile_mode)
+        self.eval_model: nn.Module = compiled or self.model
         self._wrap_trainable()
 
     def _wrap_trainable(self) -> None:
@@ -191,6 +200,10 @@ class Trainer:
         resumed = self.plan.resume_from is not None
         tb_dir = self.run_dir / "tb" if main and self.cfg.tensorboard else None
         self.tb = TensorBoard(tb_dir, purge_step=self.step + 1 if resumed else None)
+        if main and self.cfg.wandb:
+            from oelm.integrations.wandb import FanOut, WandbLogger
+
+            self.tb = FanOut(self.tb, WandbLogger(self.run_dir, self.cfg.model_dump(mode="json"), self.cfg.wandb_project))
         if main:
             atomic_write_json(self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": None})
 
@@ -226,7 +239,8 @@ class Trainer:
         accum = self.cfg.grad_accum
         batches = [self.task.next_batch() for _ in range(accum)]  # data loading is not timed
         self.timer.start()
-        total = torch.zeros((), device=self.device)
+        # The loss stays on the device (read only at log intervals): no host sync inside a step.
+        total: torch.Tensor | None = None
         for i, batch in enumerate(batches):
             # Under DDP, gradients are all-reduced only on the last micro-batch.
             sync = self.train_model.no_sync() if self.dist.enabled and i < accum - 1 else nullcontext()
@@ -234,7 +248,7 @@ class Trainer:
                 with self._autocast():
                     loss = self.task.loss(self.train_model, batch)
                 self.scaler.scale(loss / accum).backward()
-            total += loss.detach()
+            total = loss.detach() if total is None else total + loss.detach()
         if self.cfg.clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip)
@@ -245,7 +259,7 @@ class Trainer:
         self.scheduler.step()
         self.timer.stop()
         tokens = sum(self.task.batch_tokens(b) for b in batches) * self.dist.world
-        return total / accum, tokens
+        return (total / accum if accum > 1 else total), tokens
 
     def _log_train(self, loss_t: torch.Tensor, tokens: int, bar: tqdm) -> None:
         loss = all_reduce_sum([float(loss_t)], self.dist, self.device)[0] / self.dist.world

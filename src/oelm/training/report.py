@@ -9,7 +9,7 @@ import torch
 
 from oelm.training.config import TrainConfig
 from oelm.training.runlog import git_commit
-from oelm.training.timing import summarize
+from oelm.training.timing import mfu_fields, summarize
 
 SCHEMA_VERSION = 1
 
@@ -58,7 +58,6 @@ def build_timing(tr: RunFacts) -> dict[str, Any]:
     mean = stats.get("mean")
     flops = tr.flops_per_step
     peak = device_peak_flops(tr.device)
-    achieved = flops / mean if flops and mean else None
     return {
         "step_time": stats,
         "timer": "cuda_events" if tr.cuda_timer else "perf_counter",
@@ -73,11 +72,10 @@ def build_timing(tr: RunFacts) -> dict[str, Any]:
         },
         "flops_per_step": flops,
         "theoretical_flops_saving": tr.flops_saving,
-        "achieved_flops_per_second": achieved,
-        "peak_flops_per_second": peak,
-        "mfu": achieved / peak if achieved and peak else None,
+        **mfu_fields(flops, stats, peak),
         "compute_dtype": str(tr.amp).removeprefix("torch.") if tr.amp else "float32",
         "compiled": cfg.compile,
+        "compile_mode": cfg.compile_mode,
         "world_size": tr.world,
         "device": device_name(tr.device),
         "peak_memory_bytes": tr.peak_memory,

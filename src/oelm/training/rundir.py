@@ -10,9 +10,10 @@ from typing import Any
 import yaml
 
 from oelm.errors import UserError
+from oelm.lock import LOCK_NAME
 from oelm.training.checkpoint import latest_checkpoint
 from oelm.training.config import RUNTIME_FIELDS, TrainConfig
-from oelm.training.runlog import read_json
+from oelm.io import read_json
 
 
 def is_finished(results: Any) -> bool:
@@ -80,7 +81,7 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
     run_dir = cfg.run_dir()
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"output {str(run_dir)!r} exists and is not a directory")
-    if not run_dir.exists() or not any(run_dir.iterdir()):
+    if not run_dir.exists() or not any(p.name != LOCK_NAME for p in run_dir.iterdir()):
         return RunPlan(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise UserError(
@@ -119,6 +120,8 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
 def clear_run_dir(run_dir: Path) -> None:
     """Remove a previous run's files (only called on a directory holding a run's config.yaml)."""
     for child in run_dir.iterdir():
+        if child.name == LOCK_NAME:  # held by this process
+            continue
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
         else:

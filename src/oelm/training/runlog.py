@@ -1,4 +1,4 @@
-"""Run-directory writers: atomic JSON, the metrics.jsonl stream, TensorBoard, git commit."""
+"""Run-directory streams: metrics.jsonl, TensorBoard, and the git commit (atomic files: oelm.io)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from oelm.io import atomic_write_json, atomic_write_text, clean_json, read_json  # noqa: F401 (re-exported)
+from oelm.io import clean_json
 
 
 class MetricsLog:

@@ -76,3 +76,22 @@ def peak_memory(device: torch.device) -> tuple[int | None, str]:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # ru_maxrss is KiB on Linux, bytes on macOS.
     return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
+
+
+# What the FLOPs behind MFU count (oelm.flops): every matmul, the LM head and attention included.
+MFU_COUNTS = "matmul FLOPs of forward+backward incl. LM head and attention core (oelm.flops)"
+
+
+def mfu_fields(flops_per_step: float | None, stats: dict[str, Any], peak: float | None) -> dict[str, Any]:
+    """Achieved FLOP/s and model FLOPs utilization from the mean and median step time."""
+    mean, median = stats.get("mean"), stats.get("median")
+    achieved = flops_per_step / mean if flops_per_step and mean else None
+    achieved_median = flops_per_step / median if flops_per_step and median else None
+    return {
+        "achieved_flops_per_second": achieved,
+        "peak_flops_per_second": peak,
+        "mfu": achieved / peak if achieved and peak else None,
+        "mfu_median": achieved_median / peak if achieved_median and peak else None,
+        "mfu_counts": MFU_COUNTS,
+        "mfu_note": None if peak else "no known peak FLOP/s for this device (CPU or unlisted GPU): MFU not given",
+    }

@@ -1,0 +1,423 @@
+"""oelm's GPT against a plain reference GPT of the same shape, measured side by side in one process.
+
+Rows: `reference` (a minimal nanoGPT-style model written below: fused QKV nn.Linear, SDPA, no
+biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`, and
+`baseline-AA` (a second baseline: the timing noise floor). Every arm runs the same loop: forward
++ backward + AdamW step (fused on CUDA), bf16 autocast on CUDA, float32 on CPU. Arms are
+interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
+CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
+steps with wall time and, steadier on a shared machine, process CPU time.
+
+Each round prints a progress line and rewrites the JSON (a list of rows), so a run stopped early
+keeps its figures. Memory per arm: on CUDA the allocator peak of one step above what the other
+arms hold, plus the arm's parameters and optimizer state; on CPU an estimate (parameters +
+gradients + optimizer state, activations excluded) because one process shares its RSS.
+
+    python benchmarks/vs_reference.py --device cuda --json out.json              # batch 8 and 32
+    python benchmarks/vs_reference.py --device cuda --compile --json out.json
+    python benchmarks/vs_reference.py --device cpu --quick --json out.json       # < 5 min, 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# ---------------------------------------------------------------- the plain reference model ----
+
+
+class RefAttention(nn.Module):
+    """Causal self-attention: one fused QKV linear, SDPA, output projection; no biases."""
+
+    def __init__(self, d: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(d, 3 * d, bias=False)
+        self.c_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.c_attn(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class RefBlock(nn.Module):
+    """Pre-LayerNorm block with a GELU MLP; no biases."""
+
+    def __init__(self, d: int, n_head: int, d_ff: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d, bias=False)
+        self.attn = RefAttention(d, n_head)
+        self.ln_2 = nn.LayerNorm(d, bias=False)
+        self.fc = nn.Linear(d, d_ff, bias=False)
+        self.proj = nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.proj(F.gelu(self.fc(self.ln_2(x))))
+
+
+class RefGPT(nn.Module):
+    """Token + learned position embeddings, blocks, final LayerNorm, head tied to the embedding."""
+
+    def __init__(self, vocab: int, block: int, n_layer: int, n_head: int, d: int, d_ff: int) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(block, d)
+        self.h = nn.ModuleList(RefBlock(d, n_head, d_ff) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d, bias=False)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+# ---------------------------------------------------------------------------- measurement ----
+
+METHODS = ("baseline", "oelm-freeze", "oelm-qk-ffn")
+# Quick CPU shape: gpt-medium-512 at vocab 50,257 takes seconds per step on 2 cores.
+CPU_QUICK = dict(n_layer=4, n_head=4, d_model=256, d_ff=1024, vocab_size=8192)
+
+
+def _state_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[int, int]:
+    """(parameter + optimizer-state bytes held between steps, gradient bytes made by a step)."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    state = sum(
+        t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.ndim
+    )
+    return params + state, grads
+
+
+class Arm:
+    """One model + optimizer + fixed batch, stepped in a tight loop."""
+
+    def __init__(self, name: str, model: nn.Module, args: argparse.Namespace, batch: int, flops: float | None, saving: float | None) -> None:
+        dev = torch.device(args.device)
+        self.name, self.batch, self.seq = name, batch, args.seq
+        self.model = model.to(dev)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        decay = [p for p in params if p.ndim >= 2]
+        rest = [p for p in params if p.ndim < 2]
+        groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+        self.opt = torch.optim.AdamW(groups, lr=1e-4, fused=dev.type == "cuda")
+        self.fwd = torch.compile(self.model, mode=args.compile_mode) if args.compile else self.model
+        vocab = args.vocab
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randint(0, vocab, (batch, args.seq), generator=g).to(dev)
+        self.y = torch.randint(0, vocab, (batch, args.seq), generator=g).to(dev)
+        self.cuda = dev.type == "cuda"
+        self.amp = torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else torch.autocast("cpu", enabled=False)
+        self.flops, self.saving = flops, saving
+        self.times: list[float] = []
+        self.cpu_times: list[float] = []  # CPU only: process CPU seconds, steadier than wall time under load
+        self._events: list[tuple[Any, Any]] = []
+        self.peak: int | None = None
+        # What freezing must save at least: each frozen tensor's gradient and two AdamW moments.
+        self.frozen_state_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
+
+    def step(self) -> None:
+        """Forward + backward + optimizer step, nothing else."""
+        with self.amp:
+            loss = self.fwd(self.x, self.y)[1]
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def timed(self, n: int, record: bool) -> None:
+        """n steps; CUDA events are recorded around each and read later in `collect`."""
+        for _ in range(n):
+            if self.cuda:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                self.step()
+                e.record()
+                if record:
+                    self._events.append((s, e))
+            else:
+                t0, c0 = time.perf_counter(), time.process_time()
+                self.step()
+                if record:
+                    self.times.append(time.perf_counter() - t0)
+                    self.cpu_times.append(time.process_time() - c0)
+
+    def collect(self) -> None:
+        """Read recorded CUDA events (after the round's synchronize)."""
+        self.times.extend(s.elapsed_time(e) / 1000.0 for s, e in self._events)
+        self._events.clear()
+
+    def measure_memory(self) -> None:
+        """Peak bytes of this arm: persistent state + one step's transient peak (CUDA), or an estimate."""
+        held, grads = _state_bytes(self.model, self.opt)
+        if not self.cuda:
+            self.peak = held + grads
+            return
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        self.step()
+        torch.cuda.synchronize()
+        self.peak = held + torch.cuda.max_memory_allocated() - before
+
+
+def _sync(args: argparse.Namespace) -> None:
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak_flops(args: argparse.Namespace) -> tuple[float | None, str]:
+    """Peak FLOP/s for MFU and where the figure comes from."""
+    if args.peak_flops:
+        return args.peak_flops, "--peak-flops"
+    if args.device == "cuda":
+        from oelm.flops import device_peak_flops
+
+        peak = device_peak_flops(args.device)
+        return peak, "dense bf16 peak of " + torch.cuda.get_device_name() if peak else "unknown device"
+    return None, "CPU: no peak assumed (pass --peak-flops to get MFU)"
+
+
+def build_arms(args: argparse.Namespace, batch: int) -> list[Arm]:
+    """The reference, the three methods and the A/A baseline, all from seed 0."""
+    from oelm import apply_method
+    from oelm.flops import theoretical_saving, training_flops_per_token
+    from oelm.models.gpt import GPT, gpt_config
+
+    shape = dict(n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model, d_ff=args.d_ff)
+    tokens = batch * args.seq
+    arms = []
+    full_flops = None
+    for name in ("reference", *METHODS, "baseline-AA"):
+        torch.manual_seed(0)
+        if name == "reference":
+            model = RefGPT(args.vocab, args.seq, args.n_layer, args.n_head, args.d_model, args.d_ff)
+            arms.append(Arm(name, model, args, batch, None, None))
+            continue
+        model = GPT(gpt_config(args.preset, vocab_size=args.vocab, block_size=args.seq, **shape))
+        apply_method(model, "baseline" if name == "baseline-AA" else name, seed=0)
+        flops = training_flops_per_token(model, args.seq) * tokens
+        full_flops = full_flops or flops
+        arms.append(Arm(name, model, args, batch, flops, theoretical_saving(model, args.seq)))
+    arms[0].flops = full_flops  # same matmuls as the oelm baseline (LM head and attention included)
+    return arms
+
+
+def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: int, complete: bool) -> list[dict]:
+    """One row per arm with times, throughput, memory, MFU and ratios to baseline/reference."""
+    peak, peak_src = _peak_flops(args)
+    med = {a.name: statistics.median(a.times) if a.times else math.nan for a in arms}
+    cpu = {a.name: statistics.median(a.cpu_times) if a.cpu_times else math.nan for a in arms}
+    base, ref = med["baseline"], med["reference"]
+    by_name = {a.name: a for a in arms}
+    rows = []
+    for a in arms:
+        m = med[a.name]
+        p95 = float(np.percentile(a.times, 95)) if a.times else math.nan
+        speedup = base / m if a.times else math.nan
+        mem_saving = (by_name["baseline"].peak - a.peak) if a.peak is not None and by_name["baseline"].peak else None
+        rows.append({
+            "name": a.name,
+            "batch": batch,
+            "seq": args.seq,
+            "shape": args.shape_note,
+            "device": args.device_name,
+            "compiled": bool(args.compile),
+            "compile_mode": args.compile_mode,
+            "dtype": "bfloat16 autocast" if args.device == "cuda" else "float32",
+            "steps_timed": len(a.times),
+            "rounds_done": rounds_done,
+            "load_average_1min": os.getloadavg()[0],
+            "cpu_count": os.cpu_count(),
+            "complete": complete,
+            "tokens_per_s": batch * args.seq / m if a.times else None,
+            "step_time_median_s": m,
+            "step_time_p95_s": p95,
+            "p95_over_median": p95 / m if a.times else None,
+            "peak_memory_bytes": a.peak,
+            "memory_kind": "cuda: persistent state + one step's allocator peak" if args.device == "cuda"
+            else "cpu estimate: params + grads + optimizer state (activations excluded)",
+            "memory_saving_vs_baseline_bytes": mem_saving,
+            "frozen_grad_and_optimizer_bytes": a.frozen_state_bytes,
+            "flops_per_step": a.flops,
+            "achieved_flops_per_s": a.flops / m if a.flops and a.times else None,
+            "mfu": a.flops / m / peak if peak and a.flops and a.times else None,
+            "peak_flops": peak,
+            "peak_flops_source": peak_src,
+            "theoretical_saving": a.saving,
+            "theoretical_speedup": 1 / (1 - a.saving) if a.saving is not None else None,
+            "speedup_vs_baseline": speedup,
+            "saving_realized": (1 - 1 / speedup) / a.saving if a.saving else None,
+            "vs_reference": ref / m if a.times else None,
+            "cpu_seconds_median": cpu[a.name] if a.cpu_times else None,
+            "speedup_vs_baseline_cpu_time": cpu["baseline"] / cpu[a.name] if a.cpu_times else None,
+            "vs_reference_cpu_time": cpu["reference"] / cpu[a.name] if a.cpu_times else None,
+        })
+    return rows
+
+
+def _fmt(r: dict) -> str:
+    mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] else f"{'n/a':>9}"
+    theo = f"{100 * r['theoretical_saving']:6.2f}%" if r["theoretical_saving"] is not None else f"{'':>7}"
+    mfu = f"{100 * r['mfu']:5.1f}%" if r["mfu"] else f"{'n/a':>6}"
+    return (f"{r['name']:<12} {r['batch']:>5} {r['tokens_per_s'] or 0:>12,.0f} {1e3 * r['step_time_median_s']:>9.2f} "
+            f"{1e3 * r['step_time_p95_s']:>8.2f} {mem} {mfu} {theo} {r['speedup_vs_baseline']:>8.3f} {r['vs_reference']:>7.3f}")
+
+
+HEADER = (f"{'name':<12} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>8} {'peak MiB':>9} {'MFU':>6} "
+          f"{'theo':>7} {'vs base':>8} {'vs ref':>7}")
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Measure every batch size; print rows and rewrite the JSON as results come in."""
+    done: list[dict] = []
+    for batch in args.batch:
+        if args.compile:
+            # Five arms share GPT.forward's code object: fresh caches, and room for every arm's graph.
+            torch._dynamo.reset()
+            for limit in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+                if hasattr(torch._dynamo.config, limit):
+                    setattr(torch._dynamo.config, limit, max(64, getattr(torch._dynamo.config, limit)))
+        arms = build_arms(args, batch)
+        order = list(arms)
+        print(f"\n# batch {batch} x seq {args.seq}: warm-up {args.warmup} step(s) per arm", flush=True)
+        for a in order:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
+            a.timed(args.warmup, record=False)
+        _sync(args)
+        start, rounds_done = time.perf_counter(), 0
+        for r in range(args.rounds):
+            if args.time_budget and r >= 2 and time.perf_counter() - start > args.time_budget:
+                print(f"# time budget {args.time_budget:.0f}s spent: stopping after {r} rounds", flush=True)
+                break
+            k = r % len(order)
+            for a in order[k:] + order[:k]:
+                a.timed(args.steps, record=True)
+            _sync(args)
+            for a in arms:
+                a.collect()
+            rounds_done += 1
+            line = "  ".join(f"{a.name} {1e3 * statistics.median(a.times):.1f}ms" for a in arms)
+            print(f"round {r + 1}/{args.rounds}: {line}", flush=True)
+            _write(args, done + rows_of(arms, args, batch, rounds_done, complete=False))
+        for a in arms:
+            a.measure_memory()
+        rows = rows_of(arms, args, batch, rounds_done, complete=True)
+        print(HEADER, flush=True)
+        for row in rows:
+            print(_fmt(row), flush=True)
+        done += rows
+        _write(args, done)
+        del arms
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    return done
+
+
+def _write(args: argparse.Namespace, rows: list[dict]) -> None:
+    if args.json:
+        tmp = Path(str(args.json) + ".tmp")
+        tmp.write_text(json.dumps(rows, indent=2))
+        os.replace(tmp, args.json)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--quick", action="store_true", help="few rounds; on CPU also a smaller shape")
+    p.add_argument("--compile", action="store_true", help="torch.compile every arm (the reference too)")
+    p.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. reduce-overhead (CUDA graphs)")
+    p.add_argument("--batch", type=int, nargs="+", help="batch sizes (default 8 32 on CUDA, 4 on CPU)")
+    p.add_argument("--seq", type=int, help="sequence length (default 512; 128 for CPU --quick)")
+    p.add_argument("--preset", default="gpt-medium-512")
+    p.add_argument("--vocab", type=int, help="vocabulary (default 50257; 8192 for CPU --quick)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 10, quick 6)")
+    p.add_argument("--steps", type=int, help="steps per arm per round (default 10 on CUDA, 3 on CPU)")
+    p.add_argument("--warmup", type=int, help="untimed steps per arm (default 5 on CUDA, 1 on CPU; +compile)")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--time-budget", type=float, help="stop timing rounds after this many seconds per batch "
+                   "size (at least 2 rounds; default 150 with --quick, else none)")
+    p.add_argument("--peak-flops", type=float, help="peak FLOP/s for MFU (needed on CPU)")
+    p.add_argument("--json", type=Path, help="write the rows here (rewritten after every round)")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda but no CUDA device is visible; use --device cpu")
+    return _defaults(args)
+
+
+def _defaults(args: argparse.Namespace) -> argparse.Namespace:
+    from oelm.models.gpt import PRESETS
+
+    cuda = args.device == "cuda"
+    cfg = PRESETS[args.preset]
+    shape = dict(n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, d_ff=cfg.d_ff, vocab_size=50257)
+    small = args.quick and not cuda
+    if small:
+        shape.update(CPU_QUICK)
+    args.n_layer, args.n_head, args.d_model, args.d_ff = (shape[k] for k in ("n_layer", "n_head", "d_model", "d_ff"))
+    args.vocab = args.vocab or shape["vocab_size"]
+    args.seq = args.seq or (128 if small else 512)
+    args.batch = args.batch or ([8, 32] if cuda else [4])
+    args.rounds = args.rounds or (6 if args.quick else 10)
+    args.steps = args.steps or (10 if cuda else 3)
+    args.time_budget = args.time_budget or (150.0 if args.quick else None)
+    args.warmup = args.warmup or ((3 if cuda else 1) + (2 if args.compile else 0))
+    args.shape_note = (f"{'CPU quick shape (smaller than ' + args.preset + ')' if small else args.preset}: "
+                       f"{args.n_layer} layers, d={args.d_model}, heads={args.n_head}, d_ff={args.d_ff}, vocab={args.vocab}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.device_name = torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
+    print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
+    print(f"# {args.rounds} rounds x {args.steps} steps per arm, order rotating; MFU peak: {_peak_flops(args)[1]}", flush=True)
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(f"# warning: load average {load:.1f} on {os.cpu_count()} cores; other processes are competing", flush=True)
+    rows = run(args)
+    base = {r["batch"]: r for r in rows if r["name"] == "baseline"}
+    for r in rows:
+        if r["name"] in ("oelm-freeze", "oelm-qk-ffn"):
+            aa = next(x for x in rows if x["name"] == "baseline-AA" and x["batch"] == r["batch"])
+            print(f"batch {r['batch']} {r['name']}: speed-up {r['speedup_vs_baseline']:.3f}x vs theoretical "
+                  f"{r['theoretical_speedup']:.3f}x (realized {100 * r['saving_realized']:.0f}% of the saving; "
+                  f"A/A {aa['speedup_vs_baseline']:.3f}x); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
+                  f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB)",
+                  flush=True)
+    for b, r in base.items():
+        print(f"batch {b} oelm baseline vs reference: {r['vs_reference']:.3f}x", flush=True)
+    if args.device == "cpu":  # wall time on a shared machine is noisy; CPU seconds less so
+        for r in rows:
+            print(f"batch {r['batch']} {r['name']}: CPU time per step {r['cpu_seconds_median']:.3f}s, "
+                  f"vs baseline {r['speedup_vs_baseline_cpu_time']:.3f}x, vs reference {r['vs_reference_cpu_time']:.3f}x",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""`oelm leaderboard SWEEP_DIR... --out DIR`: rank every method of a sweep from its stored records."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `leaderboard` subcommand."""
+    p = subparsers.add_parser(
+        "leaderboard",
+        help="write leaderboard.md/.json + pareto.png ranking the methods of stored sweeps",
+        description="Read only stored run records and rank every method on its held-out metric "
+        "(LR chosen on validation, as `oelm report`): mean ± 95% CI, paired gap to the baseline "
+        "with its interval and p, minimum detectable gap, parameters, theoretical saving and its "
+        "share of oelm-freeze's, step-time ratio, a verdict against the target and the Pareto "
+        "front of gap against compute saved. Incomplete methods are listed, not ranked.",
+    )
+    p.add_argument("paths", nargs="+", metavar="SWEEP_DIR", help="sweep (or run) directories")
+    p.add_argument("--out", required=True, help="output directory (e.g. docs/results)")
+    p.add_argument("--baseline", default=None,
+                   help="method the others are compared to (default: the sweep's, else baseline)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the leaderboard and print the verdicts."""
+    from oelm.experiments.leaderboard import write_leaderboard
+
+    path, boards = write_leaderboard(args.paths, args.out, args.baseline)
+    print(f"{len(boards)} table(s) -> {path}")
+    for board in boards:
+        print(f"{board.group.title}: {board.verdict.replace('**', '')}")
+    return 0

@@ -1,0 +1,572 @@
+"""The leaderboard: every method of a sweep ranked on its held-out metric, checked against the target.
+
+Built only from stored run records through the same Comparison as `oelm report` (LR chosen on
+validation per method, test metric over seeds, paired gap to the baseline with its interval, p and
+minimum detectable gap). Adds what the question "which frozen-attention variant keeps the quality
+while keeping the saving?" needs: the theoretical saving and the share of the reference method's
+(oelm-freeze) saving a method keeps, added adapter parameters, a verdict against the target, and
+the Pareto front of gap against compute saved. Deterministic: no timestamps, sorted output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oelm.errors import UserError
+from oelm.experiments import stats
+from oelm.experiments.aggregate import BASELINE, Arm, Group, compare
+from oelm.experiments.records import INCOMPLETE, RunRecord, load_runs
+from oelm.experiments.report import NA, _pct_scale, _significant, fmt_int, fmt_p, fmt_summary
+from oelm.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+
+REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
+
+
+@dataclass(frozen=True)
+class Target:
+    """The issue's target: gap <= max_gap %, paired upper end <= max_upper %, share >= min_share."""
+
+    max_gap: float = 2.0
+    max_upper: float = 3.0
+    min_share: float = 0.75
+    reference: str = REFERENCE
+
+    def text(self) -> str:
+        """The target in one sentence."""
+        return (f"gap to the baseline at most {self.max_gap:g}% with the upper end of its paired 95% "
+                f"interval at most {self.max_upper:g}%, while keeping at least "
+                f"{self.min_share * 100:g}% of {self.reference}'s Q/K weight-gradient saving")
+
+
+@dataclass
+class Entry:
+    """One method of a leaderboard: its arm from the Comparison plus what the leaderboard adds."""
+
+    arm: Arm
+    saving: float | None  # theoretical training-FLOP saving, a fraction of full training
+    share: float | None  # saving / the reference method's saving
+    added_params: int | None  # parameters a method adds (adapter role of the freeze audit)
+    step_ratio: stats.Summary  # per-seed step-time ratio vs baseline (paired by seed)
+    rank: int | None = None
+    meets: bool = False
+    misses: list[str] = field(default_factory=list)  # target criteria it misses
+    incomplete: str = ""  # why it is not ranked ('' when it is)
+
+    @property
+    def method(self) -> str:
+        """Method name."""
+        return self.arm.method
+
+    @property
+    def upper(self) -> float | None:
+        """Upper end of the paired 95% interval of the gap (%)."""
+        paired = self.arm.gap_paired
+        return None if paired is None else paired.ci_high
+
+
+@dataclass
+class Board:
+    """The leaderboard of one table (task, dataset, model, primary metric)."""
+
+    group: Group
+    ranked: list[Entry]
+    unranked: list[Entry]
+    front: list[str]  # methods on the Pareto front (lower gap, higher saving), by saving
+    passing: list[str]
+    closest: str | None
+    verdict: str
+    warnings: list[str]
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers from the records
+
+
+def saving_fraction(value: Any) -> float | None:
+    """A recorded theoretical saving as a fraction (a number > 1 is read as a percentage)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) / 100 if abs(value) > 1 else float(value)
+    if isinstance(value, dict):
+        for key in ("training_flops_saving", "saving", "fraction", "train"):
+            if key in value:
+                return saving_fraction(value[key])
+    return None
+
+
+def added_params(runs: Sequence[RunRecord]) -> int | None:
+    """Parameters of the adapter role in the first readable freeze audit (0 when none were added)."""
+    for run in runs:
+        audit = read_json(run.path / "freeze_audit.json")
+        totals = (audit or {}).get("start", {}).get("totals") if isinstance(audit, dict) else None
+        if isinstance(totals, dict) and isinstance(totals.get("by_role"), dict):
+            role = totals["by_role"].get("adapter") or {}
+            return int(role.get("trainable", 0)) + int(role.get("frozen", 0))
+    return None
+
+
+def step_ratio(arm: Arm, base: Arm | None) -> stats.Summary:
+    """Per-seed ratio of mean step time to the baseline's (same seed), summarized over seeds."""
+    if base is None:
+        return stats.summarize([])
+    base_times = {r.seed: r.results.get("mean_step_time") for r in base.runs}
+    ratios = []
+    for run in arm.runs:
+        t, b = run.results.get("mean_step_time"), base_times.get(run.seed)
+        if isinstance(t, (int, float)) and isinstance(b, (int, float)) and b > 0:
+            ratios.append(t / b)
+    return stats.summarize(ratios)
+
+
+def _planned(roots: Sequence[str | Path]) -> dict[str, set[str]]:
+    """Method -> run directories that a stored SWEEP/sweep.yaml plans (empty without one)."""
+    from oelm.experiments.sweep import SweepSpec
+
+    planned: dict[str, set[str]] = {}
+    for root in roots:
+        path = Path(root) / "sweep.yaml"
+        if not path.is_file():
+            continue
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            spec = SweepSpec(name=str(raw.get("name", "sweep")), base=raw.get("base") or {},
+                             methods=raw["methods"], seeds=list(raw["seeds"]),
+                             grid=raw.get("grid") or {}, out=Path(root))
+            for run in spec.runs():
+                planned.setdefault(run.method, set()).add(os.path.normpath(run.run_dir))
+        except (KeyError, TypeError, ValueError, yaml.YAMLError) as err:
+            raise UserError(f"{path} is not a readable sweep spec ({err}); pass the sweep directory "
+                            "that `oelm sweep` wrote, or remove the stray sweep.yaml") from err
+    return planned
+
+
+def _incomplete_reason(arm: Arm, n_max: int, missing: int, unfinished: int) -> str:
+    """Why a method is not ranked ('' when it is complete)."""
+    reasons = []
+    if arm.primary.n == 0:
+        reasons.append("no finished seed at any setting")
+    elif arm.primary.n < n_max:
+        reasons.append(f"{arm.primary.n} of {n_max} seeds at its chosen setting")
+    short = [c.setting for c in arm.cells if len(c.runs) + len(c.excluded) < n_max]
+    if short:
+        reasons.append("settings with missing seeds: " + ", ".join(short))
+    if missing:
+        reasons.append(f"{missing} planned run(s) of the sweep not finished")
+    elif unfinished:
+        reasons.append(f"{unfinished} unfinished run(s)")
+    return "; ".join(reasons)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranking, verdict, Pareto front
+
+
+def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
+    """Methods no other method beats on both (lower gap, higher saving), ordered by saving."""
+    front = []
+    for name, (gap, save) in points.items():
+        dominated = any(
+            g <= gap and s >= save and (g < gap or s > save)
+            for other, (g, s) in points.items() if other != name
+        )
+        if not dominated:
+            front.append(name)
+    return sorted(front, key=lambda m: (points[m][1], m))
+
+
+def _check(entry: Entry, target: Target) -> None:
+    """Fill entry.meets and entry.misses against the target."""
+    gap, upper, share = entry.arm.gap, entry.upper, entry.share
+    misses = []
+    if gap is None or gap > target.max_gap:
+        misses.append(f"gap {_pct(gap)} > {target.max_gap:g}%" if gap is not None else "no gap")
+    if upper is None or upper > target.max_upper:
+        misses.append(f"paired upper end {_pct(upper)} > {target.max_upper:g}%" if upper is not None
+                      else "no paired interval (needs >= 2 paired seeds)")
+    if share is None or share < target.min_share:
+        misses.append(f"keeps {share * 100:.0f}% < {target.min_share * 100:g}% of the saving"
+                      if share is not None else f"saving share unknown (no {target.reference} saving)")
+    entry.misses, entry.meets = misses, not misses
+
+
+def _closest(candidates: list[Entry], target: Target) -> Entry | None:
+    """Among methods keeping enough saving, the smallest paired upper end; else the smallest gap."""
+    keeps = [e for e in candidates if e.share is not None and e.share >= target.min_share
+             and e.upper is not None]
+    if keeps:
+        return min(keeps, key=lambda e: (e.upper, e.method))
+    gapped = [e for e in candidates if e.arm.gap is not None]
+    return min(gapped, key=lambda e: (e.arm.gap, e.method)) if gapped else None
+
+
+def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple[list[str], str | None, str]:
+    """Names that meet the target, the closest when none does, and the verdict sentence."""
+    candidates = [e for e in ranked if e.method != baseline]
+    for e in candidates:
+        _check(e, target)
+    passing = [e.method for e in candidates if e.meets]
+    if passing:
+        shown = "; ".join(_entry_numbers(e) for e in candidates if e.meets)
+        return passing, None, f"**Target met** by {', '.join(passing)}: {shown}."
+    close = _closest(candidates, target)
+    if close is None:
+        return [], None, "**No method meets the target**: no ranked method has a gap to compare."
+    text = (f"**No method meets the target.** Closest: {close.method}, {_entry_numbers(close)}; "
+            f"it misses: {'; '.join(close.misses)}.")
+    gapped = [e for e in candidates if e.arm.gap is not None]
+    best_gap = min(gapped, key=lambda e: (e.arm.gap, e.method))
+    if best_gap is not close:  # the smallest gap fails on another criterion: say which
+        text += (f" The smallest gap is {best_gap.method}'s ({_entry_numbers(best_gap)}), which "
+                 f"misses: {'; '.join(best_gap.misses)}.")
+    return [], close.method, text
+
+
+def _entry_numbers(e: Entry) -> str:
+    """Gap, paired interval, p and saving share of one entry in words."""
+    paired = e.arm.gap_paired
+    ci = (f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]" if paired is not None and paired.ci_low is not None
+          else "")
+    p = e.arm.test.p_value if e.arm.test else None
+    share = NA if e.share is None else f"{e.share * 100:.0f}%"
+    return (f"gap {_pct(e.arm.gap)}{ci} (p {NA if p is None else f'{p:.3g}'}), keeps {share} of the "
+            f"saving")
+
+
+def _pct(x: float | None) -> str:
+    """A signed percentage or n/a."""
+    return NA if x is None else f"{x:+.2f}%"
+
+
+def build_board(group: Group, runs: Sequence[RunRecord], planned: dict[str, set[str]],
+                target: Target = Target()) -> Board:
+    """Rank the complete methods of one table, list the rest, apply the target, find the front."""
+    base = next((a for a in group.arms if a.method == group.baseline), None)
+    ref = next((a for a in group.arms if a.method == target.reference), None)
+    ref_saving = saving_fraction(ref.theoretical_saving) if ref else None
+    finished = {os.path.normpath(r.path) for r in runs if r.status != INCOMPLETE}
+    n_max = max((a.primary.n for a in group.arms), default=0)
+    entries = []
+    for arm in group.arms:
+        saving = saving_fraction(arm.theoretical_saving)
+        share = saving / ref_saving if saving is not None and ref_saving else None
+        entry = Entry(arm, saving, share, added_params(arm.runs), step_ratio(arm, base))
+        missing = len(planned.get(arm.method, set()) - finished)
+        unfinished = sum(1 for r in runs if r.status == INCOMPLETE and r.method == arm.method)
+        entry.incomplete = _incomplete_reason(arm, n_max, missing, unfinished)
+        entries.append(entry)
+    sign = -1.0 if group.higher_is_better else 1.0
+    ranked = sorted((e for e in entries if not e.incomplete), key=lambda e: (sign * e.arm.primary.mean, e.method))
+    for i, e in enumerate(ranked, 1):
+        e.rank = i
+    unranked = sorted((e for e in entries if e.incomplete), key=lambda e: e.method)
+    points = {e.method: (e.arm.gap, e.saving * 100) for e in ranked
+              if e.arm.gap is not None and e.saving is not None}
+    passing, closest, verdict = _verdict(ranked, group.baseline, target)
+    warnings = list(group.warnings)
+    if ref_saving is None:
+        warnings.append(f"no {target.reference} runs with a recorded saving: the saving share and "
+                        "its criterion cannot be evaluated")
+    if base is not None and any(e.method == base.method for e in unranked):
+        warnings.append(f"the baseline {base.method} is itself incomplete: every gap is provisional")
+    return Board(group, ranked, unranked, pareto_front(points), passing, closest, verdict, warnings)
+
+
+def build(paths: Sequence[str | Path], baseline: str | None = None,
+          target: Target = Target()) -> tuple[list[Board], list[str], list[RunRecord]]:
+    """Boards of every table under the sweep directories, planned methods without a run, the runs."""
+    runs = load_runs(paths)
+    planned = _planned(paths)
+    if baseline is None:
+        baseline = _stored_baseline(paths) or BASELINE
+    comparison = compare(runs, baseline=baseline)
+    boards = []
+    for group in comparison.groups:
+        members = [r for r in runs if r.task == group.task and r.model == group.model]
+        boards.append(build_board(group, members, planned, target))
+    seen = {a.method for g in comparison.groups for a in g.arms}
+    not_started = sorted(m for m in planned if m not in seen)
+    return boards, not_started, runs
+
+
+def _stored_baseline(paths: Sequence[str | Path]) -> str | None:
+    """The baseline a stored sweep.yaml names, if any."""
+    for root in paths:
+        path = Path(root) / "sweep.yaml"
+        if path.is_file():
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if isinstance(raw, dict) and raw.get("baseline"):
+                return str(raw["baseline"])
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def command_line(paths: Sequence[str | Path], out: str | Path, baseline: str | None) -> str:
+    """The exact command that regenerates the leaderboard (paths relative to here when inside)."""
+    def rel(p: str | Path) -> str:
+        text = str(p)
+        if os.path.isabs(text):
+            rel_text = os.path.relpath(text)  # a committed report names no absolute path
+            return text if rel_text.startswith("..") else rel_text
+        return text
+
+    parts = ["oelm", "leaderboard", *(rel(p) for p in paths), "--out", rel(out)]
+    if baseline:
+        parts += ["--baseline", baseline]
+    return " ".join(parts)
+
+
+def _mde(arm: Arm) -> str:
+    """Minimum detectable gap, with the underpowered flag of a non-significant gap below it."""
+    pw = arm.power
+    if pw is None or pw.mde is None:
+        return f"n/a ({pw.n if pw else 0} paired seeds)"
+    if pw.underpowered and not _significant(arm):
+        return f"±{pw.mde:.2f}%: **underpowered below {pw.mde:.2f}%**"
+    return f"±{pw.mde:.2f}%"
+
+
+def _ratio(s: stats.Summary) -> str:
+    """Step-time ratio mean with its per-seed interval."""
+    if s.mean is None:
+        return NA
+    if s.half_width is None:
+        return f"{s.mean:.3f}"
+    return f"{s.mean:.3f} ± {s.half_width:.3f}"
+
+
+def _params(e: Entry) -> str:
+    """Trainable / frozen / added parameters."""
+    return f"{fmt_int(e.arm.trainable_params)} / {fmt_int(e.arm.frozen_params)} / {fmt_int(e.added_params)}"
+
+
+def _gap_cell(e: Entry, baseline: str | None) -> str:
+    """Gap with its paired interval (the baseline is the reference)."""
+    if e.method == baseline:
+        return "0 (reference)"
+    paired = e.arm.gap_paired
+    text = _pct(e.arm.gap)
+    if paired is not None and paired.ci_low is not None:
+        text += f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]"
+    return text
+
+
+def _table(board: Board) -> list[str]:
+    """Markdown rows of the ranked table."""
+    g = board.group
+    scale = _pct_scale(g)
+    direction = "higher" if g.higher_is_better else "lower"
+    head = ["rank", "method", "lr (chosen on val)",
+            f"{g.primary_metric}: mean ± 95% CI (n seeds), {direction} is better",
+            f"gap vs {g.baseline or BASELINE} (%, + = worse) [paired 95% CI]", "p (paired t)",
+            "min. detectable gap", "trainable / frozen / added params", "theoretical saving",
+            f"share of {REFERENCE}'s saving", "step-time ratio vs baseline (indicative)", "target"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in board.ranked:
+        is_base = e.method == g.baseline
+        target = "—" if is_base else ("**meets**" if e.meets else "no")
+        rows.append("| " + " | ".join([
+            str(e.rank), e.method, NA if e.arm.lr is None else f"{e.arm.lr:g}",
+            fmt_summary(e.arm.primary, scale), _gap_cell(e, g.baseline),
+            fmt_p(e.arm, g) if not is_base else "—", "—" if is_base else _mde(e.arm), _params(e),
+            NA if e.saving is None else f"{e.saving * 100:.2f}%",
+            NA if e.share is None else f"{e.share * 100:.0f}%", _ratio(e.step_ratio), target,
+        ]) + " |")
+    return rows
+
+
+def _unranked(board: Board, not_started: Sequence[str]) -> list[str]:
+    """Methods listed apart: too few seeds or missing learning rates."""
+    if not board.unranked and not not_started:
+        return []
+    scale = _pct_scale(board.group)
+    lines = ["### Incomplete (listed, not ranked)", "",
+             "Fewer seeds than the other methods, or settings of the LR grid not finished: their "
+             "numbers are not comparable yet.", "",
+             f"| method | why | {board.group.primary_metric} so far | gap so far |", "|---|---|---|---|"]
+    for e in board.unranked:
+        lines.append(f"| {e.method} | {e.incomplete} | {fmt_summary(e.arm.primary, scale)} | "
+                     f"{_gap_cell(e, board.group.baseline)} |")
+    for m in not_started:
+        lines.append(f"| {m} | planned by the sweep, no finished run | {NA} | {NA} |")
+    return lines + [""]
+
+
+TIMING_NOTE = (
+    "Step times come from runs on a shared machine (other jobs ran alongside), so the step-time "
+    "ratios are indicative only: the ± is the spread of the per-seed ratios (paired by seed), "
+    "not the machine's noise floor. No A/A control (the baseline timed against itself) is in "
+    "these records, so a ratio within a few percent of 1 cannot be told from timing noise; "
+    "`benchmarks/freeze_cost.py --control` measures that floor side by side."
+)
+
+
+def _notes(target: Target) -> list[str]:
+    """How to read the table."""
+    return [
+        f"How to read: each method at its own learning rate, chosen on validation "
+        f"(`oelm report`'s rule); the metric is held-out test, mean ± half-width of the 95% "
+        f"Student-t interval over seeds. The gap is % of the baseline's mean (+ = worse); the "
+        f"bracket is the 95% interval of the per-seed gaps, paired by seed, and p the paired t-test. "
+        f"A gap below the minimum detectable gap (paired t, α 0.05, power 0.8) and not significant "
+        f"is **underpowered**: not evidence of no difference. The theoretical saving is the share "
+        f"of full training FLOPs the method saves as its runs recorded (adapters count as extra "
+        f"cost, schedules are averaged over steps); the share column divides it by {target.reference}'s, "
+        f"which freezes Q and K and so saves exactly their weight gradients. Parameters: trainable / "
+        f"frozen / added by the method (the audit's adapter role).",
+        "",
+        TIMING_NOTE,
+    ]
+
+
+def render(boards: Sequence[Board], not_started: Sequence[str], command: str, n_runs: int,
+           target: Target = Target()) -> str:
+    """leaderboard.md: the command first, then one ranked table per table of runs."""
+    lines = ["# Leaderboard", "", "Regenerate with:", "", "```", command, "```", "",
+             f"Built from {n_runs} stored run directories (results.json, timing_stats.json, "
+             "freeze_audit.json) only.", "", f"**Target:** a variant with a {target.text()}.", "",
+             *_notes(target), ""]
+    if not boards:
+        lines += ["No finished runs: nothing to rank.", ""]
+        lines += _unranked_only(not_started)
+    for i, board in enumerate(boards):
+        g = board.group
+        lines += [f"## {g.title}: {g.primary_metric}", "", f"Verdict: {board.verdict}", ""]
+        if board.warnings:
+            lines += [*(f"- **Warning:** {w}" for w in board.warnings), ""]
+        lines += [*_table(board), ""]
+        lines += _unranked(board, not_started if i == 0 else [])
+        front = ", ".join(board.front) if board.front else NA
+        lines += [f"Pareto front (lower gap, higher theoretical saving; ranked methods): {front}.", ""]
+        lines += ["![gap against compute saved](pareto.png)", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _unranked_only(not_started: Sequence[str]) -> list[str]:
+    """Planned methods listed when no table exists."""
+    return [f"- {m}: planned by the sweep, no finished run" for m in not_started]
+
+
+def _summary_json(s: stats.Summary | None) -> dict | None:
+    """A Summary as a dict."""
+    return None if s is None else s.to_dict()
+
+
+def _entry_json(e: Entry) -> dict[str, Any]:
+    """One row for leaderboard.json."""
+    a = e.arm
+    return {
+        "rank": e.rank, "method": a.method, "lr": a.lr, "setting": a.setting,
+        "primary": a.primary.to_dict(), "by_seed": {str(k): v for k, v in sorted(a.by_seed.items())},
+        "gap_percent": a.gap, "gap_paired": _summary_json(a.gap_paired),
+        "paired_test": a.test.to_dict() if a.test else None,
+        "power": a.power.to_dict() if a.power else None,
+        "trainable_params": a.trainable_params, "frozen_params": a.frozen_params,
+        "added_params": e.added_params, "theoretical_saving": e.saving, "saving_share": e.share,
+        "step_time_ratio": _summary_json(e.step_ratio), "meets_target": e.meets,
+        "misses": e.misses, "incomplete": e.incomplete or None,
+    }
+
+
+def to_json(boards: Sequence[Board], not_started: Sequence[str], command: str,
+            target: Target = Target()) -> dict[str, Any]:
+    """leaderboard.json: the same numbers as the markdown."""
+    return {
+        "command": command,
+        "target": {"max_gap_percent": target.max_gap, "max_upper_percent": target.max_upper,
+                   "min_saving_share": target.min_share, "reference": target.reference},
+        "tables": [
+            {"task": b.group.task, "dataset": b.group.dataset, "model": b.group.model,
+             "primary_metric": b.group.primary_metric, "higher_is_better": b.group.higher_is_better,
+             "baseline": b.group.baseline, "verdict": b.verdict, "passing": b.passing,
+             "closest": b.closest, "pareto_front": b.front, "warnings": b.warnings,
+             "ranked": [_entry_json(e) for e in b.ranked],
+             "incomplete": [_entry_json(e) for e in b.unranked]}
+            for b in boards
+        ],
+        "not_started": list(not_started),
+    }
+
+
+def plot(boards: Sequence[Board], path: Path, target: Target = Target()) -> Path:
+    """pareto.png: gap (paired interval as error bars) against theoretical saving, front drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(1, len(boards))
+    fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 4.6), squeeze=False)
+    for ax, board in zip(axes[0], boards):
+        _plot_board(ax, board, target)
+    if not boards:
+        axes[0][0].text(0.5, 0.5, "no finished runs", ha="center", va="center")
+    fig.tight_layout()
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})  # no version stamp
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _plot_board(ax: Any, board: Board, target: Target) -> None:
+    """One table's scatter with error bars, labels, the Pareto front and the target's lines."""
+    ref = next((e for e in board.ranked + board.unranked if e.method == target.reference), None)
+    ref_saving = ref.saving if ref else None
+    pts = [e for e in board.ranked if e.arm.gap is not None and e.saving is not None]
+    for e in pts:
+        x, y = e.saving * 100, e.arm.gap
+        paired = e.arm.gap_paired
+        has = paired is not None and paired.ci_low is not None
+        err = [[max(0.0, y - paired.ci_low) if has else 0.0], [max(0.0, paired.ci_high - y) if has else 0.0]]
+        color = "tab:green" if e.meets else ("black" if e.method == board.group.baseline else "tab:blue")
+        ax.errorbar([x], [y], yerr=err, fmt="o", color=color, capsize=3, ms=5)
+        ax.annotate(e.method, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    front = [e for m in board.front for e in pts if e.method == m]
+    if len(front) > 1:
+        ax.plot([e.saving * 100 for e in front], [e.arm.gap for e in front], "--",
+                color="tab:red", alpha=0.7, label="Pareto front")
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.axhline(target.max_gap, color="tab:green", linestyle=":", linewidth=1,
+               label=f"target gap {target.max_gap:g}%")
+    if ref_saving is not None:
+        ax.axvline(ref_saving * 100 * target.min_share, color="tab:green", linestyle="-.", linewidth=1,
+                   label=f"{target.min_share * 100:g}% of {target.reference}'s saving")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_xlabel("compute saved: theoretical training-FLOP saving (%)")
+    ax.set_ylabel(f"gap vs {board.group.baseline or BASELINE} (%, + = worse), paired 95% CI")
+    ax.set_title(f"{board.group.title}: {board.group.primary_metric}", fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def write_leaderboard(paths: Sequence[str | Path], out: str | Path, baseline: str | None = None,
+                      target: Target = Target()) -> tuple[Path, list[Board]]:
+    """Read the records under `paths`, write OUT/leaderboard.md, leaderboard.json and pareto.png."""
+    if not paths:
+        raise UserError("no sweep directory given; pass the directory `oelm sweep` wrote")
+    boards, not_started, runs = build(paths, baseline, target)
+    out_dir = Path(out)
+    command = command_line(paths, out_dir, baseline)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot(boards, out_dir / "pareto.png", target)
+    atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))
+    atomic_write_text(out_dir / "leaderboard.md", render(boards, not_started, command, len(runs), target))
+    return out_dir / "leaderboard.md", boards
+
+
+if __name__ == "__main__":  # `python -m oelm.experiments.leaderboard SWEEP_DIR... --out DIR`
+    from oelm.cli import main
+
+    sys.exit(main(["leaderboard", *sys.argv[1:]]))

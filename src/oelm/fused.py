@@ -1,0 +1,98 @@
+"""One GEMM for a projection split into row blocks (fused Q/K/V) that stay separate parameters.
+
+Forward concatenates the blocks' weights ([rows_i, in] each; 3*d*d elements, cheap next to the
+B*T*d activations) and runs one matmul. Backward computes the input gradient for all blocks in
+one matmul and the weight (and bias) gradient only for blocks whose parameter requires grad when
+the forward ran, one matmul per contiguous run of trainable blocks. So a frozen Q/K spends no
+weight-gradient FLOPs, while each block keeps its own nn.Parameter, requires_grad flag,
+optimizer membership and state-dict key.
+
+Why concatenation rather than one fused storage with the blocks as views: `module.to()` replaces
+each parameter's `.data` separately (which unties views), and safetensors refuses tensors that
+share storage, so views would need re-tying hooks in several places for a 3*d*d copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The matmul dtype: autocast's dtype when autocast is on for x's device, else x's dtype."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return x.dtype
+
+
+def _runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
+    """[start, end) index ranges of consecutive True flags."""
+    out: list[tuple[int, int]] = []
+    for i, f in enumerate(flags):
+        if f and out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        elif f:
+            out.append((i, i + 1))
+    return out
+
+
+class FusedRowsLinear(torch.autograd.Function):
+    """y = x @ cat(W_q, W_k, W_v).T (+ cat(b)); weight gradients only for blocks that need them."""
+
+    @staticmethod
+    def forward(ctx, x, wq, wk, wv, bq, bk, bv):  # type: ignore[override]
+        dt = _compute_dtype(x)
+        ws, bs = (wq, wk, wv), (bq, bk, bv)
+        w = torch.cat(ws).to(dt)
+        b = torch.cat(bs).to(dt) if bq is not None else None
+        xc = x.to(dt)
+        ctx.save_for_backward(xc, w)
+        ctx.rows = [t.shape[0] for t in ws]
+        ctx.w_dtypes = [t.dtype for t in ws]
+        ctx.b_dtypes = [t.dtype if t is not None else None for t in bs]
+        ctx.x_dtype = x.dtype
+        return F.linear(xc, w, b)
+
+    @staticmethod
+    def backward(ctx, grad_y):  # type: ignore[override]
+        xc, w = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        grad_y = grad_y.to(w.dtype)
+        gx = (grad_y @ w).to(ctx.x_dtype) if need[0] else None
+        gws: list[torch.Tensor | None] = [None, None, None]
+        gbs: list[torch.Tensor | None] = [None, None, None]
+        flags = [need[1 + i] or need[4 + i] for i in range(3)]
+        if any(flags):
+            g2 = grad_y.reshape(-1, grad_y.shape[-1])
+            x2 = xc.reshape(-1, xc.shape[-1])
+            starts = [sum(ctx.rows[:i]) for i in range(4)]
+            for a, e in _runs(flags):
+                g = g2[:, starts[a] : starts[e]]
+                # One cast per run (not per block): fewer kernel launches in eager mode.
+                gw = (g.t() @ x2).to(ctx.w_dtypes[a]) if any(need[1 + i] for i in range(a, e)) else None
+                gb = g.sum(0).to(ctx.b_dtypes[a] or g.dtype) if any(need[4 + i] for i in range(a, e)) else None
+                for i in range(a, e):
+                    lo, hi = starts[i] - starts[a], starts[i + 1] - starts[a]
+                    if need[1 + i]:
+                        gws[i] = gw[lo:hi].to(ctx.w_dtypes[i])  # no-op unless blocks' dtypes differ
+                    if need[4 + i]:
+                        gbs[i] = gb[lo:hi].to(ctx.b_dtypes[i])
+        return gx, *gws, *gbs
+
+
+def fused_qkv(
+    x: torch.Tensor,
+    wq: torch.Tensor,
+    wk: torch.Tensor,
+    wv: torch.Tensor,
+    bq: torch.Tensor | None = None,
+    bk: torch.Tensor | None = None,
+    bv: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x [..., in] -> [..., rows_q + rows_k + rows_v] in one GEMM; weights are [rows, in]."""
+    if (bq is None) != (bk is None) or (bq is None) != (bv is None):
+        raise ValueError("give a bias for all of Q, K, V or for none")
+    return FusedRowsLinear.apply(x, wq, wk, wv, bq, bk, bv)

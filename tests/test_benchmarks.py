@@ -1,0 +1,50 @@
+"""The vs_reference benchmark runs end to end on a tiny shape and writes sane rows (no timing asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_reference.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("vs_reference", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_vs_reference_rows_and_memory(tmp_path, capsys):
+    bench = _load()
+    out = tmp_path / "rows.json"
+    argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "16", "--batch", "2",
+            "--rounds", "2", "--steps", "1", "--threads", "1", "--json", str(out)]
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = {r["name"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-AA"}
+    assert all(r["complete"] and r["steps_timed"] == 2 and r["tokens_per_s"] > 0 for r in rows.values())
+    # The CPU estimate drops exactly the frozen tensors' gradients and AdamW moments.
+    freeze = rows["oelm-freeze"]
+    assert freeze["memory_saving_vs_baseline_bytes"] == freeze["frozen_grad_and_optimizer_bytes"] > 0
+    assert 0 < freeze["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
+    assert rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"]
+    assert "oelm-freeze" in capsys.readouterr().out  # rows are printed, not only written
+
+
+def test_reference_model_matches_the_oelm_shape():
+    bench = _load()
+    from oelm.models.gpt import GPT, gpt_config
+
+    ours = GPT(gpt_config("gpt-tiny", vocab_size=97, block_size=16))
+    ref = bench.RefGPT(97, 16, 2, 4, 128, 512)
+    # Same matrices; ours adds only the MLP and LayerNorm biases.
+    mats = lambda m: sorted(p.numel() for p in m.parameters() if p.ndim == 2)  # noqa: E731
+    assert sum(mats(ours)) == sum(mats(ref))

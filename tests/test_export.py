@@ -1,0 +1,84 @@
+"""`oelm export RUN_DIR --to hf OUT_DIR`: a GPT2LMHeadModel folder with the same logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import oelm
+from oelm.audit import audit_model
+from oelm.cli import main
+from oelm.errors import UserError
+from oelm.export import hf_tokenizer, max_logit_diff, to_gpt2
+from oelm.models.gpt import GPT, GPTClassifier, gpt_config
+from oelm.training.loop import train
+from train_utils import one_thread, synthetic_lm_dir, tiny_config
+
+SHARED_GPT2 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tokenizers" / "gpt2"
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("export")
+    cfg = tiny_config(synthetic_lm_dir(root / "data", n_train=4000), root / "run", steps=10,
+                      model_overrides={"n_layer": 2, "d_model": 64, "n_head": 4, "block_size": 32})
+    with one_thread():
+        train(cfg)
+    return root / "run"
+
+
+def test_export_cli_writes_a_gpt2_folder_with_the_same_logits(lm_run, tmp_path, capsys):
+    import transformers
+
+    out = tmp_path / "hf"
+    assert main(["export", str(lm_run), "--to", "hf", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "GPT2LMHeadModel" in printed and "byte tokenizer" in printed
+    ours = oelm.load_model(lm_run)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
+    x = torch.randint(0, 64, (3, 32), generator=torch.Generator().manual_seed(7))
+    diff = (ours(x)[0] - hf(input_ids=x).logits).abs().max().item()
+    assert diff < 1e-4, diff
+    assert hf.config.activation_function == "gelu" and hf.config.tie_word_embeddings
+    greedy = hf.generate(x[:1, :4], max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert torch.equal(greedy, ours.generate(x[:1, :4], 5, temperature=0))
+    # The export carries the method: oelm.from_pretrained restores GPT-2 with Q/K frozen.
+    again = oelm.from_pretrained(out)
+    frozen = {n for n, p in again.named_parameters() if not p.requires_grad}
+    assert frozen and all(".c_attn.q_" in n or ".c_attn.k_" in n for n in frozen)
+    assert audit_model(again).totals["max_orthogonality_error"] < 1e-5
+    assert main(["export", str(lm_run), str(out)]) == 2  # --to is required
+
+
+def test_export_refuses_a_non_empty_folder_and_classifiers(lm_run, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep.txt").write_text("mine")
+    assert main(["export", str(lm_run), "--to", "hf", str(tmp_path / "x")]) == 2
+    assert (tmp_path / "x" / "keep.txt").read_text() == "mine"
+    with pytest.raises(UserError, match="bidirectional"):
+        to_gpt2(GPTClassifier(gpt_config("gpt-tiny", vocab_size=50, block_size=16), 2))
+
+
+def test_mapping_is_exact_for_a_random_untrained_gpt_with_dropout_config():
+    model = GPT(gpt_config("gpt-tiny", vocab_size=80, block_size=24, n_layer=3, d_ff=200))
+    assert max_logit_diff(model, to_gpt2(model)) < 1e-4
+
+
+@pytest.mark.slow
+def test_gpt2_bpe_tokenizer_is_written_exactly(tmp_path):
+    if not SHARED_GPT2.is_dir():
+        pytest.skip(f"shared GPT-2 tokenizer files not found at {SHARED_GPT2}")
+    from oelm.data.tokenizers import load_tokenizer
+
+    for spec in (f"gpt2:{SHARED_GPT2}", str(SHARED_GPT2 / "gpt2.tiktoken")):
+        tok, note = hf_tokenizer(spec)
+        assert tok is not None, note
+        tok.save_pretrained(tmp_path / "tok")
+        import transformers
+
+        again = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
+        text = "Once upon a time, naïve cats sat.\n"
+        assert again.encode(text) == load_tokenizer(spec).encode(text)
+        assert again.eos_token_id == 50256

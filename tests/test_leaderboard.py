@@ -1,0 +1,155 @@
+"""`oelm leaderboard` on synthetic run directories (the fixtures of test_report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from test_report import make_run
+
+from oelm.cli import main
+from oelm.errors import UserError
+from oelm.experiments.leaderboard import pareto_front, write_leaderboard
+
+BASE = [10.0, 10.2, 9.9]
+# method -> (relative gap per seed, theoretical saving): lower test perplexity ranks first.
+ARMS = {
+    "oelm-qknorm": ([0.010, 0.009, 0.011], 0.039),  # +1%, tight, keeps 97.5% of the saving: meets
+    "oelm-lowrank": ([0.014, 0.016, 0.015], 0.020),  # +1.5% but keeps only 50%: misses on share
+    "oelm-temp": ([0.05, 0.045, 0.055], 0.040),  # +5%
+    "oelm-freeze": ([0.10, 0.11, 0.09], 0.040),  # +10%, the saving's reference
+}
+
+
+def _sweep(root: Path, arms: dict = ARMS) -> Path:
+    """Three seeds per method at one LR (plus a worse LR for the baseline), as a sweep writes them."""
+    for seed, ppl in enumerate(BASE):
+        make_run(root, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5, theoretical_saving=0.0)
+        make_run(root, "baseline", 3e-4, seed, test_perplexity=ppl + 1, best_val_loss=1.7, theoretical_saving=0.0)
+        for method, (gaps, saving) in arms.items():
+            run = make_run(root, method, 3e-3, seed, test_perplexity=ppl * (1 + gaps[seed]),
+                           best_val_loss=1.6, theoretical_saving=saving)
+            adapter = 48 if method == "oelm-qknorm" else 0
+            audit = {"start": {"totals": {"by_role": {"adapter": {"trainable": adapter, "frozen": 0}}}}}
+            (run / "freeze_audit.json").write_text(json.dumps(audit))
+    return root
+
+
+def _read(out: Path) -> dict:
+    return json.loads((out / "leaderboard.json").read_text())
+
+
+def test_ranking_numbers_and_passing_verdict(tmp_path: Path) -> None:
+    _sweep(tmp_path)
+    md_path, boards = write_leaderboard([tmp_path], tmp_path / "lb")
+    table = _read(tmp_path / "lb")["tables"][0]
+    ranked = [e["method"] for e in table["ranked"]]
+    assert ranked == ["baseline", "oelm-qknorm", "oelm-lowrank", "oelm-temp", "oelm-freeze"]
+    qk = table["ranked"][1]
+    gaps = np.array(ARMS["oelm-qknorm"][0]) * 100
+    assert qk["gap_paired"]["mean"] == pytest.approx(gaps.mean())
+    assert qk["saving_share"] == pytest.approx(0.039 / 0.040)
+    assert qk["added_params"] == 48 and table["ranked"][2]["added_params"] == 0
+    assert table["ranked"][0]["lr"] == 1e-3  # the baseline's LR chosen on validation
+    assert table["ranked"][-1]["step_time_ratio"]["mean"] == pytest.approx(0.9)
+    assert table["passing"] == ["oelm-qknorm"] and table["closest"] is None
+    assert qk["meets_target"] and not table["ranked"][2]["meets_target"]
+    assert "keeps 50% < 75% of the saving" in table["ranked"][2]["misses"]
+    md = md_path.read_text()
+    assert "Target met** by oelm-qknorm" in md
+    assert "A/A" in md and "indicative only" in md
+    assert "| 2 | oelm-qknorm | 0.003 |" in md and "| 3.90% | 98% |" in md and "900 / 100 / 48" in md
+
+
+def test_failing_verdict_names_the_closest(tmp_path: Path) -> None:
+    arms = {k: v for k, v in ARMS.items() if k != "oelm-qknorm"}
+    _sweep(tmp_path, arms)
+    md_path, boards = write_leaderboard([tmp_path], tmp_path / "lb")
+    table = _read(tmp_path / "lb")["tables"][0]
+    assert table["passing"] == []
+    # lowrank has the smallest gap but keeps too little saving: the closest keeps >= 75% of it.
+    assert table["closest"] == "oelm-temp"
+    md = md_path.read_text()
+    assert "No method meets the target.** Closest: oelm-temp, gap +5.00%" in md
+    assert "paired upper end" in md
+    assert "The smallest gap is oelm-lowrank's (gap +1.50%" in md and "keeps 50% < 75% of the saving" in md
+
+
+def test_pareto_front_membership(tmp_path: Path) -> None:
+    assert pareto_front({"a": (0.0, 0.0), "b": (1.0, 3.0), "c": (2.0, 2.0), "d": (5.0, 3.0)}) == ["a", "b"]
+    _sweep(tmp_path)
+    write_leaderboard([tmp_path], tmp_path / "lb")
+    # lowrank is beaten by qknorm on both axes; freeze by temp (same saving, smaller gap).
+    assert _read(tmp_path / "lb")["tables"][0]["pareto_front"] == ["baseline", "oelm-qknorm", "oelm-temp"]
+
+
+def test_incomplete_methods_are_listed_not_ranked(tmp_path: Path) -> None:
+    _sweep(tmp_path)
+    for seed in (0, 1):  # a method with 2 of 3 seeds
+        make_run(tmp_path, "oelm-gain", 3e-3, seed, test_perplexity=10.0, best_val_loss=1.6)
+    for seed in (0, 1, 2):  # complete at one LR, a second LR with one seed only
+        make_run(tmp_path, "oelm-unfreeze", 3e-3, seed, test_perplexity=10.0, best_val_loss=1.6)
+    make_run(tmp_path, "oelm-unfreeze", 1e-2, 0, test_perplexity=12.0, best_val_loss=1.9)
+    spec = {"name": "t", "base": {}, "seeds": [0, 1, 2], "grid": {}, "baseline": "baseline",
+            "methods": {"baseline": {"lr": [3e-4, 1e-3]}, "oelm-random": {"lr": [3e-3]}}}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    md_path, _ = write_leaderboard([tmp_path], tmp_path / "lb")
+    data = _read(tmp_path / "lb")
+    table = data["tables"][0]
+    assert {e["method"] for e in table["incomplete"]} == {"oelm-gain", "oelm-unfreeze"}
+    assert all(e["rank"] is None for e in table["incomplete"])
+    assert "oelm-gain" not in [e["method"] for e in table["ranked"]]
+    why = {e["method"]: e["incomplete"] for e in table["incomplete"]}
+    assert "2 of 3 seeds" in why["oelm-gain"] and "lr0.01" in why["oelm-unfreeze"]
+    assert data["not_started"] == ["oelm-random"]  # planned by sweep.yaml, never run
+    md = md_path.read_text()
+    assert "### Incomplete (listed, not ranked)" in md and "planned by the sweep" in md
+
+
+def test_direction_follows_the_metric(tmp_path: Path) -> None:
+    for method, accs in {"baseline": [0.80, 0.81, 0.82], "oelm-freeze": [0.85, 0.86, 0.84]}.items():
+        for seed, a in enumerate(accs):
+            make_run(tmp_path, method, 1e-4, seed, task="classification", heldout_accuracy=a,
+                     best_accuracy=a, primary_metric="heldout_accuracy", selection_metric="best_accuracy")
+    write_leaderboard([tmp_path], tmp_path / "lb")
+    table = _read(tmp_path / "lb")["tables"][0]
+    assert table["higher_is_better"] and [e["method"] for e in table["ranked"]] == ["oelm-freeze", "baseline"]
+
+
+def test_cli_writes_three_files_deterministically(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _sweep(tmp_path / "sweep")
+    out = tmp_path / "lb"
+    assert main(["leaderboard", str(tmp_path / "sweep"), "--out", str(out)]) == 0
+    assert "Target met by oelm-qknorm" in capsys.readouterr().out
+    files = {p: (out / p).read_bytes() for p in ("leaderboard.md", "leaderboard.json", "pareto.png")}
+    assert files["pareto.png"].startswith(b"\x89PNG")
+    md = files["leaderboard.md"].decode()
+    assert md.splitlines()[:5] == ["# Leaderboard", "", "Regenerate with:", "", "```"]
+    assert f"oelm leaderboard {tmp_path / 'sweep'} --out {out}" in md
+    assert main(["leaderboard", str(tmp_path / "sweep"), "--out", str(out)]) == 0
+    assert (out / "leaderboard.md").read_bytes() == files["leaderboard.md"]
+    assert (out / "leaderboard.json").read_bytes() == files["leaderboard.json"]
+    assert (out / "pareto.png").read_bytes() == files["pareto.png"]
+
+
+def test_bad_input_is_one_user_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(UserError, match="no run directories"):
+        write_leaderboard([tmp_path], tmp_path / "lb")
+    assert main(["leaderboard", str(tmp_path / "missing"), "--out", str(tmp_path / "lb")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "lb").exists()
+
+
+def test_a_sweep_with_no_finished_run_lists_the_plan(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "baseline", 1e-3, 0, test_perplexity=10.0, best_val_loss=1.5)
+    (run / "results.json").unlink()  # started, not finished
+    spec = {"name": "t", "base": {}, "seeds": [0], "grid": {}, "baseline": "baseline",
+            "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}}}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    md_path, boards = write_leaderboard([tmp_path], tmp_path / "lb")
+    assert boards == [] and _read(tmp_path / "lb")["not_started"] == ["baseline", "oelm-freeze"]
+    assert "No finished runs: nothing to rank." in md_path.read_text()
+    assert (tmp_path / "lb" / "pareto.png").is_file()

@@ -15,7 +15,7 @@ from oelm.experiments.aggregate import Arm, Group  # noqa: E402
 
 def curve_key(group: Group) -> tuple[str, str]:
     """Eval-line key plotted for a table and its axis label."""
-    if group.task == "classification":
+    if group.task in ("classification", "probe"):
         return "accuracy", "validation accuracy"
     return "loss", "validation loss"
 

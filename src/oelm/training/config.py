@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 section 4)
 from oelm.errors import UserError
 from oelm.io import read_yaml
 
@@ -63,7 +64,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    task: Literal["lm", "classification"] = Field("lm", description="what to train")
+    task: Literal["lm", "classification", "probe"] = Field("lm", description="what to train")
     data: str = Field(description="LM data directory (train.bin/val.bin/meta.json) or classification dataset name")
     model: str = Field("gpt-tiny", description="GPT preset, or (classification) a Hugging Face name or folder")
     model_overrides: dict[str, Any] = Field(default_factory=dict, description="GPT config fields to change")
@@ -114,6 +115,7 @@ class TrainConfig(BaseModel):
     wandb_project: str | None = Field(None, description="Weights & Biases project (default: oelm)")
 
     classification: ClassificationOptions | None = Field(None, description="classification task options")
+    probe: ProbeOptions | None = Field(None, description="probe task options: synthetic MQAR / induction")
 
     @field_validator("allow_change", mode="before")
     @classmethod

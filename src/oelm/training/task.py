@@ -17,6 +17,7 @@ from oelm.training.distributed import DistInfo
 TASKS: dict[str, str] = {
     "lm": "oelm.training.lm:LMTask",
     "classification": "oelm.training.classification:ClassificationTask",
+    "probe": "oelm.training.probe:ProbeTask",
 }
 
 Batch = dict[str, torch.Tensor]

@@ -1,0 +1,190 @@
+"""Probe summary: per probe and method (at the LR chosen on validation), held-out answer accuracy
+and the steps each seed needed to reach the target validation accuracy.
+
+`python -m oelm.experiments.probes runs/probes/induction runs/probes/mqar [--out FILE]`; the
+general comparison (gaps, paired p, curves) is `oelm report` on the same directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from oelm.experiments.aggregate import Arm, Group, compare
+from oelm.experiments.records import load_runs
+
+CURVE_STEPS = (100, 200, 400, 800)  # validation accuracy shown at these steps when logged
+
+
+@contextmanager
+def captured_attention() -> Iterator[list[torch.Tensor]]:
+    """Record the attention weights [B, H, T, T] of every causal scaled_dot_product_attention call.
+
+    Patching the functional (not recomputing q/k from weights) sees exactly the q and k a method
+    feeds it, including variants that add a norm, a temperature or a low-rank update.
+    """
+    maps: list[torch.Tensor] = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+        logits = (q @ k.transpose(-2, -1)).float() * (scale if scale is not None else q.shape[-1] ** -0.5)
+        t, s = logits.shape[-2:]
+        if is_causal:
+            logits = logits.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        if attn_mask is not None:
+            logits = logits + attn_mask if attn_mask.dtype != torch.bool else logits.masked_fill(~attn_mask, float("-inf"))
+        maps.append(logits.softmax(-1))
+        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+
+    F.scaled_dot_product_attention = spy
+    try:
+        yield maps
+    finally:
+        F.scaled_dot_product_attention = real
+
+
+def head_scores(maps: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, list[list[float]]]:
+    """Per layer and head: mean attention on the previous token (every t >= 1) and, at answer
+    positions, the induction score: attention mass on positions s whose previous token equals the
+    current token (where an induction head looks: the successors of earlier occurrences)."""
+    t = x.shape[1]
+    match = torch.zeros(x.shape[0], t, t, dtype=torch.bool)
+    match[:, :, 1:] = x[:, :, None] == x[:, None, :-1]  # match[b, i, s]: x[s - 1] == x[i]
+    match &= torch.ones(t, t, dtype=torch.bool).tril()
+    answers = (y != -100).float()
+    out: dict[str, list[list[float]]] = {"previous_token": [], "induction": []}
+    for att in maps:
+        prev = att[:, :, torch.arange(1, t), torch.arange(0, t - 1)].mean(dim=(0, 2))
+        mass = (att * match[:, None]).sum(-1)  # [B, H, T]
+        ind = (mass * answers[:, None]).sum(dim=(0, 2)) / answers.sum()
+        out["previous_token"].append(prev.tolist())
+        out["induction"].append(ind.tolist())
+    return out
+
+
+def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]] | None:
+    """head_scores of a finished induction run's best weights on its test set (None if n/a)."""
+    from oelm.data.synthetic import ProbeData, ProbeOptions
+    from oelm.training.sample import load_run_model
+
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    opts = results.get("probe_options")
+    if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "induction":
+        return None
+    model, _ = load_run_model(run_dir)  # re-applies the recorded method, so adapters load too
+    x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
+    with torch.no_grad(), captured_attention() as maps:
+        model(x[:n])
+    return head_scores(maps, x[:n], y[:n])
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _ci(arm: Arm) -> str:
+    p = arm.primary
+    if p.mean is None:
+        return "-"
+    half = f" ± {p.half_width:.3f}" if p.half_width is not None else ""
+    return f"{p.mean:.3f}{half} ({p.n})"
+
+
+def _steps(arm: Arm) -> tuple[str, str]:
+    """(seeds reaching the target, per-seed steps with the median of those that did)."""
+    runs = sorted(arm.runs, key=lambda r: r.seed or 0)
+    steps = [r.results.get("steps_to_target") for r in runs]
+    hit = [s for s in steps if s is not None]
+    per_seed = ", ".join("never" if s is None else str(s) for s in steps)
+    median = f" (median {statistics.median(hit):g})" if hit else ""
+    return f"{len(hit)}/{len(steps)}", per_seed + median
+
+
+def _curve(arm: Arm, step: int) -> str:
+    """Mean validation accuracy over seeds at a step (periodic evals), or '-'."""
+    vals = [dict(r.eval_curve("accuracy")).get(step) for r in arm.runs]
+    vals = [v for v in vals if v is not None]
+    return f"{statistics.fmean(vals):.2f}" if vals else "-"
+
+
+def _head_cells(arm: Arm) -> list[str]:
+    """Best head's induction and previous-token scores: mean over seeds (per seed)."""
+    runs = sorted(arm.runs, key=lambda r: r.seed or 0)
+    scores = [s for s in (run_head_scores(r.path) for r in runs) if s is not None]
+    if not scores:
+        return ["-", "-"]
+    cells = []
+    for key in ("induction", "previous_token"):
+        best = [max(max(layer) for layer in s[key]) for s in scores]
+        cells.append(f"{statistics.fmean(best):.2f} ({', '.join(f'{b:.2f}' for b in best)})")
+    return cells
+
+
+def group_table(group: Group) -> list[str]:
+    """Markdown table of one probe."""
+    runs = [r for arm in group.arms for r in arm.runs]
+    target = runs[0].results.get("target_accuracy", 0.9) if runs else 0.9
+    chance = runs[0].results.get("chance_accuracy") if runs else None
+    steps = [s for s in CURVE_STEPS if any(dict(r.eval_curve("accuracy")).get(s) is not None for r in runs)]
+    head = ["method", "lr (val)", "test answer acc ± 95% CI (n)", "test sequence acc",
+            f"seeds reaching {target:.0%} val", f"steps to {target:.0%} val per seed"]
+    head += [f"val acc @{s}" for s in steps]
+    induction = group.dataset.startswith("induction")
+    if induction:
+        head += ["induction score (best head)", "previous-token score (best head)"]
+    lines = [f"### {group.dataset} ({group.model}; chance {_fmt(chance)})", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in group.arms:
+        seqs = [r.results.get("test_sequence_accuracy") for r in arm.runs]
+        seqs = [s for s in seqs if s is not None]
+        hits, per_seed = _steps(arm)
+        row = [arm.method, f"{arm.lr:g}" if arm.lr is not None else "-", _ci(arm),
+               _fmt(statistics.fmean(seqs)) if seqs else "-", hits, per_seed]
+        row += [_curve(arm, s) for s in steps]
+        if induction:
+            row += _head_cells(arm)
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def probe_report(paths: Sequence[str | Path]) -> str:
+    """Markdown summary of every probe group found under the paths."""
+    comparison = compare(load_runs(paths))
+    out = ["## Probes: answer accuracy and steps to target", "",
+           "Per method at the LR chosen on validation (mean over seeds). Induction score: attention "
+           "mass a head puts, at answer positions, on positions whose previous token equals the "
+           "current one (an induction head's target); previous-token score: attention on t - 1. "
+           "Both from the best checkpoint on 128 test rows; uniform attention gives about 0.1 here.", ""]
+    for group in comparison.groups:
+        if group.task != "probe":
+            continue
+        out += group_table(group) + [""]
+    if comparison.incomplete:
+        out.append(f"{len(comparison.incomplete)} run(s) incomplete and not shown.")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: print (or write) the probe summary."""
+    parser = argparse.ArgumentParser(prog="python -m oelm.experiments.probes", description=__doc__)
+    parser.add_argument("paths", nargs="+", help="sweep or run directories")
+    parser.add_argument("--out", help="write the markdown here instead of stdout")
+    args = parser.parse_args(argv)
+    text = probe_report(args.paths)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

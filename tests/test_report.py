@@ -13,6 +13,8 @@ from scipy import stats as sps
 from oelm.cli import main
 from oelm.errors import UserError
 from oelm.experiments import records, stats
+from oelm.experiments.aggregate import compare
+from oelm.experiments.records import load_runs
 from oelm.experiments.report import write_report
 
 # test perplexity and best_val_loss per (method, lr, seed); chosen LRs: baseline 1e-3, oelm 3e-3
@@ -189,3 +191,17 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
         "never 'no difference'", "")
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert _arm(report, "oelm-freeze")["power"]["underpowered"] is True
+
+
+def test_the_tasks_recorded_direction_decides_selection_and_gaps(tmp_path: Path) -> None:
+    # A metric whose name says nothing about its direction: only the recorded flag can decide.
+    for seed in (0, 1, 2):
+        for method, lr, sel, test in (("baseline", 1e-3, 0.50, 0.60), ("baseline", 3e-3, 0.70, 0.70),
+                                      ("oelm-freeze", 1e-3, 0.40, 0.50), ("oelm-freeze", 3e-3, 0.65, 0.66)):
+            make_run(tmp_path, method, lr, seed, primary_metric="test_bleu", selection_metric="val_bleu",
+                     higher_is_better=True, val_bleu=sel + 0.01 * seed, test_bleu=test + 0.01 * seed)
+    group = compare(load_runs([tmp_path / "runs"])).groups[0]
+    assert group.higher_is_better
+    arms = {a.method: a for a in group.arms}
+    assert arms["baseline"].lr == 3e-3 and arms["oelm-freeze"].lr == 3e-3  # the higher val_bleu
+    assert arms["oelm-freeze"].gap == pytest.approx((0.70 - 0.66) / 0.71 * 100, rel=0.05)

@@ -84,14 +84,15 @@ class Group:
     selection_metric: str
     arms: list[Arm]
     baseline: str | None
+    direction: bool | None = None  # the task's recorded higher_is_better (None: records predate it)
     warnings: list[str] = field(default_factory=list)
     # Runs of the chosen settings whose held-out numbers look wrong: shown, never used to select.
     heldout_notes: list[tuple[RunRecord, str]] = field(default_factory=list)
 
     @property
     def higher_is_better(self) -> bool:
-        """Direction of the primary metric."""
-        return stats.is_higher_better(self.primary_metric)
+        """Direction of the primary (and selection) metric: as the task recorded it."""
+        return metric_direction(self.direction, self.primary_metric)
 
     @property
     def title(self) -> str:
@@ -172,11 +173,22 @@ def _saving(runs: list[RunRecord]) -> Any:
     return None
 
 
+def metric_direction(recorded: bool | None, metric: str) -> bool:
+    """higher_is_better as the task recorded it; from the metric's name for older records."""
+    return bool(recorded) if recorded is not None else stats.is_higher_better(metric)
+
+
+def recorded_direction(runs: Sequence[RunRecord]) -> bool | None:
+    """The task's declared metric direction, if its runs recorded one."""
+    values = {r.results.get("higher_is_better") for r in runs} - {None}
+    return values.pop() if len(values) == 1 else None
+
+
 def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
     """Pick the LR on validation and summarize the primary metric of that LR's seeds."""
     primary, selection = group_key[3], group_key[4]
     cells = _lr_cells(runs, selection)
-    chosen = choose_lr(cells, stats.is_higher_better(selection))
+    chosen = choose_lr(cells, metric_direction(recorded_direction(runs), selection))
     chosen_runs = chosen.runs if chosen else []
     by_seed = {
         r.seed: v
@@ -306,7 +318,7 @@ def _group(
     for run in runs:
         by_method[run.method or "?"].append(run)
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
-    group = Group(key[0], key[1], key[2], key[3], key[4], arms, None)
+    group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
     group.warnings = _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms)
     group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
     if group.primary_metric.startswith("val_"):

@@ -165,7 +165,7 @@ def _study_cell(arm: Arm) -> str:
 def _main_table(group: Group, scale: float) -> list[str]:
     """Markdown rows of a dataset's main table."""
     unit = " (%)" if scale == 100.0 else ""
-    sel_dir = "higher" if not group.selection_metric.endswith("loss") else "lower"
+    sel_dir = "higher" if group.higher_is_better else "lower"  # one direction per task
     head = [
         "method",
         f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",

@@ -34,6 +34,7 @@ class ClassificationTask(Task):
     """Sequence classification with dynamic padding, accuracy-based selection and a held-out report."""
 
     name = "classification"
+    higher_is_better = True  # accuracy
 
     def __init__(self, cfg, dist, device) -> None:
         super().__init__(cfg, dist, device)
@@ -288,6 +289,7 @@ class ClassificationTask(Task):
             "epochs_seen": self._epochs_seen(),
             "primary_metric": "heldout_accuracy",
             "selection_metric": "best_accuracy",
+            "higher_is_better": self.higher_is_better,
         }
         return out
 

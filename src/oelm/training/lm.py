@@ -40,6 +40,7 @@ class LMTask(Task):
     """Causal LM on `oelm prepare lm` data; batches are random windows, eval windows are fixed."""
 
     name = "lm"
+    higher_is_better = False  # perplexity and loss
 
     def __init__(self, cfg, dist, device) -> None:
         super().__init__(cfg, dist, device)
@@ -175,6 +176,7 @@ class LMTask(Task):
             "final_perplexity": final["perplexity"],
             "primary_metric": "test_perplexity" if test else "val_perplexity",
             "selection_metric": "best_val_loss",
+            "higher_is_better": self.higher_is_better,
         }
 
     def dataset_name(self) -> str:

@@ -33,6 +33,7 @@ class ProbeTask(LMTask):
     """Synthetic probes through the LM machinery (GPT, FLOPs, metadata); data made on the fly."""
 
     name = "probe"
+    higher_is_better = True  # answer accuracy
 
     def __init__(self, cfg, dist, device) -> None:
         super().__init__(cfg, dist, device)
@@ -127,6 +128,7 @@ class ProbeTask(LMTask):
             "accuracy_curve": [[s, a] for s, a in self.history],
             "primary_metric": "test_answer_accuracy",
             "selection_metric": "val_answer_accuracy",
+            "higher_is_better": self.higher_is_better,
         }
 
     def progress_fields(self, loss: float) -> dict[str, str]:

@@ -33,6 +33,9 @@ class Task(ABC):
     """
 
     name: str = "task"
+    # Direction of the task's primary and selection metrics, declared once: recorded in results.json
+    # (`higher_is_better`) so that selection and reports never guess it from a metric's name.
+    higher_is_better: bool = False
 
     def __init__(self, cfg: TrainConfig, dist: DistInfo, device: torch.device) -> None:
         self.cfg = cfg

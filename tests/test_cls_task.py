@@ -87,6 +87,9 @@ def test_cli_end_to_end_with_epochs_and_pairs(tmp_path, one_thread, capsys):
     assert code == 0, capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())
     assert res["steps"] == 5 and res["status"] == "complete"  # 1 epoch of 40 rows at batch 8
+    import yaml
+
+    assert yaml.safe_load((out / "config.yaml").read_text())["steps"] == 5  # the budget that ran
     assert CLASSIFICATION_KEYS <= set(res) and res["num_labels"] == 3
     assert res["dataset"] == "xnli-en" and "seed 0" in res["split_roles"]["heldout"]
     assert res["freeze_check"]["ok"] and res["epochs_seen"] == pytest.approx(1.0)

@@ -16,7 +16,7 @@ from torch import nn
 from oelm.data.cls import ClassificationData, PadCollator, encode_pairs, gpt_separator_id, load_classification
 from oelm.errors import UserError
 from oelm.training import metrics as M
-from oelm.training.config import ClassificationOptions
+from oelm.training.config import ClassificationOptions, TrainConfig
 from oelm.training.distributed import all_reduce_sum
 from oelm.training.task import Batch, Task, checked_gpt_config
 
@@ -45,6 +45,7 @@ class ClassificationTask(Task):
         self.hf = False
         self.model_cfg = None
         self.collate: PadCollator | None = None
+        self._budget: dict[str, int] = {}  # steps / eval_every resolved from epochs
         self.max_length = 0
         # Same generator on every rank and for every method: the data order depends only on the seed.
         self.gen = torch.Generator().manual_seed(cfg.data_seed if cfg.data_seed is not None else cfg.seed)
@@ -162,9 +163,13 @@ class ClassificationTask(Task):
                     f"{self.opts.epochs} epoch(s) are {steps} steps, not more than warmup "
                     f"({self.cfg.warmup}); lower --warmup"
                 )
-            self.cfg.steps = steps
+            self._budget["steps"] = steps
         if self.opts.evals_per_epoch:
-            self.cfg.eval_every = max(1, per_epoch // self.opts.evals_per_epoch)
+            self._budget["eval_every"] = max(1, per_epoch // self.opts.evals_per_epoch)
+
+    def resolved_config(self) -> TrainConfig:
+        """The config with the epoch budget in steps (and evaluations per epoch) filled in."""
+        return self.cfg.model_copy(update=self._budget) if self._budget else self.cfg
 
     def build_model(self) -> nn.Module:
         """GPTClassifier sized to the tokenizer, or the HF model with a new num_labels head."""

@@ -73,6 +73,7 @@ class Trainer:
         self.amp = resolve_amp(cfg.dtype, device)
         self.task: Task = make_task(cfg, dist, device)
         self.task.validate()
+        self.cfg = cfg = self.task.resolved_config()
         self.plan: RunPlan = plan_run(cfg)
         self.run_dir = self.plan.run_dir
         self.ckpt_root = self.run_dir / "checkpoints"

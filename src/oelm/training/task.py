@@ -46,6 +46,14 @@ class Task(ABC):
     def validate(self) -> None:
         """Cheap checks of data and model settings; raise UserError before any work starts."""
 
+    def resolved_config(self) -> TrainConfig:
+        """The run's config with what the task resolved in validate() (e.g. an epoch budget).
+
+        Tasks never mutate the config they were given; the trainer adopts this one, so
+        config.yaml records the budget that actually ran.
+        """
+        return self.cfg
+
     @abstractmethod
     def build_model(self) -> nn.Module:
         """A fresh model on the CPU (the loop seeds torch, applies the method, moves it)."""

@@ -65,10 +65,10 @@ def build_model(model: str, num_labels: int | None = None, causal_classifier: bo
 
     cfg = resolve_hf_config(model)
     if num_labels:
+        from oelm.models.hf_cls import ensure_pad_token_id
+
         cfg.num_labels = num_labels
-        if getattr(cfg, "pad_token_id", None) is None:
-            # Decoder-only HF classifiers pool the last non-pad token and need a pad id.
-            cfg.pad_token_id = getattr(cfg, "eos_token_id", None) or 0
+        ensure_pad_token_id(cfg)
         return transformers.AutoModelForSequenceClassification.from_config(cfg)
     if getattr(cfg, "is_decoder", False) or cfg.model_type in ("gpt2", "llama", "mistral", "qwen2"):
         return transformers.AutoModelForCausalLM.from_config(cfg)

@@ -79,10 +79,14 @@ def load_hf_classifier(model: str, num_labels: int, label_names: list[str] | Non
         )
     except (OSError, ValueError) as err:
         raise UserError(_unreachable(model, err)) from None
-    if getattr(clf.config, "pad_token_id", None) is None:
-        # Decoder-only HF classifiers find the last token through pad_token_id.
-        clf.config.pad_token_id = getattr(clf.config, "eos_token_id", None) or 0
+    ensure_pad_token_id(clf.config)
     return clf
+
+
+def ensure_pad_token_id(config: Any) -> None:
+    """Give a config a pad id: decoder-only HF classifiers find the last token through it."""
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = getattr(config, "eos_token_id", None) or 0
 
 
 def load_hf_tokenizer(model: str) -> Any:

@@ -68,6 +68,9 @@ def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     arms = {a["method"]: a for a in report["groups"][0]["arms"]}
     assert set(arms) == {"baseline", "oelm-freeze"} and arms["oelm-freeze"]["frozen_params"] > 0
     assert arms["baseline"]["noise"]["test_se"] > 0 and arms["oelm-freeze"]["power"]["n"] == 3
+    # The gap's test-set noise, paired window by window over the same test windows.
+    assert arms["oelm-freeze"]["paired_noise"]["test_size"] == arms["baseline"]["noise"]["test_size"]
+    assert 0 < arms["oelm-freeze"]["paired_noise"]["test_se"] and "Test-set noise in the gap" in last
     md = (out / "report" / "report.md").read_text().rstrip()
     assert md.endswith(report["groups"][0]["reading"])
     assert "--seeds" in md or not arms["oelm-freeze"]["power"]["underpowered"]

@@ -205,3 +205,33 @@ def test_the_tasks_recorded_direction_decides_selection_and_gaps(tmp_path: Path)
     arms = {a.method: a for a in group.arms}
     assert arms["baseline"].lr == 3e-3 and arms["oelm-freeze"].lr == 3e-3  # the higher val_bleu
     assert arms["oelm-freeze"].gap == pytest.approx((0.70 - 0.66) / 0.71 * 100, rel=0.05)
+
+
+def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
+    """Window difficulty is shared by both arms, so it cancels out of the gap's test-set noise."""
+    rng = np.random.default_rng(0)
+    hard = rng.gamma(2.0, 0.5, size=400)  # per-window difficulty: a large spread, common to all runs
+    for seed in range(3):
+        for method, shift in (("baseline", 0.0), ("oelm-freeze", 0.05 + 0.01 * seed)):
+            losses = hard + shift + rng.normal(0, 0.01, size=hard.size)
+            loss = float(losses.mean())
+            run = make_run(tmp_path, method, 1e-3, seed, test_loss=loss, test_perplexity=float(np.exp(loss)),
+                           best_val_loss=1.5, test_windows=hard.size,
+                           test_loss_se=float(losses.std(ddof=1) / np.sqrt(hard.size)))
+            (run / records.TEST_WINDOWS_FILE).write_text(json.dumps({"windows": hard.size, "losses": losses.tolist()}))
+    group = compare(load_runs([tmp_path])).groups[0]
+    arms = {a.method: a for a in group.arms}
+    unpaired, paired = arms["baseline"].noise, arms["oelm-freeze"].paired_noise
+    assert paired is not None and paired.test_size == 400 and arms["baseline"].paired_noise is None
+    assert paired.test_se == pytest.approx(0.01 * np.sqrt(2) / np.sqrt(400), rel=0.15)
+    assert paired.seed_sd == pytest.approx(0.01, rel=0.3)  # the per-seed shift differs by 0.01
+    assert unpaired.test_se > 20 * paired.test_se  # the per-arm SE is dominated by window difficulty
+    from oelm.experiments.reading import noise_text
+
+    text = noise_text(group)
+    assert "NOT small next to the standard deviation over seeds (" in text  # per arm: difficulty
+    assert "oelm-freeze - baseline: standard error" in text and "small next to the standard deviation over seeds of that difference" in text
+    # Runs without stored windows (older records) simply have no paired figure.
+    for path in tmp_path.rglob(records.TEST_WINDOWS_FILE):
+        path.unlink()
+    assert compare(load_runs([tmp_path])).groups[0].arms[1].paired_noise is None

@@ -117,3 +117,8 @@ def test_real_sweep_choice_is_unchanged_when_the_test_split_changes(tmp_path: Pa
     assert len({r["val_tokens"] for r in results}) == 1
     assert all(r["best_val_loss"] == pytest.approx(r["val_loss"], rel=1e-4) for r in results)
     assert all(r["test_loss_se"] > 0 for r in results)
+    # Each run stores its per-window test losses in window order: their mean is its test loss.
+    for run in records.load_runs([tmp_path / "a" / "runs"]):
+        losses = run.test_window_losses()
+        assert len(losses) == run.results["test_windows"] and len(losses) > 1
+        assert sum(losses) / len(losses) == pytest.approx(run.results["test_loss"], abs=1e-5)

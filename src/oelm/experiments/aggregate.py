@@ -69,6 +69,9 @@ class Arm:
     test: stats.PairedTest | None = None
     power: stats.Power | None = None  # MDE of the paired gap (%), at this arm's number of seeds
     noise: Noise | None = None  # test-set noise next to seed noise
+    # Test-set noise of this arm's difference to the baseline, paired window by window (LMs that
+    # stored per-window test losses), next to the seed spread of that difference.
+    paired_noise: Noise | None = None
     step_time_ratio: float | None = None
     study: dict[str, Any] | None = None
 
@@ -242,6 +245,32 @@ def _noise(runs: list[RunRecord]) -> Noise | None:
                  int(size) if size is not None else None)
 
 
+def _paired_noise(runs: list[RunRecord], base_runs: list[RunRecord]) -> Noise | None:
+    """Test-set noise of the test-loss difference to the baseline, paired window by window.
+
+    Every arm reads the same test windows, so the part of the test set's noise that can move a
+    gap is the spread of the per-window loss *differences*, not of the losses themselves. Its
+    standard error (mean over the seeds both arms share) is set next to the standard deviation
+    over seeds of the per-seed test-loss difference.
+    """
+    base_by_seed = {r.seed: r for r in base_runs if r.seed is not None}
+    ses, diffs, size = [], [], None
+    for run in runs:
+        base = base_by_seed.get(run.seed)
+        if base is None:
+            continue
+        mine, theirs = run.test_window_losses(), base.test_window_losses()
+        if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:
+            continue
+        per = [a - b for a, b in zip(mine, theirs)]
+        ses.append(stats.summarize(per).std / math.sqrt(len(per)))
+        diffs.append(sum(per) / len(per))
+        size = len(per)
+    if not ses:
+        return None
+    return Noise("test_loss difference", float(sum(ses) / len(ses)), stats.summarize(diffs).std, size)
+
+
 def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
     """Fill the arm's gap, paired test and step-time ratio against the baseline arm."""
     if arm.primary.mean is not None and base.primary.mean is not None:
@@ -252,6 +281,7 @@ def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
         arm.gap_paired = stats.summarize(gaps)
         arm.power = stats.power_analysis(gaps)
         arm.test = stats.paired_test(arm.by_seed, base.by_seed)
+        arm.paired_noise = _paired_noise(arm.runs, base.runs)
     if arm.step_time.mean and base.step_time.mean:
         arm.step_time_ratio = arm.step_time.mean / base.step_time.mean
 

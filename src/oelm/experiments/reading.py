@@ -12,6 +12,27 @@ from oelm.experiments.report import _pct_scale, _significant, fmt_num, fmt_savin
 SMALL_NOISE = 0.5  # test SE below half the seed SD: the test set adds little to the seed spread
 
 
+def paired_noise_text(group: Group) -> str:
+    """Whether the test set's noise in each gap (paired by window) is small next to seed noise."""
+    parts = []
+    for arm in group.arms:
+        nz = arm.paired_noise
+        if nz is None:
+            continue
+        text = (f"{arm.method} - {group.baseline}: standard error {fmt_num(nz.test_se, 3)} over "
+                f"{nz.test_size:,} windows")
+        if nz.ratio is None:
+            parts.append(text + " (one seed: no seed spread to compare it with)")
+            continue
+        verdict = "small next to" if nz.ratio < SMALL_NOISE else "NOT small next to"
+        parts.append(f"{text}, {verdict} the standard deviation over seeds of that difference "
+                     f"({fmt_num(nz.seed_sd, 3)}; ratio {nz.ratio:.2f})")
+    if not parts:
+        return ""
+    return ("Test-set noise in the gap (every arm reads the same test windows, so the test set's "
+            "noise in a gap is that of the per-window test-loss differences): " + "; ".join(parts) + ".")
+
+
 def noise_text(group: Group) -> str:
     """Whether the test set's own noise is small next to the spread between seeds."""
     base = next((a for a in group.arms if a.method == group.baseline), None)
@@ -25,14 +46,19 @@ def noise_text(group: Group) -> str:
     kind = "standard error" if nz.metric == "test_loss" else "binomial standard error"
     text = (f"Test-set noise ({arm.method}): the {kind} of {nz.metric}{size} is "
             f"{fmt_num(nz.test_se, 3)}")
+    paired = paired_noise_text(group)
     if nz.ratio is None:
-        return text + "; with one seed there is no seed spread to compare it with."
-    verdict = ("small next to" if nz.ratio < SMALL_NOISE else "NOT small next to")
-    text += (f", {verdict} the standard deviation over seeds ({fmt_num(nz.seed_sd, 3)}; ratio "
-             f"{nz.ratio:.2f})")
-    if nz.ratio >= SMALL_NOISE:
-        text += ": a larger test split would sharpen the comparison"
-    return text + "."
+        text += "; with one seed there is no seed spread to compare it with."
+    else:
+        verdict = ("small next to" if nz.ratio < SMALL_NOISE else "NOT small next to")
+        text += (f", {verdict} the standard deviation over seeds ({fmt_num(nz.seed_sd, 3)}; ratio "
+                 f"{nz.ratio:.2f})")
+        if nz.ratio >= SMALL_NOISE:
+            # Paired by window, most of that noise cancels out of a gap; say so where measured.
+            text += (": it moves each arm's own number; the gaps are paired by window, see below"
+                     if paired else ": a larger test split would sharpen the comparison")
+        text += "."
+    return f"{text} {paired}" if paired else text
 
 
 def _lr_list(group: Group) -> str:

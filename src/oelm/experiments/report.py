@@ -340,6 +340,8 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "frozen_params": arm.frozen_params,
         "study": arm.study,
         "noise": None if arm.noise is None else {**asdict(arm.noise), "ratio": arm.noise.ratio},
+        "paired_noise": None if arm.paired_noise is None else {**asdict(arm.paired_noise),
+                                                               "ratio": arm.paired_noise.ratio},
         "lr_sweep": [
             {"setting": c.setting, "lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
              "excluded": [str(r.path) for r in c.excluded]}

@@ -79,6 +79,13 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     return t.tolist()
 
 
+def all_reduce_tensor(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sum a tensor over ranks in place (identity without a process group)."""
+    if info.enabled:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
 def barrier(info: DistInfo) -> None:
     """Wait for every rank (no-op without a process group)."""
     if info.enabled:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from oelm.errors import UserError
-from oelm.training.distributed import all_reduce_sum
+from oelm.training.distributed import all_reduce_tensor
 from oelm.training.task import Batch, Task
 
 
@@ -141,24 +141,28 @@ class LMTask(Task):
         """Mean loss, perplexity and the loss's standard error over fixed windows (all ranks)."""
         data = self.splits[split]
         b, world = self.cfg.batch_size, self.dist.world
-        starts = self.eval_starts(split, final)[self.dist.rank :: world]
-        total, sq, windows = 0.0, 0.0, 0.0
-        for i in range(0, len(starts), b):
-            batch = self._windows(data, starts[i : i + b])
+        every = self.eval_starts(split, final)
+        mine = np.arange(len(every))[self.dist.rank :: world]  # this rank's windows (global indices)
+        # Per-window losses (windows have equal length, so their mean is the token mean), kept in
+        # the global window order: their spread gives the loss's standard error, and because every
+        # arm reads the same windows, a report can pair two runs window by window.
+        per_window = torch.zeros(len(every), dtype=torch.float64, device=self.device)
+        for i in range(0, len(mine), b):
+            idx = mine[i : i + b]
+            batch = self._windows(data, every[idx])
             logits, _ = model(**batch)
-            # Per-window losses (windows have equal length, so their mean is the token mean);
-            # their spread gives the standard error of the loss over the evaluation set.
             per = nn.functional.cross_entropy(logits.float().transpose(1, 2), batch["targets"],
                                               reduction="none").mean(dim=1)
-            total += float(per.sum())
-            sq += float((per.double() ** 2).sum())
-            windows += per.numel()
-        total, sq, windows = all_reduce_sum([total, sq, windows], self.dist, self.device)
-        n = max(windows, 1.0)
-        loss = total / n
-        var = max(sq / n - loss**2, 0.0) * n / max(n - 1.0, 1.0)
-        return {"loss": loss, "perplexity": _perplexity(loss), "tokens": int(windows) * self.seq_len,
-                "windows": int(windows), "loss_se": math.sqrt(var / n)}
+            per_window[torch.as_tensor(idx, device=self.device)] = per.double()
+        per_window = all_reduce_tensor(per_window, self.dist).cpu()
+        n = max(len(every), 1)
+        loss = float(per_window.sum()) / n
+        var = float(per_window.var()) if len(every) > 1 else 0.0
+        out = {"loss": loss, "perplexity": _perplexity(loss), "tokens": len(every) * self.seq_len,
+               "windows": len(every), "loss_se": math.sqrt(var / n)}
+        if split == "test":
+            out["window_losses"] = per_window.tolist()
+        return out
 
     def results(self, val: dict[str, float], test: dict[str, float] | None) -> dict[str, Any]:
         """LM keys of results.json (of the best checkpoint)."""

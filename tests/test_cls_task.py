@@ -65,6 +65,11 @@ def test_tiny_gpt_beats_majority_on_sst2(tmp_path, one_thread):
     assert res["heldout_accuracy"] > res["majority_accuracy"] + 0.10, res
     assert not res["collapsed"] and res["primary_metric"] == "heldout_accuracy"
     assert "dev" in res["split_roles"]["heldout"]
+    # Per-example correctness on the held-out split, in its order: its mean is the accuracy.
+    items = json.loads((tmp_path / "run" / "test_items.json").read_text())
+    assert items["metric"] == "heldout_accuracy" and len(items["values"]) == res["heldout_examples"]
+    assert set(items["values"]) <= {0.0, 1.0}
+    assert sum(items["values"]) / len(items["values"]) == pytest.approx(res["heldout_accuracy"])
     evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [e for e in evals if e["kind"] == "eval"]
     assert {"accuracy", "macro_f1", "loss"} <= set(evals[0])

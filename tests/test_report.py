@@ -218,7 +218,8 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
             run = make_run(tmp_path, method, 1e-3, seed, test_loss=loss, test_perplexity=float(np.exp(loss)),
                            best_val_loss=1.5, test_windows=hard.size,
                            test_loss_se=float(losses.std(ddof=1) / np.sqrt(hard.size)))
-            (run / records.TEST_WINDOWS_FILE).write_text(json.dumps({"windows": hard.size, "losses": losses.tolist()}))
+            (run / records.TEST_ITEMS_FILE).write_text(
+                json.dumps({"metric": "test_loss", "unit": "window", "values": losses.tolist()}))
     group = compare(load_runs([tmp_path])).groups[0]
     arms = {a.method: a for a in group.arms}
     unpaired, paired = arms["baseline"].noise, arms["oelm-freeze"].paired_noise
@@ -230,8 +231,9 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
 
     text = noise_text(group)
     assert "NOT small next to the standard deviation over seeds (" in text  # per arm: difficulty
-    assert "oelm-freeze - baseline: standard error" in text and "small next to the standard deviation over seeds of that difference" in text
+    assert "oelm-freeze - baseline: standard error of the test_loss difference" in text and "400 windows" in text
+    assert "small next to the standard deviation over seeds of that difference" in text
     # Runs without stored windows (older records) simply have no paired figure.
-    for path in tmp_path.rglob(records.TEST_WINDOWS_FILE):
+    for path in tmp_path.rglob(records.TEST_ITEMS_FILE):
         path.unlink()
     assert compare(load_runs([tmp_path])).groups[0].arms[1].paired_noise is None

@@ -119,6 +119,7 @@ def test_real_sweep_choice_is_unchanged_when_the_test_split_changes(tmp_path: Pa
     assert all(r["test_loss_se"] > 0 for r in results)
     # Each run stores its per-window test losses in window order: their mean is its test loss.
     for run in records.load_runs([tmp_path / "a" / "runs"]):
-        losses = run.test_window_losses()
-        assert len(losses) == run.results["test_windows"] and len(losses) > 1
+        items = run.test_items()
+        losses = items["values"]
+        assert items["metric"] == "test_loss" and len(losses) == run.results["test_windows"] > 1
         assert sum(losses) / len(losses) == pytest.approx(run.results["test_loss"], abs=1e-5)

@@ -40,6 +40,7 @@ class Noise:
     test_se: float  # standard error from the finite test set (mean over the arm's seeds)
     seed_sd: float | None  # standard deviation of that metric over seeds
     test_size: int | None  # windows or examples in the test set
+    unit: str = ""  # what one test item is ("window", "example"), where known
 
     @property
     def ratio(self) -> float | None:
@@ -246,29 +247,31 @@ def _noise(runs: list[RunRecord]) -> Noise | None:
 
 
 def _paired_noise(runs: list[RunRecord], base_runs: list[RunRecord]) -> Noise | None:
-    """Test-set noise of the test-loss difference to the baseline, paired window by window.
+    """Test-set noise of the difference to the baseline, paired item by item.
 
-    Every arm reads the same test windows, so the part of the test set's noise that can move a
-    gap is the spread of the per-window loss *differences*, not of the losses themselves. Its
-    standard error (mean over the seeds both arms share) is set next to the standard deviation
-    over seeds of the per-seed test-loss difference.
+    Every arm reads the same test items (LM windows, classifier examples), so the part of the
+    test set's noise that can move a gap is the spread of the per-item *differences* (of window
+    losses, of 0/1 correctness), not of the values themselves. Its standard error (mean over the
+    seeds both arms share) is set next to the standard deviation over seeds of the per-seed
+    difference of the test metric.
     """
     base_by_seed = {r.seed: r for r in base_runs if r.seed is not None}
-    ses, diffs, size = [], [], None
+    ses, diffs, size, metric, unit = [], [], None, "", ""
     for run in runs:
         base = base_by_seed.get(run.seed)
-        if base is None:
+        mine, theirs = run.test_items(), base.test_items() if base is not None else None
+        if not mine or not theirs or mine["metric"] != theirs["metric"]:
             continue
-        mine, theirs = run.test_window_losses(), base.test_window_losses()
-        if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:
+        a, b = mine["values"], theirs["values"]
+        if len(a) != len(b) or len(a) < 2:
             continue
-        per = [a - b for a, b in zip(mine, theirs)]
+        per = [x - y for x, y in zip(a, b)]
         ses.append(stats.summarize(per).std / math.sqrt(len(per)))
         diffs.append(sum(per) / len(per))
-        size = len(per)
+        size, metric, unit = len(per), mine["metric"], mine.get("unit", "item")
     if not ses:
         return None
-    return Noise("test_loss difference", float(sum(ses) / len(ses)), stats.summarize(diffs).std, size)
+    return Noise(f"{metric} difference", float(sum(ses) / len(ses)), stats.summarize(diffs).std, size, unit)
 
 
 def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:

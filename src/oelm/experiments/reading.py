@@ -19,8 +19,8 @@ def paired_noise_text(group: Group) -> str:
         nz = arm.paired_noise
         if nz is None:
             continue
-        text = (f"{arm.method} - {group.baseline}: standard error {fmt_num(nz.test_se, 3)} over "
-                f"{nz.test_size:,} windows")
+        text = (f"{arm.method} - {group.baseline}: standard error of the {nz.metric} "
+                f"{fmt_num(nz.test_se, 3)} over {nz.test_size:,} {nz.unit or 'item'}s")
         if nz.ratio is None:
             parts.append(text + " (one seed: no seed spread to compare it with)")
             continue
@@ -29,8 +29,8 @@ def paired_noise_text(group: Group) -> str:
                      f"({fmt_num(nz.seed_sd, 3)}; ratio {nz.ratio:.2f})")
     if not parts:
         return ""
-    return ("Test-set noise in the gap (every arm reads the same test windows, so the test set's "
-            "noise in a gap is that of the per-window test-loss differences): " + "; ".join(parts) + ".")
+    return ("Test-set noise in the gap (every arm reads the same test items, so the test set's "
+            "noise in a gap is that of the per-item differences): " + "; ".join(parts) + ".")
 
 
 def noise_text(group: Group) -> str:

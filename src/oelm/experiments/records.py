@@ -19,7 +19,8 @@ COMPLETE = "complete"
 INCOMPLETE = "incomplete"
 COLLAPSED = "collapsed"
 INVALID = "invalid"  # finished, but its freeze check failed: the arm did not run the method
-TEST_WINDOWS_FILE = "test_window_losses.json"  # per-window test losses in window order (LM runs)
+# The test metric per item (LM window losses, classifier per-example correctness) in a fixed order.
+TEST_ITEMS_FILE = "test_items.json"
 
 _RUN_MARKERS = ("results.json", "config.yaml", "metrics.jsonl")
 _SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
@@ -41,7 +42,7 @@ class RunRecord:
     timing: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     _metrics: list[dict[str, Any]] | None = field(default=None, repr=False)
-    _window_losses: list[float] | None = field(default=None, repr=False)
+    _items: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def method(self) -> str | None:
@@ -88,13 +89,13 @@ class RunRecord:
             self._metrics = read_metrics(self.path / "metrics.jsonl")
         return self._metrics
 
-    def test_window_losses(self) -> list[float] | None:
-        """Per-window test losses in window order (LM runs that stored them), else None."""
-        if self._window_losses is None:
-            data = _read_json(self.path / TEST_WINDOWS_FILE)
-            losses = data.get("losses") if isinstance(data, dict) else None
-            self._window_losses = losses if isinstance(losses, list) else []
-        return self._window_losses or None
+    def test_items(self) -> dict[str, Any] | None:
+        """{"metric", "unit", "values"}: the test metric per item in a fixed order, else None."""
+        if self._items is None:
+            data = _read_json(self.path / TEST_ITEMS_FILE)
+            ok = isinstance(data, dict) and isinstance(data.get("values"), list) and data.get("metric")
+            self._items = data if ok else {}
+        return self._items or None
 
     def eval_curve(self, key: str, split: str = "val") -> list[tuple[int, float]]:
         """(step, value) pairs of eval lines of one split that carry `key`."""

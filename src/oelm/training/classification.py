@@ -17,7 +17,7 @@ from oelm.data.cls import ClassificationData, PadCollator, encode_pairs, gpt_sep
 from oelm.errors import UserError
 from oelm.training import metrics as M
 from oelm.training.config import ClassificationOptions, TrainConfig
-from oelm.training.distributed import all_reduce_sum
+from oelm.training.distributed import all_reduce_sum, all_reduce_tensor
 from oelm.training.task import Batch, Task, checked_gpt_config
 
 SPLITS = {"val": "validation", "test": "heldout"}
@@ -225,31 +225,41 @@ class ClassificationTask(Task):
         return split in SPLITS
 
     @torch.no_grad()
-    def _eval_features(self, model: nn.Module, feats: list[dict[str, Any]]) -> dict[str, float]:
+    def _eval_features(self, model: nn.Module, feats: list[dict[str, Any]], items: bool = False) -> dict[str, Any]:
         n = self.data.num_labels
         bs = self.opts.eval_batch_size or self.cfg.batch_size
         mine = feats[self.dist.rank :: self.dist.world]
         confusion = torch.zeros(n, n, dtype=torch.float64)  # rows: label, columns: prediction
+        # Per-example correctness in the split's order (rank r holds examples r, r + world, ...).
+        correct = torch.zeros(len(feats), dtype=torch.float64)
         loss_sum = 0.0
         for i in range(0, len(mine), bs):
             batch = self._to_device(self.collate(mine[i : i + bs]))
             logits, _ = logits_and_loss(model(**batch))
             loss_sum += float(nn.functional.cross_entropy(logits.float(), batch["labels"], reduction="sum"))
-            pairs = batch["labels"].cpu() * n + logits.argmax(-1).cpu()
-            confusion += torch.bincount(pairs, minlength=n * n).reshape(n, n).double()
+            labels, preds = batch["labels"].cpu(), logits.argmax(-1).cpu()
+            confusion += torch.bincount(labels * n + preds, minlength=n * n).reshape(n, n).double()
+            if items:
+                start = self.dist.rank + i * self.dist.world
+                correct[start : start + len(labels) * self.dist.world : self.dist.world] = (labels == preds).double()
         reduced = all_reduce_sum([loss_sum, *confusion.flatten().tolist()], self.dist, self.device)
         confusion = np.asarray(reduced[1:]).reshape(n, n)
         total = confusion.sum()
-        return {
+        out: dict[str, Any] = {
             "loss": reduced[0] / max(total, 1.0),
             "accuracy": float(np.trace(confusion) / max(total, 1.0)),
             "macro_f1": M.macro_f1_from_confusion(confusion),
             "examples": int(total),
         }
+        if items:
+            # Every arm sees the same examples: a report pairs two runs example by example.
+            values = all_reduce_tensor(correct.to(self.device), self.dist).cpu()
+            out["items"] = {"metric": "heldout_accuracy", "unit": "example", "values": values.tolist()}
+        return out
 
     def evaluate(self, model: nn.Module, split: str, final: bool) -> dict[str, float]:
         """Loss, accuracy and macro-F1 on the whole split; the held-out eval also runs the extras."""
-        metrics = self._eval_features(model, self.features[SPLITS[split]])
+        metrics = self._eval_features(model, self.features[SPLITS[split]], items=split == "test")
         if split == "val" and not final:
             self.history.append(metrics)
         if split == "test":

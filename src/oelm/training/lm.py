@@ -161,7 +161,7 @@ class LMTask(Task):
         out = {"loss": loss, "perplexity": _perplexity(loss), "tokens": len(every) * self.seq_len,
                "windows": len(every), "loss_se": math.sqrt(var / n)}
         if split == "test":
-            out["window_losses"] = per_window.tolist()
+            out["items"] = {"metric": "test_loss", "unit": "window", "values": per_window.tolist()}
         return out
 
     def results(self, val: dict[str, float], test: dict[str, float] | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
-from oelm.experiments.records import TEST_WINDOWS_FILE
+from oelm.experiments.records import TEST_ITEMS_FILE
 from oelm.io import atomic_write_json, atomic_write_text
 from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.task import Task, make_task
@@ -354,8 +354,9 @@ class Trainer:
         check = verify_audit(self.model, self.audit, optimizer=self.optimizer)
         val, _ = self._run_eval("val", final=True)
         test = self._run_eval("test", final=True)[0] if self.task.has_split("test") else None
-        # Per-window test losses (same windows for every arm): reports pair runs window by window.
-        window_losses = test.pop("window_losses", None) if test else None
+        # The test metric per item (LM window, example), in a fixed order shared by every arm:
+        # reports pair two runs item by item.
+        items = test.pop("items", None) if test else None
         mem, mem_kind = peak_memory(self.device)
         facts = RunFacts(
             cfg=self.cfg, steps=self.step, tokens_seen=self.tokens_seen, best_val_loss=self.best_val_loss,
@@ -371,9 +372,9 @@ class Trainer:
         results = build_results(facts, check.to_dict(), timing)
         if self.dist.is_main:
             atomic_write_json(self.run_dir / "timing_stats.json", timing)
-            if window_losses is not None:
-                atomic_write_json(self.run_dir / TEST_WINDOWS_FILE,
-                                  {"windows": len(window_losses), "losses": [round(x, 6) for x in window_losses]})
+            if items is not None:
+                atomic_write_json(self.run_dir / TEST_ITEMS_FILE,
+                                  {**items, "values": [round(x, 6) for x in items["values"]]})
             atomic_write_json(
                 self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": check.to_dict()}
             )

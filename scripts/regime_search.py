@@ -67,7 +67,6 @@ REGIMES = {
     "B_code800": lambda: spec("B_code800", CODE, 800, BOTH2),
     "D_deep800": lambda: spec("D_deep800", DOCS, 800, BOTH2, model_overrides=DEEP),
     "E_ts1200": lambda: spec("E_ts1200", TS, 1200, {"baseline": G3, "oelm-freeze": G2}),
-    "F_code1500": lambda: spec("F_code1500", CODE, 1500, {"baseline": G2, "oelm-freeze": G3}),
     "E2_ts1200b4": lambda: spec("E2_ts1200b4", TS, 1200, {"baseline": G2, "oelm-freeze": G3}, bs=4),
 }
 

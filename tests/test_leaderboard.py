@@ -153,3 +153,20 @@ def test_a_sweep_with_no_finished_run_lists_the_plan(tmp_path: Path) -> None:
     assert boards == [] and _read(tmp_path / "lb")["not_started"] == ["baseline", "oelm-freeze"]
     assert "No finished runs: nothing to rank." in md_path.read_text()
     assert (tmp_path / "lb" / "pareto.png").is_file()
+
+
+def test_seeds_restrict_the_board_to_the_seeds_every_method_has(tmp_path: Path) -> None:
+    _sweep(tmp_path)
+    for seed in (3, 4):  # the main comparison has two more seeds than the variants
+        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=10.0, best_val_loss=1.5, theoretical_saving=0.0)
+        make_run(tmp_path, "oelm-freeze", 3e-3, seed, test_perplexity=11.0, best_val_loss=1.6, theoretical_saving=0.04)
+    write_leaderboard([tmp_path], tmp_path / "all")
+    unranked = {e["method"] for e in _read(tmp_path / "all")["tables"][0]["incomplete"]}
+    assert {"oelm-qknorm", "oelm-temp"} <= unranked  # 3 of 5 seeds: not comparable
+    md_path, _ = write_leaderboard([tmp_path], tmp_path / "lb", seeds=[0, 1, 2])
+    table = _read(tmp_path / "lb")["tables"][0]
+    assert [e["method"] for e in table["ranked"]][:2] == ["baseline", "oelm-qknorm"] and not table["incomplete"]
+    assert {e["primary"]["n"] for e in table["ranked"]} == {3}
+    assert "--seeds 0 1 2" in md_path.read_text()
+    with pytest.raises(UserError, match=r"no run of seeds \[7\]"):
+        write_leaderboard([tmp_path], tmp_path / "none", seeds=[7])

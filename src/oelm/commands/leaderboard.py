@@ -20,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory (e.g. docs/results)")
     p.add_argument("--baseline", default=None,
                    help="method the others are compared to (default: the sweep's, else baseline)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="only runs of these seeds (e.g. the seeds every method has, when the main "
+                   "comparison has more)")
     p.set_defaults(func=run)
 
 
@@ -27,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the leaderboard and print the verdicts."""
     from oelm.experiments.leaderboard import write_leaderboard
 
-    path, boards = write_leaderboard(args.paths, args.out, args.baseline)
+    path, boards = write_leaderboard(args.paths, args.out, args.baseline, seeds=args.seeds)
     print(f"{len(boards)} table(s) -> {path}")
     for board in boards:
         print(f"{board.group.title}: {board.verdict.replace('**', '')}")

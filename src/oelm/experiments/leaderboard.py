@@ -126,8 +126,8 @@ def step_ratio(arm: Arm, base: Arm | None) -> stats.Summary:
     return stats.summarize(ratios)
 
 
-def _planned(roots: Sequence[str | Path]) -> dict[str, set[str]]:
-    """Method -> run directories that a stored SWEEP/sweep.yaml plans (empty without one)."""
+def _planned(roots: Sequence[str | Path], seeds: set[int] | None = None) -> dict[str, set[str]]:
+    """Method -> run directories that a stored SWEEP/sweep.yaml plans (of `seeds`, when given)."""
     from oelm.experiments.sweep import SweepSpec
 
     planned: dict[str, set[str]] = {}
@@ -141,6 +141,8 @@ def _planned(roots: Sequence[str | Path]) -> dict[str, set[str]]:
                              methods=raw["methods"], seeds=list(raw["seeds"]),
                              grid=raw.get("grid") or {}, out=Path(root))
             for run in spec.runs():
+                if seeds is not None and run.seed not in seeds:
+                    continue
                 planned.setdefault(run.method, set()).add(os.path.normpath(run.run_dir))
         except (KeyError, TypeError, ValueError, yaml.YAMLError) as err:
             raise UserError(f"{path} is not a readable sweep spec ({err}); pass the sweep directory "
@@ -279,11 +281,19 @@ def build_board(group: Group, runs: Sequence[RunRecord], planned: dict[str, set[
     return Board(group, ranked, unranked, pareto_front(points), passing, closest, verdict, warnings)
 
 
-def build(paths: Sequence[str | Path], baseline: str | None = None,
-          target: Target = Target()) -> tuple[list[Board], list[str], list[RunRecord]]:
-    """Boards of every table under the sweep directories, planned methods without a run, the runs."""
-    runs = load_runs(paths)
-    planned = _planned(paths)
+def build(paths: Sequence[str | Path], baseline: str | None = None, target: Target = Target(),
+          seeds: Sequence[int] | None = None) -> tuple[list[Board], list[str], list[RunRecord]]:
+    """Boards of every table under the sweep directories, planned methods without a run, the runs.
+
+    `seeds` keeps only runs of those seeds: a board over the seeds every method has, when some
+    methods (say the main comparison) have more seeds than others.
+    """
+    keep = None if seeds is None else set(seeds)
+    runs = [r for r in load_runs(paths) if keep is None or r.seed in keep]
+    if not runs and keep is not None:
+        raise UserError(f"no run of seeds {sorted(keep)} under {', '.join(map(str, paths))}; "
+                        "pass seeds the sweep has (its runs live in .../seed<N>/)")
+    planned = _planned(paths, keep)
     if baseline is None:
         baseline = _stored_baseline(paths) or BASELINE
     comparison = compare(runs, baseline=baseline)
@@ -311,7 +321,8 @@ def _stored_baseline(paths: Sequence[str | Path]) -> str | None:
 # Output
 
 
-def command_line(paths: Sequence[str | Path], out: str | Path, baseline: str | None) -> str:
+def command_line(paths: Sequence[str | Path], out: str | Path, baseline: str | None,
+                 seeds: Sequence[int] | None = None) -> str:
     """The exact command that regenerates the leaderboard (paths relative to here when inside)."""
     def rel(p: str | Path) -> str:
         text = str(p)
@@ -323,6 +334,8 @@ def command_line(paths: Sequence[str | Path], out: str | Path, baseline: str | N
     parts = ["oelm", "leaderboard", *(rel(p) for p in paths), "--out", rel(out)]
     if baseline:
         parts += ["--baseline", baseline]
+    if seeds is not None:
+        parts += ["--seeds", *(str(s) for s in seeds)]
     return " ".join(parts)
 
 
@@ -552,13 +565,13 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
 
 
 def write_leaderboard(paths: Sequence[str | Path], out: str | Path, baseline: str | None = None,
-                      target: Target = Target()) -> tuple[Path, list[Board]]:
+                      target: Target = Target(), seeds: Sequence[int] | None = None) -> tuple[Path, list[Board]]:
     """Read the records under `paths`, write OUT/leaderboard.md, leaderboard.json and pareto.png."""
     if not paths:
         raise UserError("no sweep directory given; pass the directory `oelm sweep` wrote")
-    boards, not_started, runs = build(paths, baseline, target)
+    boards, not_started, runs = build(paths, baseline, target, seeds)
     out_dir = Path(out)
-    command = command_line(paths, out_dir, baseline)
+    command = command_line(paths, out_dir, baseline, seeds)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(boards, out_dir / "pareto.png", target)
     atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))

@@ -103,3 +103,17 @@ def test_study_sweep_spec_resolves(tmp_path: Path) -> None:
     assert set(spec.methods) == {"baseline", "oelm-freeze", "oelm-random"}
     assert spec.base["model"] == "gpt-tiny" and "files" in spec.prepare
     assert len(spec.runs()) == 3 * 3 * 3  # methods x LRs (own grid each) x seeds
+
+
+def test_dry_run_piped_into_a_reader_that_stops_is_not_an_error(tmp_path: Path) -> None:
+    """`oelm sweep SPEC --dry-run | head -1`: the closed pipe ends the listing quietly, exit 0."""
+    import subprocess
+    import sys
+
+    spec = Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "gap-tinystories.yaml"
+    proc = subprocess.Popen([sys.executable, "-m", "oelm", "sweep", str(spec), "--dry-run", "--out",
+                             str(tmp_path / "s")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader stops after one line, as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and first.startswith(b"todo") and "Traceback" not in err, err

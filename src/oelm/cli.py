@@ -41,10 +41,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit
+        return code
     except UserError as err:  # one clear message, no traceback
         print(f"oelm: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
 
 
 from oelm.errors import UserError  # noqa: E402  (kept below main for a readable module top)

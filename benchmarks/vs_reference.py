@@ -1,8 +1,9 @@
 """oelm's GPT against a plain reference GPT of the same shape, measured side by side in one process.
 
 Rows: `reference` (a minimal nanoGPT-style model written below: fused QKV nn.Linear, SDPA, no
-biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`, and
-`baseline-AA` (a second baseline: the timing noise floor). Every arm runs the same loop: forward
+biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`,
+`baseline-AA` (a second baseline: the timing noise floor) and `baseline-nobias` (our baseline at
+the reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases). Every arm runs the same loop: forward
 + backward + AdamW step (fused on CUDA), bf16 autocast on CUDA, float32 on CPU. Arms are
 interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
@@ -108,8 +109,9 @@ class RefGPT(nn.Module):
 # ---------------------------------------------------------------------------- measurement ----
 
 METHODS = ("baseline", "oelm-freeze", "oelm-qk-ffn")
-ARMS = ("reference", *METHODS, "baseline-AA")
-COUNT_ARMS = ("reference", *METHODS)  # the A/A arm measures timing noise: nothing to count
+NOBIAS = "baseline-nobias"
+ARMS = ("reference", *METHODS, "baseline-AA", NOBIAS)
+COUNT_ARMS = ("reference", *METHODS, NOBIAS)  # the A/A arm measures timing noise: nothing to count
 # Quick CPU shape: gpt-medium-512 at vocab 50,257 takes seconds per step on 2 cores.
 CPU_QUICK = dict(n_layer=4, n_head=4, d_model=256, d_ff=1024, vocab_size=8192)
 
@@ -286,8 +288,8 @@ def build_arms(args: argparse.Namespace, batch: int, names: tuple[str, ...] = AR
             model = RefGPT(args.vocab, args.seq, args.n_layer, args.n_head, args.d_model, args.d_ff)
             arms.append(Arm(name, model, args, batch, None, None))
             continue
-        model = GPT(gpt_config(args.preset, vocab_size=args.vocab, block_size=args.seq, **shape))
-        apply_method(model, "baseline" if name == "baseline-AA" else name, seed=0)
+        model = GPT(gpt_config(args.preset, vocab_size=args.vocab, block_size=args.seq, bias=name != NOBIAS, **shape))
+        apply_method(model, name if name in METHODS else "baseline", seed=0)
         flops = training_flops_per_token(model, args.seq) * tokens
         full_flops = full_flops or flops
         arms.append(Arm(name, model, args, batch, flops, theoretical_saving(model, args.seq)))
@@ -352,11 +354,11 @@ def _fmt(r: dict) -> str:
     mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] else f"{'n/a':>9}"
     theo = f"{100 * r['theoretical_saving']:6.2f}%" if r["theoretical_saving"] is not None else f"{'':>7}"
     mfu = f"{100 * r['mfu']:5.1f}%" if r["mfu"] else f"{'n/a':>6}"
-    return (f"{r['name']:<12} {r['batch']:>5} {r['tokens_per_s'] or 0:>12,.0f} {1e3 * r['step_time_median_s']:>9.2f} "
+    return (f"{r['name']:<15} {r['batch']:>5} {r['tokens_per_s'] or 0:>12,.0f} {1e3 * r['step_time_median_s']:>9.2f} "
             f"{1e3 * r['step_time_p95_s']:>8.2f} {mem} {mfu} {theo} {r['speedup_vs_baseline']:>8.3f} {r['vs_reference']:>7.3f}")
 
 
-HEADER = (f"{'name':<12} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>8} {'peak MiB':>9} {'MFU':>6} "
+HEADER = (f"{'name':<15} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>8} {'peak MiB':>9} {'MFU':>6} "
           f"{'theo':>7} {'vs base':>8} {'vs ref':>7}")
 
 
@@ -501,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     if load > (os.cpu_count() or 1):
         print(f"# warning: load average {load:.1f} on {os.cpu_count()} cores; other processes are competing", flush=True)
     rows = run(args)
-    base = {r["batch"]: r for r in rows if r["name"] == "baseline"}
+    base = {(r["batch"], r["name"]): r for r in rows if r["name"] in ("baseline", NOBIAS)}
     for r in rows:
         if r["name"] in ("oelm-freeze", "oelm-qk-ffn"):
             aa = next(x for x in rows if x["name"] == "baseline-AA" and x["batch"] == r["batch"])
@@ -510,8 +512,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"A/A {aa['speedup_vs_baseline']:.3f}x); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
                   f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB)",
                   flush=True)
-    for b, r in base.items():
-        print(f"batch {b} oelm baseline vs reference: {r['vs_reference']:.3f}x", flush=True)
+    for (b, name), r in base.items():
+        print(f"batch {b} oelm {name} vs reference: {r['vs_reference']:.3f}x", flush=True)
     if args.device == "cpu":  # wall time on a shared machine is noisy; CPU seconds less so
         for r in rows:
             print(f"batch {r['batch']} {r['name']}: CPU time per step {r['cpu_seconds_median']:.3f}s, "

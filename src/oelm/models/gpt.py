@@ -72,6 +72,7 @@ class SelfAttention(nn.Module):
 
     Q, K and V are computed in one GEMM (`oelm.fused.fused_qkv`) that spends weight-gradient
     FLOPs only on the blocks that require grad; `fused = False` runs three separate projections.
+    Takes and returns the flattened residual stream [B*T, D] (see `Backbone`).
     """
 
     def __init__(self, cfg: GPTConfig) -> None:
@@ -86,16 +87,17 @@ class SelfAttention(nn.Module):
         self.fused = True
 
     def _qkv(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, 3D]: Q, K and V side by side."""
+        """[B*T, 3D]: Q, K and V side by side."""
         if not self.fused:
             return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
         return fused_qkv(x, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
 
-    def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        b, t, d = x.shape
+    def forward(self, x: torch.Tensor, batch: int, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        n, d = x.shape
+        t = n // batch
         # [B, T, H, Dh] views: head h owns rows h*Dh:(h+1)*Dh of each projection's weight. One
         # view + unbind (backward: one stack) dispatches fewer ops than split + a view per tensor.
-        q, k, v = self._qkv(x).view(b, t, 3, self.n_head, d // self.n_head).unbind(2)
+        q, k, v = self._qkv(x).view(batch, t, 3, self.n_head, d // self.n_head).unbind(2)
         q, k = self._adapt(x, q, k)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2),
@@ -105,15 +107,19 @@ class SelfAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=causal and attn_mask is None,
         )
-        return _dropout(self.o_proj(y.transpose(1, 2).reshape(b, t, d)), self.dropout, self.training)
+        return _dropout(self.o_proj(y.transpose(1, 2).reshape(n, d)), self.dropout, self.training)
 
     def _adapt(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.adapters) to q, k [B, T, H, Dh].
 
-        An adapter sees the projection's output as [B, T, D] (a view), as it would on any model.
+        An adapter sees the projection's input and output as [B, T, D] views, the shapes it has on
+        any model (a reduction over the leading dims, e.g. a gain's gradient, then sums in the same order).
         """
         aq = self.q_proj._modules.get("oelm_adapter")  # a dict lookup: no cost without adapters
         ak = self.k_proj._modules.get("oelm_adapter")
+        if aq is None and ak is None:
+            return q, k
+        x = x.view(*q.shape[:2], -1)
         if aq is not None:
             q = aq(x, q.flatten(2)).reshape(q.shape)
         if ak is not None:
@@ -149,13 +155,18 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), causal, attn_mask)
+    def forward(self, x: torch.Tensor, batch: int, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), batch, causal, attn_mask)
         return x + self.mlp(self.ln_2(x))
 
 
 class Backbone(nn.Module):
-    """Embeddings, blocks and the final LayerNorm, shared by the LM and the classifier."""
+    """Embeddings, blocks and the final LayerNorm, shared by the LM and the classifier.
+
+    The blocks run on the residual stream flattened to [B*T, D]: every projection is then one 2-D
+    GEMM with no reshape around it and its backward none either (the same GEMMs on the same
+    memory as [B, T, D]; fewer dispatched ops where eager steps are launch-bound).
+    """
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -166,16 +177,20 @@ class Backbone(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.block_size = cfg.block_size
 
-    def forward(self, idx: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        t = idx.shape[1]
+    def forward(
+        self, idx: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None, flat: bool = False
+    ) -> torch.Tensor:
+        """Final hidden states [B, T, D] of token ids [B, T], or [B*T, D] with flat=True."""
+        b, t = idx.shape
         if t > self.block_size:
             raise ValueError(f"sequence length {t} exceeds the model context {self.block_size}")
         # Positions 0..t-1 are the first t rows: a slice, not an arange + embedding gather (whose
         # backward is a scatter); same values and gradient.
-        x = _dropout(self.wte(idx) + self.wpe.weight[:t], self.dropout, self.training)
+        x = _dropout((self.wte(idx) + self.wpe.weight[:t]).view(b * t, -1), self.dropout, self.training)
         for block in self.h:
-            x = block(x, causal, attn_mask)
-        return self.ln_f(x)
+            x = block(x, b, causal, attn_mask)
+        x = self.ln_f(x)
+        return x if flat else x.view(b, t, -1)
 
 
 def _init_weights(module: nn.Module, std: float) -> None:
@@ -200,11 +215,11 @@ class GPT(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits [B, T, V] and, given targets, the mean token cross-entropy."""
-        logits = self.lm_head(self.transformer(idx, causal=True))
+        logits = self.lm_head(self.transformer(idx, causal=True, flat=True))  # [B*T, V]
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
-        return logits, loss
+            loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100)
+        return logits.view(*idx.shape, -1), loss
 
     @torch.no_grad()
     def generate(

@@ -232,7 +232,7 @@ class OpCounter(TorchDispatchMode):
         self.ops: collections.Counter[str] = collections.Counter()
         self.views = 0  # ops that only make a view of an input: no kernel
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "aten":
             self.ops[func.overloadpacket.__name__] += 1
             # _unsafe_view (matmul's reshape of its result) is a view its schema does not declare.

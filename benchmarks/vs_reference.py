@@ -1,9 +1,9 @@
 """oelm's GPT against a plain reference GPT of the same shape, measured side by side in one process.
 
 Rows: `reference` (a minimal nanoGPT-style model written below: fused QKV nn.Linear, SDPA, no
-biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`,
-`baseline-AA` (a second baseline: the timing noise floor) and `baseline-nobias` (our baseline at
-the reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases). Every arm runs the same loop: forward
+biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`, `baseline-AA`
+(a second baseline: the timing noise floor) and `baseline-nobias` (our baseline at the
+reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases). Every arm runs the same loop: forward
 + backward + AdamW step (fused on CUDA), bf16 autocast on CUDA, float32 on CPU. Arms are
 interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU

@@ -3,9 +3,10 @@
 Rows: `reference` (a minimal nanoGPT-style model written below: fused QKV nn.Linear, SDPA, no
 biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`, `baseline-AA`
 (a second baseline: the timing noise floor) and `baseline-nobias` (our baseline at the
-reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases). Every arm runs the same loop: forward
-+ backward + AdamW step (fused on CUDA), bf16 autocast on CUDA, float32 on CPU. Arms are
-interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
+reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases). Every arm
+runs the same loop: forward + backward + AdamW step (fused on CUDA), bf16 autocast on CUDA,
+float32 on CPU. Arms are interleaved in rounds with a rotating order so drift hits them alike;
+warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
 steps with wall time and, steadier on a shared machine, process CPU time.
 
@@ -17,7 +18,7 @@ gradients + optimizer state, activations excluded) because one process shares it
     python benchmarks/vs_reference.py --device cuda --json out.json              # batch 8 and 32
     python benchmarks/vs_reference.py --device cuda --compile --json out.json
     python benchmarks/vs_reference.py --device cpu --quick --json out.json       # < 5 min, 2 cores
-    python benchmarks/vs_reference.py --count-ops --json ops.json                 # seconds, any device
+    python benchmarks/vs_reference.py --count-ops --json ops.json                # ~1 min on CPU
 
 `--count-ops` times nothing: after one warm-up step it counts, per arm, the aten ops one training
 step dispatches (forward, backward, optimizer step + zero_grad; what autograd and autocast leave,

@@ -1,10 +1,12 @@
 """oelm's GPT against a plain reference GPT of the same shape, measured side by side in one process.
 
 Rows: `reference` (a minimal nanoGPT-style model written below: fused QKV nn.Linear, SDPA, no
-biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`, and
-`baseline-AA` (a second baseline: the timing noise floor). Every arm runs the same loop: forward
-+ backward + AdamW step (fused on CUDA), bf16 autocast on CUDA, float32 on CPU. Arms are
-interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
+biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`, `baseline-AA`
+(a second baseline: the timing noise floor) and `baseline-nobias` (our baseline at the
+reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases). Every arm
+runs the same loop: forward + backward + AdamW step (fused on CUDA), bf16 autocast on CUDA,
+float32 on CPU. Arms are interleaved in rounds with a rotating order so drift hits them alike;
+warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
 steps with wall time and, steadier on a shared machine, process CPU time.
 
@@ -16,11 +18,20 @@ gradients + optimizer state, activations excluded) because one process shares it
     python benchmarks/vs_reference.py --device cuda --json out.json              # batch 8 and 32
     python benchmarks/vs_reference.py --device cuda --compile --json out.json
     python benchmarks/vs_reference.py --device cpu --quick --json out.json       # < 5 min, 2 cores
+    python benchmarks/vs_reference.py --count-ops --json ops.json                # ~1 min on CPU
+
+`--count-ops` times nothing: after one warm-up step it counts, per arm, the aten ops one training
+step dispatches (forward, backward, optimizer step + zero_grad; what autograd and autocast leave,
+each op one dispatch and, unless a view, usually one kernel launch) and the Python function calls
+it makes. Both are deterministic, so they compare launch-bound (small-batch eager) overhead on a
+machine where timings are noise. Every device counts the CUDA step: bf16 autocast and fused AdamW.
+Counts do not depend on batch, sequence length or vocabulary, so the defaults there are small.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -34,6 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # ---------------------------------------------------------------- the plain reference model ----
 
@@ -98,6 +110,9 @@ class RefGPT(nn.Module):
 # ---------------------------------------------------------------------------- measurement ----
 
 METHODS = ("baseline", "oelm-freeze", "oelm-qk-ffn")
+NOBIAS = "baseline-nobias"
+ARMS = ("reference", *METHODS, "baseline-AA", NOBIAS)
+COUNT_ARMS = ("reference", *METHODS, NOBIAS)  # the A/A arm measures timing noise: nothing to count
 # Quick CPU shape: gpt-medium-512 at vocab 50,257 takes seconds per step on 2 cores.
 CPU_QUICK = dict(n_layer=4, n_head=4, d_model=256, d_ff=1024, vocab_size=8192)
 
@@ -123,14 +138,15 @@ class Arm:
         decay = [p for p in params if p.ndim >= 2]
         rest = [p for p in params if p.ndim < 2]
         groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-        self.opt = torch.optim.AdamW(groups, lr=1e-4, fused=dev.type == "cuda")
+        self.cuda = dev.type == "cuda"
+        like_cuda = self.cuda or args.count_ops  # op counts are of the CUDA step on any device
+        self.opt = torch.optim.AdamW(groups, lr=1e-4, fused=like_cuda)
         self.fwd = torch.compile(self.model, mode=args.compile_mode) if args.compile else self.model
         vocab = args.vocab
         g = torch.Generator().manual_seed(0)
         self.x = torch.randint(0, vocab, (batch, args.seq), generator=g).to(dev)
         self.y = torch.randint(0, vocab, (batch, args.seq), generator=g).to(dev)
-        self.cuda = dev.type == "cuda"
-        self.amp = torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else torch.autocast("cpu", enabled=False)
+        self.amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=like_cuda)
         self.flops, self.saving = flops, saving
         self.times: list[float] = []
         self.cpu_times: list[float] = []  # CPU only: process CPU seconds, steadier than wall time under load
@@ -139,13 +155,39 @@ class Arm:
         # What freezing must save at least: each frozen tensor's gradient and two AdamW moments.
         self.frozen_state_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
 
-    def step(self) -> None:
-        """Forward + backward + optimizer step, nothing else."""
+    def forward(self) -> torch.Tensor:
         with self.amp:
-            loss = self.fwd(self.x, self.y)[1]
-        loss.backward()
+            return self.fwd(self.x, self.y)[1]
+
+    def update(self) -> None:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        """Forward + backward + optimizer step, nothing else."""
+        self.forward().backward()
+        self.update()
+
+    def count(self) -> dict[str, Any]:
+        """aten ops per phase of one step and Python calls per step, after a warm-up step."""
+        self.step()  # lazy optimizer state, first-call caches
+        fwd, bwd, opt = OpCounter(), OpCounter(), OpCounter()
+        with fwd:
+            loss = self.forward()
+        with bwd:
+            loss.backward()
+        with opt:
+            self.update()
+        ops = fwd.ops + bwd.ops + opt.ops
+        return {
+            "aten_ops_per_step": ops.total(),
+            "aten_ops_forward": fwd.ops.total(),
+            "aten_ops_backward": bwd.ops.total(),
+            "aten_ops_optimizer": opt.ops.total(),
+            "aten_view_ops_per_step": fwd.views + bwd.views + opt.views,
+            "python_calls_per_step": python_calls(self.step),
+            "aten_ops_by_name": dict(sorted(ops.items())),
+        }
 
     def timed(self, n: int, record: bool) -> None:
         """n steps; CUDA events are recorded around each and read later in `collect`."""
@@ -183,6 +225,42 @@ class Arm:
         self.peak = held + torch.cuda.max_memory_allocated() - before
 
 
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched while active, by name: what is left below autograd and autocast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+        self.views = 0  # ops that only make a view of an input: no kernel
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "aten":
+            self.ops[func.overloadpacket.__name__] += 1
+            # _unsafe_view (matmul's reshape of its result) is a view its schema does not declare.
+            self.views += func.is_view or func.overloadpacket is torch.ops.aten._unsafe_view
+        return func(*args, **(kwargs or {}))
+
+
+def python_calls(fn: Any) -> int:
+    """Python function calls (Python and builtin) made while running fn() on this thread.
+
+    On CPU the backward runs on this thread too; on CUDA autograd runs it on a device thread, so
+    the Python of custom autograd Functions' backward is not counted there.
+    """
+    calls = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
 def _sync(args: argparse.Namespace) -> None:
     if args.device == "cuda":
         torch.cuda.synchronize()
@@ -200,8 +278,8 @@ def _peak_flops(args: argparse.Namespace) -> tuple[float | None, str]:
     return None, "CPU: no peak assumed (pass --peak-flops to get MFU)"
 
 
-def build_arms(args: argparse.Namespace, batch: int) -> list[Arm]:
-    """The reference, the three methods and the A/A baseline, all from seed 0."""
+def build_arms(args: argparse.Namespace, batch: int, names: tuple[str, ...] = ARMS) -> list[Arm]:
+    """The named arms (default: the reference, the three methods and the A/A baseline), all from seed 0."""
     from oelm import apply_method
     from oelm.flops import theoretical_saving, training_flops_per_token
     from oelm.models.gpt import GPT, gpt_config
@@ -210,14 +288,14 @@ def build_arms(args: argparse.Namespace, batch: int) -> list[Arm]:
     tokens = batch * args.seq
     arms = []
     full_flops = None
-    for name in ("reference", *METHODS, "baseline-AA"):
+    for name in names:
         torch.manual_seed(0)
         if name == "reference":
             model = RefGPT(args.vocab, args.seq, args.n_layer, args.n_head, args.d_model, args.d_ff)
             arms.append(Arm(name, model, args, batch, None, None))
             continue
-        model = GPT(gpt_config(args.preset, vocab_size=args.vocab, block_size=args.seq, **shape))
-        apply_method(model, "baseline" if name == "baseline-AA" else name, seed=0)
+        model = GPT(gpt_config(args.preset, vocab_size=args.vocab, block_size=args.seq, bias=name != NOBIAS, **shape))
+        apply_method(model, name if name in METHODS else "baseline", seed=0)
         flops = training_flops_per_token(model, args.seq) * tokens
         full_flops = full_flops or flops
         arms.append(Arm(name, model, args, batch, flops, theoretical_saving(model, args.seq)))
@@ -282,11 +360,11 @@ def _fmt(r: dict) -> str:
     mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] else f"{'n/a':>9}"
     theo = f"{100 * r['theoretical_saving']:6.2f}%" if r["theoretical_saving"] is not None else f"{'':>7}"
     mfu = f"{100 * r['mfu']:5.1f}%" if r["mfu"] else f"{'n/a':>6}"
-    return (f"{r['name']:<12} {r['batch']:>5} {r['tokens_per_s'] or 0:>12,.0f} {1e3 * r['step_time_median_s']:>9.2f} "
+    return (f"{r['name']:<15} {r['batch']:>5} {r['tokens_per_s'] or 0:>12,.0f} {1e3 * r['step_time_median_s']:>9.2f} "
             f"{1e3 * r['step_time_p95_s']:>8.2f} {mem} {mfu} {theo} {r['speedup_vs_baseline']:>8.3f} {r['vs_reference']:>7.3f}")
 
 
-HEADER = (f"{'name':<12} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>8} {'peak MiB':>9} {'MFU':>6} "
+HEADER = (f"{'name':<15} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>8} {'peak MiB':>9} {'MFU':>6} "
           f"{'theo':>7} {'vs base':>8} {'vs ref':>7}")
 
 
@@ -335,6 +413,27 @@ def run(args: argparse.Namespace) -> list[dict]:
     return done
 
 
+COUNT_HEADER = (f"{'name':<16} {'forward':>8} {'backward':>9} {'optimizer':>10} {'ops/step':>9} {'views':>6} "
+                f"{'vs ref':>7} {'py calls':>9}")
+
+
+def count(args: argparse.Namespace) -> list[dict]:
+    """aten ops and Python calls per training step of every arm (batch args.batch[0]); print and write rows."""
+    batch = args.batch[0]
+    arms = build_arms(args, batch, COUNT_ARMS)
+    rows = [{"name": a.name, "batch": batch, "seq": args.seq, "shape": args.shape_note, "device": args.device_name,
+             "dtype": "bfloat16 autocast", "optimizer": "AdamW, fused", **a.count()} for a in arms]
+    ref = rows[0]["aten_ops_per_step"]
+    print(COUNT_HEADER, flush=True)
+    for r in rows:
+        r["aten_ops_vs_reference"] = r["aten_ops_per_step"] / ref
+        print(f"{r['name']:<16} {r['aten_ops_forward']:>8} {r['aten_ops_backward']:>9} {r['aten_ops_optimizer']:>10} "
+              f"{r['aten_ops_per_step']:>9} {r['aten_view_ops_per_step']:>6} {r['aten_ops_vs_reference']:>7.3f} "
+              f"{r['python_calls_per_step']:>9}", flush=True)
+    _write(args, rows)
+    return rows
+
+
 def _write(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.json:
         tmp = Path(str(args.json) + ".tmp")
@@ -360,9 +459,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "size (at least 2 rounds; default 150 with --quick, else none)")
     p.add_argument("--peak-flops", type=float, help="peak FLOP/s for MFU (needed on CPU)")
     p.add_argument("--json", type=Path, help="write the rows here (rewritten after every round)")
+    p.add_argument("--count-ops", action="store_true", help="count aten ops and Python calls per training step "
+                   "instead of timing (deterministic; defaults: batch 1, seq 32, vocab 1024)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but no CUDA device is visible; use --device cpu")
+    if args.count_ops and args.compile:
+        p.error("--count-ops counts eager dispatches; drop --compile")
     return _defaults(args)
 
 
@@ -376,9 +479,10 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     if small:
         shape.update(CPU_QUICK)
     args.n_layer, args.n_head, args.d_model, args.d_ff = (shape[k] for k in ("n_layer", "n_head", "d_model", "d_ff"))
-    args.vocab = args.vocab or shape["vocab_size"]
-    args.seq = args.seq or (128 if small else 512)
-    args.batch = args.batch or ([8, 32] if cuda else [4])
+    counting = args.count_ops  # counts do not depend on batch, sequence or vocabulary
+    args.vocab = args.vocab or (1024 if counting else shape["vocab_size"])
+    args.seq = args.seq or (32 if counting else 128 if small else 512)
+    args.batch = args.batch or ([1] if counting else [8, 32] if cuda else [4])
     args.rounds = args.rounds or (6 if args.quick else 10)
     args.steps = args.steps or (10 if cuda else 3)
     args.time_budget = args.time_budget or (150.0 if args.quick else None)
@@ -393,6 +497,11 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.count_ops:
+        print(f"# aten ops and Python calls per training step; {args.shape_note}; seq {args.seq}; "
+              f"device {args.device_name}; torch {torch.__version__}", flush=True)
+        count(args)
+        return 0
     mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
     print(f"# {args.rounds} rounds x {args.steps} steps per arm, order rotating; MFU peak: {_peak_flops(args)[1]}", flush=True)
@@ -400,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     if load > (os.cpu_count() or 1):
         print(f"# warning: load average {load:.1f} on {os.cpu_count()} cores; other processes are competing", flush=True)
     rows = run(args)
-    base = {r["batch"]: r for r in rows if r["name"] == "baseline"}
+    base = {(r["batch"], r["name"]): r for r in rows if r["name"] in ("baseline", NOBIAS)}
     for r in rows:
         if r["name"] in ("oelm-freeze", "oelm-qk-ffn"):
             aa = next(x for x in rows if x["name"] == "baseline-AA" and x["batch"] == r["batch"])
@@ -409,8 +518,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"A/A {aa['speedup_vs_baseline']:.3f}x); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
                   f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB)",
                   flush=True)
-    for b, r in base.items():
-        print(f"batch {b} oelm baseline vs reference: {r['vs_reference']:.3f}x", flush=True)
+    for (b, name), r in base.items():
+        print(f"batch {b} oelm {name} vs reference: {r['vs_reference']:.3f}x", flush=True)
     if args.device == "cpu":  # wall time on a shared machine is noisy; CPU seconds less so
         for r in rows:
             print(f"batch {r['batch']} {r['name']}: CPU time per step {r['cpu_seconds_median']:.3f}s, "

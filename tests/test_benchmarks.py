@@ -29,14 +29,41 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
     finally:
         torch.set_num_threads(threads)
     rows = {r["name"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-AA"}
+    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-AA", "baseline-nobias"}
     assert all(r["complete"] and r["steps_timed"] == 2 and r["tokens_per_s"] > 0 for r in rows.values())
     # The CPU estimate drops exactly the frozen tensors' gradients and AdamW moments.
     freeze = rows["oelm-freeze"]
     assert freeze["memory_saving_vs_baseline_bytes"] == freeze["frozen_grad_and_optimizer_bytes"] > 0
     assert 0 < freeze["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
-    assert rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"]
+    assert rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"] == rows["baseline-nobias"]["flops_per_step"]
     assert "oelm-freeze" in capsys.readouterr().out  # rows are printed, not only written
+
+
+def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):
+    bench = _load()
+    out = tmp_path / "ops.json"
+    argv = ["--count-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8", "--json", str(out)]
+    assert bench.main(argv) == 0
+    rows = {r["name"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-nobias"}
+    for r in rows.values():
+        phases = r["aten_ops_forward"] + r["aten_ops_backward"] + r["aten_ops_optimizer"]
+        assert r["aten_ops_per_step"] == phases == sum(r["aten_ops_by_name"].values())
+        assert 0 < r["aten_view_ops_per_step"] < r["aten_ops_per_step"] and r["python_calls_per_step"] > 0
+        assert r["aten_ops_by_name"]["_fused_adamw_"] >= 1  # the CUDA optimizer, whatever the device
+    assert rows["reference"]["aten_ops_vs_reference"] == 1.0
+    # Frozen weights skip their weight-gradient GEMMs (and gradient bookkeeping): fewer backward ops.
+    base, frozen = rows["baseline"], rows["oelm-qk-ffn"]
+    assert frozen["aten_ops_forward"] == base["aten_ops_forward"]
+    assert frozen["aten_ops_by_name"]["mm"] < base["aten_ops_by_name"]["mm"]
+    assert frozen["aten_ops_backward"] < rows["oelm-freeze"]["aten_ops_backward"] < base["aten_ops_backward"]
+    assert "ops/step" in capsys.readouterr().out
+    # Deterministic: a second count, at another batch and sequence length, gives the same numbers.
+    assert bench.main(argv[:-1] + [str(tmp_path / "again.json"), "--batch", "2", "--seq", "5"]) == 0
+    again = {r["name"]: r for r in json.loads((tmp_path / "again.json").read_text())}
+    for name, r in rows.items():
+        assert again[name]["aten_ops_by_name"] == r["aten_ops_by_name"], name
+        assert again[name]["python_calls_per_step"] == r["python_calls_per_step"], name
 
 
 def test_reference_model_matches_the_oelm_shape():
@@ -45,6 +72,8 @@ def test_reference_model_matches_the_oelm_shape():
 
     ours = GPT(gpt_config("gpt-tiny", vocab_size=97, block_size=16))
     ref = bench.RefGPT(97, 16, 2, 4, 128, 512)
-    # Same matrices; ours adds only the MLP and LayerNorm biases.
+    # Same matrices; ours adds only the MLP and LayerNorm biases, which bias=False drops.
     mats = lambda m: sorted(p.numel() for p in m.parameters() if p.ndim == 2)  # noqa: E731
     assert sum(mats(ours)) == sum(mats(ref))
+    bias_free = GPT(gpt_config("gpt-tiny", vocab_size=97, block_size=16, bias=False))
+    assert sum(p.numel() for p in bias_free.parameters()) == sum(p.numel() for p in ref.parameters())

@@ -66,6 +66,14 @@ def test_mapping_is_exact_for_a_random_untrained_gpt_with_dropout_config():
     assert max_logit_diff(model, to_gpt2(model)) < 1e-4
 
 
+def test_a_bias_free_gpt_exports_with_zero_biases():
+    model = GPT(gpt_config("gpt-tiny", vocab_size=80, block_size=24, bias=False))
+    assert not any(k.endswith(".bias") for k in model.state_dict())
+    hf = to_gpt2(model)
+    assert max_logit_diff(model, hf) < 1e-4
+    assert not any(p.any() for n, p in hf.named_parameters() if n.endswith(".bias"))
+
+
 @pytest.mark.slow
 def test_gpt2_bpe_tokenizer_is_written_exactly(tmp_path):
     if not SHARED_GPT2.is_dir():

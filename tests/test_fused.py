@@ -10,7 +10,7 @@ import torch
 from oelm import apply_method
 from oelm.audit import audit_model, verify_audit
 from oelm.flops import executed_flops
-from oelm.fused import fused_qkv
+from oelm.fused import FusedRowsLinear, fused_qkv
 from oelm.models.gpt import GPT, SelfAttention, gpt_config
 from oelm.training import checkpoint as ckpt
 
@@ -76,6 +76,27 @@ def test_function_gradients_for_any_trainable_blocks_with_biases(trainable):
     fused_qkv(x, *ws, *bs).square().sum().backward()
     for w, b, t in zip(ws, bs, trainable):
         assert (w.grad is not None) == t and (b.grad is not None) == t
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_all_trainable_shortcut_is_bit_identical_to_the_function(bf16, bias):
+    """With nothing to skip, fused_qkv runs autograd's linear: same outputs and gradients, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 16, generator=g)
+    rows = (16, 8, 8)
+    ws = [torch.randn(r, 16, generator=g) for r in rows]
+    bs = [torch.randn(r, generator=g) if bias else None for r in rows]
+    results = []
+    for fn in (fused_qkv, FusedRowsLinear.apply):
+        leaves = [t.clone().requires_grad_() for t in (x, *ws, *(b for b in bs if b is not None))]
+        args = leaves[:4] + (leaves[4:] if bias else [None] * 3)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            y = fn(*args)
+        y.float().square().sum().backward()
+        results.append([y, *(t.grad for t in leaves)])
+    for a, b in zip(*results):
+        assert a.dtype == b.dtype and torch.equal(a, b)
 
 
 def test_requires_grad_is_read_at_call_time():

@@ -26,6 +26,16 @@ def test_lm_head_is_tied_and_loss_is_mean_token_ce():
     assert torch.allclose(loss, ref)
 
 
+def test_bias_free_config_drops_only_the_layernorm_and_mlp_biases():
+    with_bias, without = GPT(tiny()), GPT(tiny(bias=False))
+    keys, kept = set(with_bias.state_dict()), set(without.state_dict())
+    assert kept == {k for k in keys if not k.endswith(".bias")}
+    assert {k.split(".")[-2] for k in keys - kept} == {"ln_1", "ln_2", "ln_f", "fc_in", "fc_out"}
+    x = torch.randint(0, 64, (2, 16))
+    without(x, x)[1].backward()
+    assert all(p.grad is not None for p in without.parameters())
+
+
 def test_lm_is_causal():
     torch.manual_seed(0)
     m = GPT(tiny()).eval()

@@ -2,7 +2,8 @@
 
 Our GPT maps onto GPT-2 exactly: pre-LayerNorm blocks (eps 1e-5), learned positions, tied LM
 head, exact-erf GELU (`activation_function="gelu"`), 1/sqrt(head_dim) attention scale. Our Q/K/V/O
-are bias-free, so GPT-2's c_attn/c_proj biases are written as zeros. The mapping reads our
+are bias-free, so GPT-2's c_attn/c_proj biases are written as zeros, and so are its LayerNorm and
+MLP biases for a GPTConfig(bias=False) model (adding zero changes no logit). The mapping reads our
 state-dict keys only (not module attributes), so it does not depend on how attention is built.
 """
 
@@ -63,19 +64,27 @@ def gpt2_config(model: nn.Module, eot_id: int | None = None) -> Any:
 
 def gpt2_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
     """Our GPT's state dict in GPT2LMHeadModel's keys and layouts (Conv1D stores [in, out])."""
-    out = {f"transformer.{k}": sd[f"transformer.{k}"] for k in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")}
+    def bias(module: str) -> torch.Tensor:
+        """`module`'s bias, or zeros shaped like it where the model has none (GPTConfig.bias=False)."""
+        if f"{module}.bias" in sd:
+            return sd[f"{module}.bias"]
+        w = sd[f"{module}.weight"]
+        return w.new_zeros(w.shape[0])
+
+    out = {f"transformer.{k}": sd[f"transformer.{k}"] for k in ("wte.weight", "wpe.weight", "ln_f.weight")}
+    out["transformer.ln_f.bias"] = bias("transformer.ln_f")
     for i in range(n_layer):
         src, dst = f"transformer.h.{i}", f"transformer.h.{i}"
         a = f"{src}.attn"
         qkv = torch.cat([sd[f"{a}.{p}_proj.weight"].T for p in "qkv"], dim=1)
         d = qkv.shape[0]
         out.update({
-            f"{dst}.ln_1.weight": sd[f"{src}.ln_1.weight"], f"{dst}.ln_1.bias": sd[f"{src}.ln_1.bias"],
-            f"{dst}.ln_2.weight": sd[f"{src}.ln_2.weight"], f"{dst}.ln_2.bias": sd[f"{src}.ln_2.bias"],
+            f"{dst}.ln_1.weight": sd[f"{src}.ln_1.weight"], f"{dst}.ln_1.bias": bias(f"{src}.ln_1"),
+            f"{dst}.ln_2.weight": sd[f"{src}.ln_2.weight"], f"{dst}.ln_2.bias": bias(f"{src}.ln_2"),
             f"{dst}.attn.c_attn.weight": qkv, f"{dst}.attn.c_attn.bias": qkv.new_zeros(3 * d),
             f"{dst}.attn.c_proj.weight": sd[f"{a}.o_proj.weight"].T, f"{dst}.attn.c_proj.bias": qkv.new_zeros(d),
-            f"{dst}.mlp.c_fc.weight": sd[f"{src}.mlp.fc_in.weight"].T, f"{dst}.mlp.c_fc.bias": sd[f"{src}.mlp.fc_in.bias"],
-            f"{dst}.mlp.c_proj.weight": sd[f"{src}.mlp.fc_out.weight"].T, f"{dst}.mlp.c_proj.bias": sd[f"{src}.mlp.fc_out.bias"],
+            f"{dst}.mlp.c_fc.weight": sd[f"{src}.mlp.fc_in.weight"].T, f"{dst}.mlp.c_fc.bias": bias(f"{src}.mlp.fc_in"),
+            f"{dst}.mlp.c_proj.weight": sd[f"{src}.mlp.fc_out.weight"].T, f"{dst}.mlp.c_proj.bias": bias(f"{src}.mlp.fc_out"),
         })
     out["lm_head.weight"] = sd["transformer.wte.weight"]
     return {k: v.detach().contiguous().clone() for k, v in out.items()}

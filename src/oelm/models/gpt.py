@@ -15,7 +15,11 @@ from oelm.fused import fused_qkv
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Architecture of a GPT; `d_ff` defaults to 4 * d_model."""
+    """Architecture of a GPT; `d_ff` defaults to 4 * d_model.
+
+    `bias=False` drops the LayerNorm and MLP biases (nanoGPT's bias-free shape); Q/K/V/O never
+    have biases.
+    """
 
     vocab_size: int = 50257
     block_size: int = 512
@@ -25,6 +29,7 @@ class GPTConfig:
     d_ff: int | None = None
     dropout: float = 0.0
     init_std: float = 0.02
+    bias: bool = True
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -67,6 +72,7 @@ class SelfAttention(nn.Module):
 
     Q, K and V are computed in one GEMM (`oelm.fused.fused_qkv`) that spends weight-gradient
     FLOPs only on the blocks that require grad; `fused = False` runs three separate projections.
+    Takes and returns the flattened residual stream [B*T, D] (see `Backbone`).
     """
 
     def __init__(self, cfg: GPTConfig) -> None:
@@ -77,50 +83,66 @@ class SelfAttention(nn.Module):
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=False)
-        self.dropout = cfg.dropout
-        self.resid_drop = nn.Dropout(cfg.dropout)
+        self.dropout = cfg.dropout  # attention weights and the residual branch
         self.fused = True
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """[B*T, 3D]: Q, K and V side by side."""
         if not self.fused:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        qkv = fused_qkv(x, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
-        return qkv.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], dim=-1)
+            return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        return fused_qkv(x, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
 
-    def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self._qkv(x)
+    def forward(self, x: torch.Tensor, batch: int, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        n, d = x.shape
+        t = n // batch
+        # [B, T, H, Dh] views: head h owns rows h*Dh:(h+1)*Dh of each projection's weight. One
+        # view + unbind (backward: one stack) dispatches fewer ops than split + a view per tensor.
+        q, k, v = self._qkv(x).view(batch, t, 3, self.n_head, d // self.n_head).unbind(2)
         q, k = self._adapt(x, q, k)
-        # [B, T, D] -> [B, H, T, Dh]: head h owns rows h*Dh:(h+1)*Dh of each projection's weight.
-        q, k, v = (z.reshape(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=causal and attn_mask is None,
         )
-        return self.resid_drop(self.o_proj(y.transpose(1, 2).reshape(b, t, d)))
+        return _dropout(self.o_proj(y.transpose(1, 2).reshape(n, d)), self.dropout, self.training)
 
     def _adapt(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.adapters) to [B, T, D] q, k."""
+        """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.adapters) to q, k [B, T, H, Dh].
+
+        An adapter sees the projection's input and output as [B, T, D] views, the shapes it has on
+        any model (a reduction over the leading dims, e.g. a gain's gradient, then sums in the same order).
+        """
         aq = self.q_proj._modules.get("oelm_adapter")  # a dict lookup: no cost without adapters
         ak = self.k_proj._modules.get("oelm_adapter")
-        return (q if aq is None else aq(x, q)), (k if ak is None else ak(x, k))
+        if aq is None and ak is None:
+            return q, k
+        x = x.view(*q.shape[:2], -1)
+        if aq is not None:
+            q = aq(x, q.flatten(2)).reshape(q.shape)
+        if ak is not None:
+            k = ak(x, k.flatten(2)).reshape(k.shape)
+        return q, k
+
+
+def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """F.dropout, called only when it changes something (a p = 0 call still costs a dispatch)."""
+    return F.dropout(x, p) if p and training else x
 
 
 class MLP(nn.Module):
-    """Feed-forward d -> d_ff -> d with biases and GELU."""
+    """Feed-forward d -> d_ff -> d with GELU (and biases unless cfg.bias is False)."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff)
-        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc_out(F.gelu(self.fc_in(x))))
+        return _dropout(self.fc_out(F.gelu(self.fc_in(x))), self.dropout, self.training)
 
 
 class Block(nn.Module):
@@ -128,37 +150,47 @@ class Block(nn.Module):
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.attn = SelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), causal, attn_mask)
+    def forward(self, x: torch.Tensor, batch: int, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), batch, causal, attn_mask)
         return x + self.mlp(self.ln_2(x))
 
 
 class Backbone(nn.Module):
-    """Embeddings, blocks and the final LayerNorm, shared by the LM and the classifier."""
+    """Embeddings, blocks and the final LayerNorm, shared by the LM and the classifier.
+
+    The blocks run on the residual stream flattened to [B*T, D]: every projection is then one 2-D
+    GEMM with no reshape around it and its backward none either (the same GEMMs on the same
+    memory as [B, T, D]; fewer dispatched ops where eager steps are launch-bound).
+    """
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.dropout = cfg.dropout
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.block_size = cfg.block_size
 
-    def forward(self, idx: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        t = idx.shape[1]
+    def forward(
+        self, idx: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None, flat: bool = False
+    ) -> torch.Tensor:
+        """Final hidden states [B, T, D] of token ids [B, T], or [B*T, D] with flat=True."""
+        b, t = idx.shape
         if t > self.block_size:
             raise ValueError(f"sequence length {t} exceeds the model context {self.block_size}")
-        pos = torch.arange(t, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        # Positions 0..t-1 are the first t rows: a slice, not an arange + embedding gather (whose
+        # backward is a scatter); same values and gradient.
+        x = _dropout((self.wte(idx) + self.wpe.weight[:t]).view(b * t, -1), self.dropout, self.training)
         for block in self.h:
-            x = block(x, causal, attn_mask)
-        return self.ln_f(x)
+            x = block(x, b, causal, attn_mask)
+        x = self.ln_f(x)
+        return x if flat else x.view(b, t, -1)
 
 
 def _init_weights(module: nn.Module, std: float) -> None:
@@ -183,11 +215,11 @@ class GPT(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits [B, T, V] and, given targets, the mean token cross-entropy."""
-        logits = self.lm_head(self.transformer(idx, causal=True))
+        logits = self.lm_head(self.transformer(idx, causal=True, flat=True))  # [B*T, V]
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
-        return logits, loss
+            loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100)
+        return logits.view(*idx.shape, -1), loss
 
     @torch.no_grad()
     def generate(

@@ -237,3 +237,30 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
     for path in tmp_path.rglob(records.TEST_ITEMS_FILE):
         path.unlink()
     assert compare(load_runs([tmp_path])).groups[0].arms[1].paired_noise is None
+
+
+def test_reading_says_where_the_validation_curves_cross(tmp_path: Path) -> None:
+    """A method ahead early and behind at the end: the reading names the budget dependence."""
+    for seed in range(3):
+        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=4.0, best_val_loss=1.40,
+                 curve=[2.4, 1.9, 1.6, 1.4])
+        make_run(tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=4.2 + 0.01 * seed, best_val_loss=1.45,
+                 curve=[2.2, 1.85, 1.65, 1.45])
+    group = compare(load_runs([tmp_path])).groups[0]
+    from oelm.experiments.aggregate import crossing
+    from oelm.experiments.reading import reading
+
+    arms = {a.method: a for a in group.arms}
+    c = crossing(arms["oelm-freeze"], arms["baseline"], group)
+    assert (c.last_other, c.first_final, c.ahead_at_end) == (40, 60, False)
+    text = reading(group)
+    assert "oelm-freeze was ahead of the baseline until step 40 and behind from step 60 on" in text
+    # No crossing: nothing said.
+    for run in (tmp_path / "runs" / "oelm-freeze").rglob("metrics.jsonl"):
+        lines = [json.loads(x) for x in run.read_text().splitlines()]
+        for x in lines:
+            if x["kind"] == "eval":
+                x["loss"] += 0.5
+        run.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    group = compare(load_runs([tmp_path])).groups[0]
+    assert crossing(group.arms[1], group.arms[0], group) is None and "until step" not in reading(group)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from oelm.experiments import stats
 from oelm.experiments.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord, heldout_note
 from oelm.experiments.study import StudyNumbers
@@ -389,3 +391,57 @@ def compare(
         excluded=[r for r in runs if r.status in (COLLAPSED, INVALID)],
         n_runs=len(runs),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation curves
+
+def curve_key(group: Group) -> tuple[str, str]:
+    """Eval-line key of a table's validation curves and its axis label."""
+    if group.task in ("classification", "probe"):
+        return "accuracy", "validation accuracy"
+    return "loss", "validation loss"
+
+
+def mean_curve(arm: Arm, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps seen by every seed of the arm, with the mean, min and max over seeds."""
+    curves = [dict(run.eval_curve(key)) for run in arm.runs]
+    curves = [c for c in curves if c]
+    if not curves:
+        empty = np.array([])
+        return empty, empty, empty, empty
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    values = np.array([[c[s] for s in steps] for c in curves])
+    return np.array(steps), values.mean(0), values.min(0), values.max(0)
+
+
+@dataclass
+class Crossing:
+    """Where an arm's mean validation curve crosses the baseline's for the last time."""
+
+    last_other: int  # last evaluated step on the other side of the baseline than at the end
+    first_final: int  # first evaluated step after it (the final side from here on)
+    ahead_at_end: bool  # the arm is better than the baseline at the last shared step
+
+
+def crossing(arm: Arm, base: Arm, group: Group) -> Crossing | None:
+    """The last sign change of (arm - baseline) on the mean validation curves, if any.
+
+    Shows when the sign of a gap depends on the budget: e.g. a method ahead early and behind at
+    the end. Only steps every seed of both arms evaluated are compared.
+    """
+    key, _ = curve_key(group)
+    s_arm, m_arm, _, _ = mean_curve(arm, key)
+    s_base, m_base, _, _ = mean_curve(base, key)
+    shared = sorted(set(s_arm.tolist()) & set(s_base.tolist()))
+    if len(shared) < 2:
+        return None
+    a = dict(zip(s_arm.tolist(), m_arm.tolist()))
+    b = dict(zip(s_base.tolist(), m_base.tolist()))
+    better = [(a[s] > b[s]) if group.higher_is_better else (a[s] < b[s]) for s in shared]
+    final = better[-1]
+    other = [i for i, x in enumerate(better) if x != final and a[shared[i]] != b[shared[i]]]
+    if not other:
+        return None
+    i = other[-1]
+    return Crossing(shared[i], shared[i + 1], final)

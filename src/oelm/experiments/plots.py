@@ -10,26 +10,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from oelm.experiments.aggregate import Arm, Group  # noqa: E402
-
-
-def curve_key(group: Group) -> tuple[str, str]:
-    """Eval-line key plotted for a table and its axis label."""
-    if group.task in ("classification", "probe"):
-        return "accuracy", "validation accuracy"
-    return "loss", "validation loss"
-
-
-def mean_curve(arm: Arm, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Steps seen by every seed of the arm, with the mean, min and max over seeds."""
-    curves = [dict(run.eval_curve(key)) for run in arm.runs]
-    curves = [c for c in curves if c]
-    if not curves:
-        empty = np.array([])
-        return empty, empty, empty, empty
-    steps = sorted(set.intersection(*(set(c) for c in curves)))
-    values = np.array([[c[s] for s in steps] for c in curves])
-    return np.array(steps), values.mean(0), values.min(0), values.max(0)
+from oelm.experiments.aggregate import Arm, Group, curve_key, mean_curve  # noqa: E402
 
 
 def plot_curves(group: Group, path: Path) -> Path | None:

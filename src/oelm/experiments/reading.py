@@ -6,7 +6,7 @@ cost or saved in time (measured step-time ratio next to the theoretical saving).
 
 from __future__ import annotations
 
-from oelm.experiments.aggregate import Arm, Comparison, Group, Noise
+from oelm.experiments.aggregate import Arm, Comparison, Group, Noise, crossing
 from oelm.experiments.report import _pct_scale, _significant, fmt_num, fmt_saving
 
 SMALL_NOISE = 0.5  # test SE below half the seed SD: the test set adds little to the seed spread
@@ -120,7 +120,18 @@ def _arm_sentence(arm: Arm, base: Arm, group: Group, scale: float) -> str:
     direction = "worse" if arm.gap > 0 else "better"
     return (f"{arm.method} reached {group.primary_metric} {fmt_num(arm.primary.mean * scale)} against "
             f"the baseline's {fmt_num(base.primary.mean * scale)}, {abs(arm.gap):.1f}% {direction}"
-            f"{_sureness(arm)}; {_time(arm)}.")
+            f"{_sureness(arm)}; {_time(arm)}.{_crossing(arm, base, group)}")
+
+
+def _crossing(arm: Arm, base: Arm, group: Group) -> str:
+    """Where the validation curves cross: the sign of the gap depends on the budget."""
+    c = crossing(arm, base, group)
+    if c is None:
+        return ""
+    early, late = ("behind", "ahead") if c.ahead_at_end else ("ahead", "behind")
+    return (f" On validation (mean over seeds) {arm.method} was {early} of the baseline until step "
+            f"{c.last_other:,} and {late} from step {c.first_final:,} on: the sign of this gap "
+            "depends on the training budget.")
 
 
 def reading(group: Group) -> str:

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from oelm.experiments import plots
-from oelm.experiments.aggregate import BASELINE, Arm, Comparison, Group, compare
+from oelm.experiments.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing
 from oelm.experiments.records import RunRecord, load_runs
 from oelm.experiments.stats import Summary
 from oelm.experiments.study import StudyNumbers
@@ -357,6 +357,14 @@ def _reading(group: Group) -> str:
     return reading(group)
 
 
+def _crossings_json(group: Group) -> dict[str, Any]:
+    """Per method: where its mean validation curve last crossed the baseline's (if it did)."""
+    base = next((a for a in group.arms if a.method == group.baseline), None)
+    if base is None:
+        return {}
+    return {a.method: asdict(c) for a in group.arms if a is not base and (c := crossing(a, base, group))}
+
+
 def to_json(comparison: Comparison) -> dict[str, Any]:
     """Machine-readable form of the report (the same numbers as the markdown)."""
     return {
@@ -368,6 +376,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
                 "reading": _reading(g),
                 "arms": [_arm_json(a) for a in g.arms],
+                "crossings": _crossings_json(g),
             }
             for g in comparison.groups
         ],

@@ -47,7 +47,7 @@ def bare_one(args: argparse.Namespace, model: str, method: str, compiled: bool) 
     from oelm import apply_method
     from oelm.models.gpt import GPT, gpt_config
     from oelm.training.distributed import resolve_device
-    from oelm.training.loop import resolve_amp
+    from oelm.training.loop import make_adamw, resolve_amp
     from oelm.training.timing import StepTimer, summarize
 
     device = resolve_device(args.device, 0)
@@ -56,7 +56,7 @@ def bare_one(args: argparse.Namespace, model: str, method: str, compiled: bool) 
     net = GPT(gpt_config(model, vocab_size=args.vocab, block_size=args.seq_len))
     apply_method(net, method, seed=0)
     net = net.to(device)
-    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=3e-4, fused=device.type == "cuda")
+    opt = make_adamw([p for p in net.parameters() if p.requires_grad], lr=3e-4)  # as `oelm train` builds it
     fwd = torch.compile(net, mode=args.compile_mode) if compiled else net
     x = torch.randint(0, args.vocab, (args.batch_size, args.seq_len), device=device)
     timer = StepTimer(device)

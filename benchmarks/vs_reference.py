@@ -4,7 +4,7 @@ Rows: `reference` (a minimal nanoGPT-style model written below: fused QKV nn.Lin
 biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ffn`, `baseline-AA`
 (a second baseline: the timing noise floor) and `baseline-nobias` (our baseline at the
 reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases). Every arm
-runs the same loop: forward + backward + AdamW step (fused on CUDA), bf16 autocast on CUDA,
+runs the same loop: forward + backward + fused AdamW step, bf16 autocast on CUDA,
 float32 on CPU. Arms are interleaved in rounds with a rotating order so drift hits them alike;
 warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
@@ -140,7 +140,7 @@ class Arm:
         groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
         self.cuda = dev.type == "cuda"
         like_cuda = self.cuda or args.count_ops  # op counts are of the CUDA step on any device
-        self.opt = torch.optim.AdamW(groups, lr=1e-4, fused=like_cuda)
+        self.opt = torch.optim.AdamW(groups, lr=1e-4, fused=True)  # fused on CPU too (torch >= 2.4)
         self.fwd = torch.compile(self.model, mode=args.compile_mode) if args.compile else self.model
         vocab = args.vocab
         g = torch.Generator().manual_seed(0)

@@ -45,8 +45,12 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) ->
     assert len(items[0]) == len(items[1]) > 1 and items[0] == pytest.approx(items[1], rel=1e-4, abs=1e-5)
     a = load_file(tmp_path / "ddp" / "checkpoints" / "step_0000012" / WEIGHTS)
     b = load_file(tmp_path / "single" / "checkpoints" / "step_0000012" / WEIGHTS)
+    # A schedule that unfreezes Q/K mid-run starts their AdamW state then: its first update is about
+    # lr * sign(g), so near-zero gradient entries whose sign differs by rounding (DDP averages two
+    # ranks' gradients, the single process sums one batch) move by up to a few e-5 (lr 3e-3).
+    atol = 1e-4 if method == "oelm-unfreeze" else 1e-5
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=atol, msg=k)
 
     def losses(run: Path) -> list[tuple[str, int, float]]:
         recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

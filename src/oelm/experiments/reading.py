@@ -55,7 +55,7 @@ def noise_text(group: Group) -> str:
                  f"{nz.ratio:.2f})")
         if nz.ratio >= SMALL_NOISE:
             # Paired by window, most of that noise cancels out of a gap; say so where measured.
-            text += (": it moves each arm's own number; the gaps are paired by window, see below"
+            text += (": it moves each arm's own number, while the gaps are paired item by item"
                      if paired else ": a larger test split would sharpen the comparison")
         text += "."
     return f"{text} {paired}" if paired else text

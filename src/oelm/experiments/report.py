@@ -399,8 +399,13 @@ def write_report(
     """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both.
 
     `extend` is the command that adds seeds (quoted by the power section); `epilogue` returns
-    lines appended at the very end of report.md (computed from the same comparison).
+    lines appended at the very end of report.md (computed from the same comparison; default: the
+    plain-language reading of every table).
     """
+    if epilogue is None:
+        from oelm.experiments.reading import reading_lines  # reading builds on this module
+
+        epilogue = reading_lines
     study = StudyNumbers.load(study_numbers) if study_numbers else None
     runs = load_runs(paths)
     out_dir = Path(out) if out else Path(paths[0]) / "report"

@@ -25,8 +25,9 @@ def paired_noise_text(group: Group) -> str:
             parts.append(text + " (one seed: no seed spread to compare it with)")
             continue
         verdict = "small next to" if nz.ratio < SMALL_NOISE else "NOT small next to"
+        advice = ": a larger test split would sharpen this gap" if nz.ratio >= SMALL_NOISE else ""
         parts.append(f"{text}, {verdict} the standard deviation over seeds of that difference "
-                     f"({fmt_num(nz.seed_sd, 3)}; ratio {nz.ratio:.2f})")
+                     f"({fmt_num(nz.seed_sd, 3)}; ratio {nz.ratio:.2f}){advice}")
     if not parts:
         return ""
     return ("Test-set noise in the gap (every arm reads the same test items, so the test set's "

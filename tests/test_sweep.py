@@ -105,6 +105,18 @@ def test_study_sweep_spec_resolves(tmp_path: Path) -> None:
     assert len(spec.runs()) == 3 * 3 * 3  # methods x LRs (own grid each) x seeds
 
 
+def test_methods_option_trains_only_the_named_arms_in_the_spec_s_form(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    path = root / "configs" / "sweeps" / "gpt-tinystories-smoke.yaml"
+    full = load_spec(path, out=tmp_path / "s")
+    spec = load_spec(path, out=tmp_path / "s", methods=["oelm-random", "baseline"])
+    assert list(spec.methods) == ["oelm-random", "baseline"]
+    assert spec.methods["baseline"] == full.methods["baseline"]  # each arm keeps its own grid
+    assert {r.run_dir for r in spec.runs()} < {r.run_dir for r in full.runs()}
+    with pytest.raises(UserError, match="not an arm of .*its arms are baseline"):
+        load_spec(path, out=tmp_path / "s", methods=["oelm-temp"])
+
+
 def test_dry_run_piped_into_a_reader_that_stops_is_not_an_error(tmp_path: Path) -> None:
     """`oelm sweep SPEC --dry-run | head -1`: the closed pipe ends the listing quietly, exit 0."""
     import subprocess

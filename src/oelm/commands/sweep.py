@@ -19,6 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, metavar="T",
                    help="torch threads per run (default: all cores, or cores // N with --parallel)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="replace the spec's seeds (extend a sweep)")
+    p.add_argument("--methods", nargs="+", default=None, metavar="M",
+                   help="train only these arms of the spec (e.g. the main comparison first); the "
+                   "report still covers every finished run in the sweep directory")
     p.add_argument("--out", default=None, help="sweep directory (default: the spec's out)")
     p.add_argument("--no-report", action="store_true", help="train only; run `oelm report` later")
     p.add_argument("--dry-run", action="store_true", help="validate the spec and list the runs, train nothing")
@@ -31,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from oelm.experiments.runner import run_sweep
     from oelm.experiments.sweep import load_spec
 
-    spec = load_spec(args.spec, seeds=args.seeds, out=args.out)
+    spec = load_spec(args.spec, seeds=args.seeds, out=args.out, methods=args.methods)
     if args.dry_run:
         for r in spec.runs():
             print(f"{'done' if r.finished() else 'todo'}  {r.run_dir}")

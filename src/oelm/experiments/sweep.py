@@ -188,12 +188,15 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
     return spec
 
 
-def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | Path | None = None) -> SweepSpec:
-    """Read a sweep spec YAML; `seeds` and `out` replace the spec's own."""
+def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | Path | None = None,
+              methods: Sequence[str] | None = None) -> SweepSpec:
+    """Read a sweep spec YAML; `seeds` and `out` replace the spec's own, `methods` keeps those arms."""
     path = Path(path)
     raw = load_yaml(path)
     if seeds:
         raw["seeds"] = list(seeds)
+    if methods:
+        raw["methods"] = _select_methods(raw.get("methods"), methods, path)
     if out:
         raw["out"] = str(out)
     if raw.get("study_numbers"):
@@ -202,6 +205,16 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
     spec = spec_from_dict(raw, path.parent, name=path.stem)
     spec.extend = f"oelm sweep {path.as_posix()} --seeds {{seeds}}" + (f" --out {out}" if out else "")
     return spec
+
+
+def _select_methods(raw: Any, names: Sequence[str], path: Path) -> dict[str, Any]:
+    """The spec's arms named in `names` (each as the spec defines it), or one error naming the rest."""
+    arms = {name: {} for name in raw} if isinstance(raw, list) else dict(raw or {})
+    missing = [n for n in names if n not in arms]
+    if missing:
+        raise UserError(f"--methods {' '.join(missing)}: not an arm of {path}; its arms are "
+                        f"{', '.join(arms)}")
+    return {n: arms[n] for n in dict.fromkeys(names)}
 
 
 def validate(spec: SweepSpec) -> None:

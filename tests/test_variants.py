@@ -170,6 +170,7 @@ def test_theoretical_saving_covers_adapters_schedules_and_layer_subsets():
     assert saving("oelm-temp") == pytest.approx(full)  # elementwise adapters: no matmul FLOPs
     assert saving("oelm-lowrank", rank=2) < full
     assert saving("oelm-late-freeze", f=0.25) == pytest.approx(0.75 * full)
+    assert saving("oelm-early-freeze") == pytest.approx(0.8 * full)  # f defaults to 0.2
     assert saving("oelm-unfreeze", f=0.25) == pytest.approx(0.25 * full)
     assert saving("oelm-lower-half") == pytest.approx(full / 2)
     assert saving("oelm-freeze-q") == pytest.approx(full / 2)

@@ -21,7 +21,7 @@ from test_train_resume import metrics_without_timing
 from train_utils import one_thread, sigkill_then_resume, synthetic_lm_dir, tiny_config
 
 NEW = ["oelm-freeze-q", "oelm-freeze-k", "oelm-temp", "oelm-gain", "oelm-qknorm", "oelm-lowrank", "oelm-qbias",
-       "oelm-late-freeze", "oelm-unfreeze", "oelm-lower-half", "oelm-upper-half", "oelm-alternate"]
+       "oelm-late-freeze", "oelm-early-freeze", "oelm-unfreeze", "oelm-lower-half", "oelm-upper-half", "oelm-alternate"]
 LAYERS2 = {"n_layer": 2, "d_model": 32, "n_head": 4, "block_size": 32}
 
 

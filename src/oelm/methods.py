@@ -7,6 +7,8 @@ typed options (with defaults) are validated by `validate_method_options` before 
 
 from __future__ import annotations
 
+import dataclasses
+
 import difflib
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -183,6 +185,12 @@ for _m in (
     Method(
         "oelm-late-freeze", "orthogonal Q/K train for the first fraction f of steps, then freeze", HW, QK,
         schedule="late-freeze", options=(F_OPTION, ON_FREEZE_OPTION),
+    ),
+    # The same schedule switched early: Q/K learn their patterns in the first fifth of training,
+    # then freeze, so the method keeps 80% of oelm-freeze's Q/K weight-gradient saving.
+    Method(
+        "oelm-early-freeze", "orthogonal Q/K train for the first fraction f (0.2) of steps, then freeze", HW, QK,
+        schedule="late-freeze", options=(dataclasses.replace(F_OPTION, default=0.2), ON_FREEZE_OPTION),
     ),
     Method(
         "oelm-unfreeze", "frozen orthogonal Q/K become trainable from fraction f of the steps", HW, QK,

@@ -49,6 +49,7 @@ G = [1e-3, 3e-3, 1e-2]
 G2 = [1.5e-3, 3e-3, 6e-3]
 G3 = [3e-3, 6e-3, 1.2e-2]
 DOCS = {"source": "builtin:python-docs", "tokenizer": "byte", "test_fraction": 0.2, "val_fraction": 0.1}
+TALES = {"source": "builtin:tales", "tokenizer": "byte", "test_fraction": 0.1, "val_fraction": 0.05}
 CODE = {"source": "builtin:python-stdlib", "tokenizer": "byte", "test_fraction": 0.1, "val_fraction": 0.05}
 TS = {"files": {"train": f"{DATA}/tinystories/train_head.txt", "test": f"{DATA}/tinystories/valid_head.txt"},
       "tokenizer": "byte", "val_fraction": 0.05, "name": "tinystories-sample"}
@@ -56,6 +57,8 @@ WT = {"files": {"train": f"{DATA}/wikitext-2-raw/wiki.train.head.txt", "val": f"
                 "test": f"{DATA}/wikitext-2-raw/wiki.test.raw"}, "tokenizer": "byte", "name": "wikitext-2-sample"}
 BOTH = {"baseline": G, "oelm-freeze": G}
 BOTH2 = {"baseline": G2, "oelm-freeze": G2}
+ONE = {"baseline": [3e-3], "oelm-freeze": [3e-3]}
+NARROW = {"baseline": [1.5e-3, 3e-3, 6e-3], "oelm-freeze": [3e-3, 6e-3, 1.2e-2]}
 DEEP = {"n_layer": 4, "d_model": 96, "n_head": 4}
 
 REGIMES = {
@@ -68,6 +71,19 @@ REGIMES = {
     "D_deep800": lambda: spec("D_deep800", DOCS, 800, BOTH2, model_overrides=DEEP),
     "E_ts1200": lambda: spec("E_ts1200", TS, 1200, {"baseline": G3, "oelm-freeze": G2}),
     "E2_ts1200b4": lambda: spec("E2_ts1200b4", TS, 1200, {"baseline": G2, "oelm-freeze": G3}, bs=4),
+    # Direction checks for an offline quickstart with the frozen arm behind (one LR per arm).
+    "P_code1500": lambda: spec("P_code1500", CODE, 1500, ONE),
+    "P_docs1500": lambda: spec("P_docs1500", DOCS, 1500, ONE),
+    "P_code1500s256": lambda: spec("P_code1500s256", CODE, 1500, ONE, bs=4, seq=256),
+    "P_code1500d64": lambda: spec("P_code1500d64", CODE, 1500, ONE, bs=16, model_overrides={"d_model": 64}),
+    # The narrow model (d_model 64, head dim 16) on the stdlib source: the quickstart candidates.
+    "Q_n1000": lambda: spec("Q_n1000", CODE, 1000, NARROW, bs=16, model_overrides={"d_model": 64}),
+    "Q_n1000hi": lambda: spec("Q_n1000", CODE, 1000, {"baseline": [1.2e-2, 2.4e-2], "oelm-freeze": [2.4e-2, 4.8e-2]},
+                              seeds=(0,), bs=16, model_overrides={"d_model": 64}),
+    "T_n1000": lambda: spec("T_n1000", TALES, 1000, {"baseline": [1.2e-2], "oelm-freeze": [1.2e-2, 2.4e-2]},
+                            seeds=(0,), bs=16, model_overrides={"d_model": 64}),
+    "T_t800": lambda: spec("T_t800", TALES, 800, {"baseline": [6e-3], "oelm-freeze": [6e-3]}, seeds=(0,)),
+    "Q_n800": lambda: spec("Q_n800", CODE, 800, NARROW, bs=16, model_overrides={"d_model": 64}),
 }
 
 

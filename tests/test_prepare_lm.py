@@ -80,6 +80,18 @@ def test_builtin_python_docs_offline(tmp_path: Path) -> None:
     assert int((train == 256).sum()) == 30 - meta["holdout"]["n_docs"] and train.size == meta["splits"]["train"]
 
 
+def test_builtin_tales_are_deterministic_distinct_and_refer_back_to_their_entities(tmp_path: Path) -> None:
+    from oelm.data.tales import tales
+
+    first = tales(50, seed=0)
+    assert first == tales(50, seed=0) and first != tales(50, seed=1) and len(set(first)) == 50
+    for story in first:  # the first child's name opens the story and comes back later
+        name = story.split(". ")[1].split()[0]  # "<name> had a <colour> <object>."
+        assert story.count(name) >= 4, story
+    meta = prepare_lm("builtin:tales", "byte", tmp_path / "t", max_docs=40, test_fraction=0.1, verbose=False)
+    assert meta["source"] == "builtin:tales" and meta["holdout"]["from_docs"] == 40
+
+
 def test_test_fraction_holds_out_disjoint_test_documents(tmp_path: Path) -> None:
     meta = prepare_lm("builtin:python-docs", "byte", tmp_path / "py", max_docs=100, test_fraction=0.1, verbose=False)
     assert meta["split_origin"] == {"val": "holdout", "test": "holdout"}

@@ -38,7 +38,7 @@ def register_lm(kinds: argparse._SubParsersAction) -> None:
         help="tokenize a text corpus into train.bin / val.bin [/ test.bin] + meta.json",
         description=(
             "SOURCE: a text file, a folder of text files (train/valid/test files are official "
-            "splits), a .jsonl file, builtin:python-docs, builtin:python-stdlib, or a Hugging Face dataset "
+            "splits), a .jsonl file, builtin:python-docs, builtin:python-stdlib, builtin:tales, or a Hugging Face dataset "
             "(owner/name or owner/name:config). Without an official validation split, a seeded "
             "document-level hold-out is made from train."
         ),

@@ -18,7 +18,9 @@ from oelm.errors import UserError
 from oelm.io import atomic_write_json
 
 SPLITS = ("train", "val", "test")
-BUILTIN_SOURCES = ("builtin:python-docs", "builtin:python-stdlib")
+BUILTIN_SOURCES = ("builtin:python-docs", "builtin:python-stdlib", "builtin:tales")
+# builtin:tales: this many generated stories (about 3.4M characters), seed 0.
+TALES = 5000
 # The stdlib corpus: the first modules (by name) of the running Python's standard library, whole
 # files up to this many characters, so it is the same on every machine with the same Python.
 STDLIB_CHARS = 3_000_000
@@ -26,8 +28,9 @@ ACCEPTED_SOURCES = (
     "accepted sources: a text file (documents separated by '<|endoftext|>' lines, else by blank "
     "lines; WikiText raw files by ' = Title = ' headings); a folder of such files (files named "
     "train/valid/validation/test, wiki.train.raw, train_head.txt... are official splits, otherwise "
-    "one document per file); a .jsonl file with a text field; 'builtin:python-docs' or "
-    "'builtin:python-stdlib' (Python's own documentation or standard-library source); a Hugging "
+    "one document per file); a .jsonl file with a text field; 'builtin:python-docs', "
+    "'builtin:python-stdlib' (Python's own documentation or standard-library source) or "
+    "'builtin:tales' (generated children's stories); a Hugging "
     "Face dataset 'owner/name' or 'owner/name:config' (e.g. Salesforce/wikitext:wikitext-103-raw-v1)"
 )
 _TEXT_SUFFIXES = {"", ".txt", ".raw", ".text", ".tokens", ".jsonl"}
@@ -210,7 +213,11 @@ def _local_docs(kind: str, path: Path, text_field: str, max_docs: int | None) ->
 
 
 def _builtin_docs(name: str) -> list[str]:
-    """Documents of a corpus that ships with Python itself (offline everywhere)."""
+    """Documents of a corpus that ships with Python itself or with oelm (offline everywhere)."""
+    if name.endswith("tales"):
+        from oelm.data.tales import tales
+
+        return tales(TALES, seed=0)
     if name.endswith("python-stdlib"):
         import sysconfig
 

@@ -50,6 +50,9 @@ class GPTConfig:
 
 PRESETS: dict[str, GPTConfig] = {
     "gpt-tiny": GPTConfig(n_layer=2, d_model=128, n_head=4),
+    # gpt-tiny at half the width: head dim 16, where frozen Q/K constrain attention most (the
+    # quickstart's model: its cost shows within minutes on 2 CPU cores).
+    "gpt-narrow": GPTConfig(n_layer=2, d_model=64, n_head=4),
     "gpt-small": GPTConfig(n_layer=4, d_model=256, n_head=4),
     "gpt-medium-512": GPTConfig(n_layer=6, d_model=512, n_head=8, d_ff=2048, block_size=512),
     "gpt-large": GPTConfig(n_layer=8, d_model=768, n_head=12),

@@ -17,7 +17,8 @@ from oelm.experiments.sweep import spec_from_dict
 def test_presets_ship_as_data_and_resolve_to_fair_sweeps(tmp_path: Path) -> None:
     assert {"quick", "full"} <= set(preset_names())
     quick = load_preset("quick")
-    assert quick.device == "cpu" and quick.model == "gpt-tiny" and quick.test_fraction >= 0.1
+    assert quick.device == "cpu" and quick.model == "gpt-narrow" and quick.data == "builtin:tales"
+    assert quick.test_fraction >= 0.1
     assert load_preset("full").model == "gpt-medium-512"
     spec = spec_from_dict(compare_spec(quick, tmp_path))
     runs = spec.runs()

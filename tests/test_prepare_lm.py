@@ -164,6 +164,15 @@ def test_hub_source_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyP
     meta = prepare_lm("someone/corpus", "byte", tmp_path / "hub2", val_fraction=0.1, verbose=False)
     assert meta["split_origin"] == {"val": "holdout"} and meta["holdout"]["n_docs"] == 5
     assert int((load_lm_split(tmp_path / "hub2", "train") == 256).sum()) == 45
+    # A hub dataset with train + validation only (TinyStories) gets a seeded test hold-out from
+    # train, as a local source does: `oelm compare --preset full` reports on it.
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: dsd)
+    meta = prepare_lm("someone/corpus", "byte", tmp_path / "hub3", test_fraction=0.2, max_docs=40,
+                      verbose=False)
+    assert meta["split_origin"] == {"val": "official", "test": "holdout"}
+    assert meta["test_holdout"]["n_docs"] == 8 and meta["test_holdout"]["from_docs"] == 40
+    train_eots = int((load_lm_split(tmp_path / "hub3", "train") == 256).sum())
+    assert train_eots == 32 and int((load_lm_split(tmp_path / "hub3", "test") == 256).sum()) == 8
 
 
 def test_bad_inputs_are_clear_user_errors(tmp_path: Path) -> None:

@@ -127,10 +127,10 @@ def prepare_lm(
     else:
         docs = _local_docs(kind, Path(name), text_field, max_docs)
         splits, origin, holdout = _holdout_local(docs, val_fraction, seed)
-        if test_fraction > 0 and "test" not in splits:
-            splits, test_info = _holdout_test(splits, test_fraction, seed)
-            origin["test"] = "holdout"
-            return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
+    if test_fraction > 0 and "test" not in splits:  # e.g. TinyStories (train + validation only)
+        splits, test_info = _holdout_test(splits, test_fraction, seed)
+        origin["test"] = "holdout"
+        return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
     return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field)
 
 
@@ -354,7 +354,10 @@ def _holdout_test(splits: dict, fraction: float, seed: int) -> tuple[dict, dict]
     # The fraction is of the documents train had before any hold-out, as for val.
     n_before = len(train) + (len(splits["val"]) if "val" in splits else 0)
     rest_idx, test_idx = holdout_indices(len(train), fraction * n_before / len(train), seed + 1)
-    out = dict(splits, train=[train[i] for i in rest_idx], test=[train[i] for i in test_idx])
+    if isinstance(train, list):
+        out = dict(splits, train=[train[i] for i in rest_idx], test=[train[i] for i in test_idx])
+    else:  # a Hugging Face Dataset
+        out = dict(splits, train=train.select(rest_idx), test=train.select(test_idx))
     return out, _holdout_info(fraction, seed + 1, len(test_idx), len(train))
 
 

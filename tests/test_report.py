@@ -264,3 +264,22 @@ def test_reading_says_where_the_validation_curves_cross(tmp_path: Path) -> None:
         run.write_text("".join(json.dumps(x) + "\n" for x in lines))
     group = compare(load_runs([tmp_path])).groups[0]
     assert crossing(group.arms[1], group.arms[0], group) is None and "until step" not in reading(group)
+
+
+def test_reading_flags_a_measured_saving_larger_than_the_flop_saving(tmp_path: Path) -> None:
+    """A step-time saving beyond the theoretical one is not credited to the FLOPs removed."""
+    for seed in range(3):
+        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=4.0, best_val_loss=1.4,
+                 mean_step_time=0.100, theoretical_saving=0.0)
+        make_run(tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=4.1 + 0.01 * seed, best_val_loss=1.45,
+                 mean_step_time=0.090, theoretical_saving=0.037)
+    from oelm.experiments.reading import reading
+
+    text = reading(compare(load_runs([tmp_path])).groups[0])
+    assert "0.90x the baseline's time" in text and "more than the FLOP saving" in text
+    # A measured saving within the theoretical one (+2 points) is reported without the caveat.
+    for path in (tmp_path / "runs" / "oelm-freeze").rglob("results.json"):
+        rec = json.loads(path.read_text())
+        path.write_text(json.dumps(dict(rec, mean_step_time=0.097)))
+    text = reading(compare(load_runs([tmp_path])).groups[0])
+    assert "0.97x the baseline's time" in text and "more than the FLOP saving" not in text

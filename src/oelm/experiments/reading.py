@@ -134,8 +134,8 @@ def _crossing(arm: Arm, base: Arm, group: Group) -> str:
     c = crossing(arm, base, group)
     if c is None:
         return ""
-    early, late = ("behind", "ahead") if c.ahead_at_end else ("ahead", "behind")
-    return (f" On validation (mean over seeds) {arm.method} was {early} of the baseline until step "
+    early, late = ("behind", "ahead") if c.ahead_at_end else ("ahead of", "behind")
+    return (f" On validation (mean over seeds) {arm.method} was {early} the baseline until step "
             f"{c.last_other:,} and {late} from step {c.first_final:,} on: the sign of this gap "
             "depends on the training budget.")
 

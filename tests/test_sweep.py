@@ -110,9 +110,15 @@ def test_methods_option_trains_only_the_named_arms_in_the_spec_s_form(tmp_path: 
     path = root / "configs" / "sweeps" / "gpt-tinystories-smoke.yaml"
     full = load_spec(path, out=tmp_path / "s")
     spec = load_spec(path, out=tmp_path / "s", methods=["oelm-random", "baseline"])
-    assert list(spec.methods) == ["oelm-random", "baseline"]
-    assert spec.methods["baseline"] == full.methods["baseline"]  # each arm keeps its own grid
-    assert {r.run_dir for r in spec.runs()} < {r.run_dir for r in full.runs()}
+    # The plan stays the whole spec (sweep.yaml, so reports list the arms not yet trained) ...
+    assert spec.methods == full.methods and spec.to_dict() == full.to_dict()
+    # ... and only the named arms train, in the order given, seed by seed, each with its own grid.
+    chosen = spec.selected_runs()
+    assert {r.method for r in chosen} == {"oelm-random", "baseline"}
+    assert [(r.seed, r.method, r.lr) for r in chosen] == sorted(
+        ((r.seed, r.method, r.lr) for r in full.runs() if r.method in {"oelm-random", "baseline"}),
+        key=lambda t: (t[0], t[1] != "oelm-random"))
+    assert full.selected_runs() == full.runs()
     with pytest.raises(UserError, match="not an arm of .*its arms are baseline"):
         load_spec(path, out=tmp_path / "s", methods=["oelm-temp"])
 

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, seeds=args.seeds, out=args.out, methods=args.methods)
     if args.dry_run:
-        for r in spec.runs():
+        for r in spec.selected_runs():
             print(f"{'done' if r.finished() else 'todo'}  {r.run_dir}")
         return 0
     outcome = run_sweep(spec, parallel=args.parallel, report=not args.no_report, threads=args.threads)

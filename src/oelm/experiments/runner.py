@@ -216,7 +216,7 @@ def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: 
     from oelm.training.distributed import resolve_device
 
     start = time.perf_counter()
-    runs = spec.runs()
+    runs = spec.selected_runs()
     if runs:  # a device that is not there fails before any run starts (specs validate anywhere)
         resolve_device(str(runs[0].config.get("device", "auto")))
     _check_existing(spec)

@@ -63,6 +63,9 @@ class SweepSpec:
     # The command that adds seeds to this sweep ({seeds} filled in), quoted by the report's
     # power section; not part of the sweep's identity.
     extend: str = "oelm sweep SPEC.yaml --seeds {seeds}"
+    # `oelm sweep --methods`: train only these arms, in this order. The plan (sweep.yaml, what
+    # reports and the leaderboard list as not yet finished) stays the whole spec.
+    only: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as resolved (what SWEEP/sweep.yaml holds)."""
@@ -83,6 +86,15 @@ class SweepSpec:
                     for extra in combos:
                         out.append(self._run(method, float(lr), int(seed), extra, arm))
         return out
+
+    def selected_runs(self) -> list[RunSpec]:
+        """The runs this invocation trains: every run, or those of `only`'s arms in its order."""
+        runs = self.runs()
+        if self.only is None:
+            return runs
+        order = {m: i for i, m in enumerate(self.only)}
+        seeds = {s: i for i, s in enumerate(self.seeds)}
+        return sorted((r for r in runs if r.method in order), key=lambda r: (seeds[r.seed], order[r.method]))
 
     def _run(self, method: str, lr: float, seed: int, extra: dict, arm: dict) -> RunSpec:
         """One RunSpec: base + grid values + the arm's fields, in the sweep layout."""
@@ -195,8 +207,7 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
     raw = load_yaml(path)
     if seeds:
         raw["seeds"] = list(seeds)
-    if methods:
-        raw["methods"] = _select_methods(raw.get("methods"), methods, path)
+    only = list(_select_methods(raw.get("methods"), methods, path)) if methods else None
     if out:
         raw["out"] = str(out)
     if raw.get("study_numbers"):
@@ -204,6 +215,7 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
         raw["study_numbers"] = str(numbers if numbers.is_file() else path.parent / numbers)
     spec = spec_from_dict(raw, path.parent, name=path.stem)
     spec.extend = f"oelm sweep {path.as_posix()} --seeds {{seeds}}" + (f" --out {out}" if out else "")
+    spec.only = only
     return spec
 
 

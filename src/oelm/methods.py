@@ -7,10 +7,8 @@ typed options (with defaults) are validated by `validate_method_options` before 
 
 from __future__ import annotations
 
-import dataclasses
-
 import difflib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from oelm.errors import UserError
@@ -190,7 +188,7 @@ for _m in (
     # then freeze, so the method keeps 80% of oelm-freeze's Q/K weight-gradient saving.
     Method(
         "oelm-early-freeze", "orthogonal Q/K train for the first fraction f (0.2) of steps, then freeze", HW, QK,
-        schedule="late-freeze", options=(dataclasses.replace(F_OPTION, default=0.2), ON_FREEZE_OPTION),
+        schedule="late-freeze", options=(replace(F_OPTION, default=0.2), ON_FREEZE_OPTION),
     ),
     Method(
         "oelm-unfreeze", "frozen orthogonal Q/K become trainable from fraction f of the steps", HW, QK,

@@ -127,11 +127,11 @@ def prepare_lm(
     else:
         docs = _local_docs(kind, Path(name), text_field, max_docs)
         splits, origin, holdout = _holdout_local(docs, val_fraction, seed)
+    test_info = None
     if test_fraction > 0 and "test" not in splits:  # e.g. TinyStories (train + validation only)
         splits, test_info = _holdout_test(splits, test_fraction, seed)
         origin["test"] = "holdout"
-        return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
-    return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field)
+    return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
 
 
 # ---------------------------------------------------------------------------- checks

@@ -23,7 +23,7 @@ from oelm.errors import UserError
 from oelm.experiments import stats
 from oelm.experiments.aggregate import BASELINE, Arm, Group, compare
 from oelm.experiments.records import INCOMPLETE, RunRecord, load_runs
-from oelm.experiments.report import NA, _pct_scale, _significant, fmt_int, fmt_p, fmt_summary
+from oelm.experiments.report import NA, _pct_scale, _significant, fmt_int, fmt_p, fmt_summary, saving_fraction
 from oelm.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 
 REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
@@ -87,19 +87,6 @@ class Board:
 
 # ---------------------------------------------------------------------------------------------
 # Numbers from the records
-
-
-def saving_fraction(value: Any) -> float | None:
-    """A recorded theoretical saving as a fraction (a number > 1 is read as a percentage)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) / 100 if abs(value) > 1 else float(value)
-    if isinstance(value, dict):
-        for key in ("training_flops_saving", "saving", "fraction", "train"):
-            if key in value:
-                return saving_fraction(value[key])
-    return None
 
 
 def added_params(runs: Sequence[RunRecord]) -> int | None:

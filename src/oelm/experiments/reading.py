@@ -7,7 +7,7 @@ cost or saved in time (measured step-time ratio next to the theoretical saving).
 from __future__ import annotations
 
 from oelm.experiments.aggregate import Arm, Comparison, Group, Noise, crossing
-from oelm.experiments.report import _pct_scale, _significant, fmt_num, fmt_saving
+from oelm.experiments.report import _pct_scale, _significant, fmt_num, fmt_saving, saving_fraction
 
 SMALL_NOISE = 0.5  # test SE below half the seed SD: the test set adds little to the seed spread
 
@@ -112,7 +112,8 @@ def _time(arm: Arm) -> str:
     change = f"{abs(1 - r) * 100:.0f}% {'less' if r < 1 else 'more'}" if abs(1 - r) >= 0.005 else "the same"
     text = (f"a training step took {r:.2f}x the baseline's time ({arm.step_time.mean * 1000:.1f} vs "
             f"{arm.step_time.mean / r * 1000:.1f} ms, measured), {change} time, against {theory}")
-    if saving.endswith("%") and (1 - r) > float(saving[:-1]) / 100 + 0.02:
+    fraction = saving_fraction(arm.theoretical_saving)
+    if fraction is not None and (1 - r) > fraction + 0.02:
         text += (" (more than the FLOP saving: FLOPs do not set the step time of a model this small, "
                  "per-parameter optimizer work and per-operation overhead weigh more, and runs that "
                  "share a machine time noisily; `benchmarks/` measures speed side by side)")

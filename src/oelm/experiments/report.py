@@ -145,6 +145,19 @@ def fmt_saving(value: Any) -> str:
     return str(value)
 
 
+def saving_fraction(value: Any) -> float | None:
+    """A recorded theoretical saving as a fraction (a number > 1 is read as a percentage)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) / 100 if abs(value) > 1 else float(value)
+    if isinstance(value, dict):
+        for key in ("training_flops_saving", "saving", "fraction", "train"):
+            if key in value:
+                return saving_fraction(value[key])
+    return None
+
+
 def fmt_int(x: Any) -> str:
     """An integer with thousands separators, or n/a."""
     return f"{int(x):,}" if isinstance(x, (int, float)) and not isinstance(x, bool) else NA

@@ -207,7 +207,7 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
     raw = load_yaml(path)
     if seeds:
         raw["seeds"] = list(seeds)
-    only = list(_select_methods(raw.get("methods"), methods, path)) if methods else None
+    only = _check_methods(raw.get("methods"), methods, path) if methods else None
     if out:
         raw["out"] = str(out)
     if raw.get("study_numbers"):
@@ -219,14 +219,14 @@ def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | P
     return spec
 
 
-def _select_methods(raw: Any, names: Sequence[str], path: Path) -> dict[str, Any]:
-    """The spec's arms named in `names` (each as the spec defines it), or one error naming the rest."""
-    arms = {name: {} for name in raw} if isinstance(raw, list) else dict(raw or {})
+def _check_methods(raw: Any, names: Sequence[str], path: Path) -> list[str]:
+    """`names` without repeats, once each is known to be an arm of the spec; else one error."""
+    arms = list(raw or {})
     missing = [n for n in names if n not in arms]
     if missing:
         raise UserError(f"--methods {' '.join(missing)}: not an arm of {path}; its arms are "
                         f"{', '.join(arms)}")
-    return {n: arms[n] for n in dict.fromkeys(names)}
+    return list(dict.fromkeys(names))
 
 
 def validate(spec: SweepSpec) -> None:

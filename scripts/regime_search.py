@@ -84,6 +84,10 @@ REGIMES = {
                             seeds=(0,), bs=16, model_overrides={"d_model": 64}),
     "T_t800": lambda: spec("T_t800", TALES, 800, {"baseline": [6e-3], "oelm-freeze": [6e-3]}, seeds=(0,)),
     "Q_n800": lambda: spec("Q_n800", CODE, 800, NARROW, bs=16, model_overrides={"d_model": 64}),
+    # Direction checks on WikiText-2 past the 1,200-step gap regime (one seed, one LR per arm).
+    "W_n2000": lambda: spec("W_n2000", WT, 2000, {"baseline": [1.2e-2], "oelm-freeze": [1.2e-2]},
+                            seeds=(0,), bs=16, model_overrides={"d_model": 64}),
+    "W_t2400": lambda: spec("W_t2400", WT, 2400, {"baseline": [1.5e-3], "oelm-freeze": [3e-3]}, seeds=(0,)),
 }
 
 

@@ -136,6 +136,27 @@ def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_pa
     assert "### induction-v16-t16-L2-8" in text and "| oelm-freeze | 0.003 |" in text
 
 
+def test_probe_summary_tabulates_and_plots_mqar_accuracy_by_difficulty(tmp_path: Path) -> None:
+    from oelm.experiments.probes import probe_report
+    from oelm.training.loop import train
+
+    for method in ("baseline", "oelm-freeze"):
+        for pairs, length in ((2, 16), (3, 16), (2, 24)):
+            probe = {"kind": "mqar", "vocab": 16, "seq_len": length, "n_pairs": pairs, "eval_size": 64}
+            train(_probe_config(tmp_path / f"{method}-p{pairs}-t{length}", method=method, probe=probe, steps=3))
+    plot = tmp_path / "scaling.png"
+    text = probe_report([tmp_path], plot=plot)
+    table = text[text.index("### mqar: test answer accuracy by difficulty"):].splitlines()
+    # Columns sorted by length, then pairs; one row per method, every cell filled (n = 1 seed).
+    assert table[2] == "| method | 2 pairs, length 16 | 3 pairs, length 16 | 2 pairs, length 24 |"
+    assert {row.split(" | ")[0] for row in table[4:6]} == {"| baseline", "| oelm-freeze"}
+    assert all(row.count("(1)") == 3 for row in table[4:6])
+    assert plot.stat().st_size > 0 and "![accuracy by difficulty](scaling.png)" in text
+    # One difficulty only: no scaling table and no plot.
+    assert "by difficulty" not in probe_report([tmp_path / "baseline-p2-t16"], plot=tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+
+
 @pytest.mark.slow
 def test_two_layer_baseline_learns_induction_above_chance(tmp_path: Path) -> None:
     from oelm.training.loop import train

@@ -155,8 +155,77 @@ def group_table(group: Group) -> list[str]:
     return lines
 
 
-def probe_report(paths: Sequence[str | Path]) -> str:
-    """Markdown summary of every probe group found under the paths."""
+def _difficulty(group: Group) -> dict | None:
+    """The probe options of a group's runs (one dataset name = one set of options), or None."""
+    for arm in group.arms:
+        for run in arm.runs:
+            opts = run.results.get("probe_options")
+            if opts:
+                return opts
+    return None
+
+
+def scaling_table(groups: Sequence[Group], kind: str = "mqar") -> list[str]:
+    """Test answer accuracy of every method across the difficulties of one probe kind.
+
+    One column per difficulty (sorted by sequence length, then pairs), one row per method at its
+    LR chosen on validation in that difficulty; empty when fewer than two difficulties were run.
+    """
+    cols = [(g, o) for g in groups if (o := _difficulty(g)) and o.get("kind") == kind]
+    if len(cols) < 2:
+        return []
+    cols.sort(key=lambda c: (c[1]["seq_len"], c[1].get("n_pairs", 0)))
+    methods = list(dict.fromkeys(a.method for g, _ in cols for a in g.arms))
+    head = ["method"] + [f"{o.get('n_pairs')} pairs, length {o['seq_len']}" for _, o in cols]
+    lines = [f"### {kind}: test answer accuracy by difficulty (mean ± 95% CI (n seeds))", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in methods:
+        cells = [_ci(arm) if (arm := next((a for a in g.arms if a.method == m), None)) else "-" for g, _ in cols]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def scaling_plot(groups: Sequence[Group], out: Path, kind: str = "mqar") -> Path | None:
+    """Accuracy against pairs (at each length) and against length (at each pair count), per method.
+
+    Two panels; a line needs at least two difficulties along its axis. None when nothing to plot.
+    """
+    from oelm.experiments.plots import plt
+
+    pts: dict[str, list[tuple[int, int, float, float]]] = {}
+    for g in groups:
+        o = _difficulty(g)
+        if not o or o.get("kind") != kind:
+            continue
+        for a in g.arms:
+            if a.primary.mean is not None:
+                pts.setdefault(a.method, []).append((o["seq_len"], o["n_pairs"], a.primary.mean, a.primary.half_width or 0.0))
+    if len({(t, p) for v in pts.values() for t, p, _, _ in v}) < 2:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, (axis, fixed, label) in zip(axes, ((1, 0, "key-value pairs"), (0, 1, "sequence length"))):
+        for m, v in pts.items():
+            for f in sorted({p[fixed] for p in v}):
+                line = sorted((p[axis], p[2], p[3]) for p in v if p[fixed] == f)
+                if len(line) < 2:
+                    continue
+                xs, ys, es = zip(*line)
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3,
+                            label=f"{m} ({'length' if fixed == 0 else 'pairs'} {f})")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("test answer accuracy")
+    fig.suptitle(f"{kind}: accuracy by difficulty (mean, 95% CI over seeds)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def probe_report(paths: Sequence[str | Path], plot: Path | None = None) -> str:
+    """Markdown summary of every probe group found under the paths (and the scaling plot)."""
     comparison = compare(load_runs(paths))
     out = ["## Probes: answer accuracy and steps to target", "",
            "Per method at the LR chosen on validation (mean over seeds). Induction score: attention "
@@ -167,6 +236,12 @@ def probe_report(paths: Sequence[str | Path]) -> str:
         if group.task != "probe":
             continue
         out += group_table(group) + [""]
+    probe_groups = [g for g in comparison.groups if g.task == "probe"]
+    table = scaling_table(probe_groups)
+    if table:
+        out += table + [""]
+        if plot is not None and scaling_plot(probe_groups, plot):
+            out += [f"![accuracy by difficulty]({plot.name})", ""]
     if comparison.incomplete:
         out.append(f"{len(comparison.incomplete)} run(s) incomplete and not shown.")
     return "\n".join(out).rstrip() + "\n"
@@ -177,8 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oelm.experiments.probes", description=__doc__)
     parser.add_argument("paths", nargs="+", help="sweep or run directories")
     parser.add_argument("--out", help="write the markdown here instead of stdout")
+    parser.add_argument("--plot", help="write the MQAR accuracy-by-difficulty plot here (PNG; beside --out)")
     args = parser.parse_args(argv)
-    text = probe_report(args.paths)
+    text = probe_report(args.paths, Path(args.plot) if args.plot else None)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
     else:

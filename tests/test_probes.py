@@ -136,6 +136,20 @@ def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_pa
     assert "### induction-v16-t16-L2-8" in text and "| oelm-freeze | 0.003 |" in text
 
 
+def test_query_rank_accuracy_separates_recall_from_elimination() -> None:
+    from oelm.experiments.probes import query_rank_accuracy
+
+    opts = ProbeOptions(kind="mqar", vocab=16, seq_len=16, n_pairs=3)
+    x, y = generate(opts, 32, _gen(0))
+    # A model that answers only the last query right (what elimination allows) and the others wrong.
+    asked = y != IGNORE
+    last = asked & (asked.long().cumsum(1) == 3)
+    wrong = torch.where(asked & ~last, (y + 1) % 16, y)
+    logits = torch.nn.functional.one_hot(wrong.clamp(min=0), 16).float()
+    assert query_rank_accuracy(logits, y) == [0.0, 0.0, 1.0]
+    assert query_rank_accuracy(torch.nn.functional.one_hot(y.clamp(min=0), 16).float(), y) == [1.0, 1.0, 1.0]
+
+
 def test_probe_summary_tabulates_and_plots_mqar_accuracy_by_difficulty(tmp_path: Path) -> None:
     from oelm.experiments.probes import probe_report
     from oelm.training.loop import train
@@ -149,6 +163,10 @@ def test_probe_summary_tabulates_and_plots_mqar_accuracy_by_difficulty(tmp_path:
     table = text[text.index("### mqar: test answer accuracy by difficulty"):].splitlines()
     # Columns sorted by length, then pairs; one row per method, every cell filled (n = 1 seed).
     assert table[2] == "| method | 2 pairs, length 16 | 3 pairs, length 16 | 2 pairs, length 24 |"
+    # Each MQAR table has the first/last-query column, filled from the best checkpoints.
+    row = next(ln for ln in text.splitlines() if ln.startswith("| baseline | 0.003 |"))
+    first, last = row.rstrip(" |").rsplit("| ", 1)[1].split(" / ")
+    assert 0.0 <= float(first) <= 1.0 and 0.0 <= float(last) <= 1.0
     assert {row.split(" | ")[0] for row in table[4:6]} == {"| baseline", "| oelm-freeze"}
     assert all(row.count("(1)") == 3 for row in table[4:6])
     assert plot.stat().st_size > 0 and "![accuracy by difficulty](scaling.png)" in text

@@ -86,6 +86,34 @@ def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]]
     return head_scores(maps, x[:n], y[:n])
 
 
+def query_rank_accuracy(logits: torch.Tensor, y: torch.Tensor) -> list[float]:
+    """MQAR accuracy by query order: [first query of each row, second, ...].
+
+    The first query can only be answered by recall; the last one also by elimination (the one
+    value of the context not yet seen among the queries), so a model that counts without recalling
+    scores high on the last and near 1/pairs on the first.
+    """
+    asked = y != -100
+    rank = asked.long().cumsum(1) * asked  # 1..q at answer positions, 0 elsewhere
+    right = logits.argmax(-1) == y
+    return [right[rank == r].float().mean().item() for r in range(1, int(rank.max()) + 1)]
+
+
+def run_query_accuracy(run_dir: Path) -> list[float] | None:
+    """query_rank_accuracy of a finished MQAR run's best weights on its test set (None if n/a)."""
+    from oelm.data.synthetic import ProbeData, ProbeOptions
+    from oelm.training.sample import load_run_model
+
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    opts = results.get("probe_options")
+    if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "mqar":
+        return None
+    model, _ = load_run_model(run_dir)
+    x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
+    with torch.no_grad():
+        return query_rank_accuracy(model(x)[0], y)
+
+
 def _fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -128,6 +156,14 @@ def _head_cells(arm: Arm) -> list[str]:
     return cells
 
 
+def _query_cell(arm: Arm) -> str:
+    """First- and last-query test accuracy, mean over seeds."""
+    ranks = [q for q in (run_query_accuracy(r.path) for r in arm.runs) if q]
+    if not ranks:
+        return "-"
+    return f"{statistics.fmean(q[0] for q in ranks):.2f} / {statistics.fmean(q[-1] for q in ranks):.2f}"
+
+
 def group_table(group: Group) -> list[str]:
     """Markdown table of one probe."""
     runs = [r for arm in group.arms for r in arm.runs]
@@ -140,6 +176,9 @@ def group_table(group: Group) -> list[str]:
     induction = group.dataset.startswith("induction")
     if induction:
         head += ["induction score (best head)", "previous-token score (best head)"]
+    mqar = group.dataset.startswith("mqar")
+    if mqar:
+        head += ["test acc, first / last query (recall / elimination possible)"]
     lines = [f"### {group.dataset} ({group.model}; chance {_fmt(chance)})", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm in group.arms:
@@ -151,6 +190,8 @@ def group_table(group: Group) -> list[str]:
         row += [_curve(arm, s) for s in steps]
         if induction:
             row += _head_cells(arm)
+        if mqar:
+            row.append(_query_cell(arm))
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

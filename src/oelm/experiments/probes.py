@@ -254,6 +254,9 @@ def scaling_plot(groups: Sequence[Group], out: Path, kind: str = "mqar") -> Path
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3,
                             label=f"{m} ({'length' if fixed == 0 else 'pairs'} {f})")
         ax.set_xscale("log", base=2)
+        ticks = sorted({p[axis] for v in pts.values() for p in v})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_ylim(0, 1.05)  # accuracy; a 3-seed t interval can reach past [0, 1]
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -120,6 +120,31 @@ def test_schedule_state_survives_resume_exactly(tmp_path: Path, method: str, opt
     assert ref["freeze_check"]["n_frozen_checked"] == (2 if method == "oelm-late-freeze" else 0)
 
 
+def test_late_freeze_with_best_checkpoint_before_the_freeze_passes_its_check(tmp_path: Path, monkeypatch) -> None:
+    """best/ saved while Q/K still trained holds their trainable-phase values: not a broken freeze.
+
+    A probe that is solved early picks a best step before the switch; the end-of-run check used to
+    compare those weights with the fingerprints taken at the switch and excluded the run.
+    """
+    from oelm.training.task import Task
+
+    scores = iter(range(100))  # the first validation eval (step 5) is the best one
+    monkeypatch.setattr(Task, "selection_score", lambda self, metrics: next(scores))
+    data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
+    cfg = tiny_config(data, tmp_path / "run", method="oelm-late-freeze", steps=20, eval_every=5,
+                      checkpoint_every=0, model_overrides=LAYERS2)
+    with one_thread():
+        results = train(cfg)
+    check = results["freeze_check"]
+    assert results["best_step"] == 5 and check["ok"], check
+    assert check["n_frozen_checked"] == 4 and "best/ is step 5" in check["notes"][0]
+    # The evaluated weights are step 5's: Q/K differ from what was frozen at step 10.
+    best = load_file(tmp_path / "run" / "checkpoints" / "best" / WEIGHTS)
+    last = load_file(tmp_path / "run" / "checkpoints" / step_dir_name(20) / WEIGHTS)
+    q = "transformer.h.0.attn.q_proj.weight"
+    assert not torch.equal(best[q], last[q])
+
+
 @pytest.mark.slow  # a subprocess killed mid-run plus a reference run
 def test_sigkill_during_late_freeze_then_resume_matches(tmp_path: Path) -> None:
     data = synthetic_lm_dir(tmp_path / "data")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -193,17 +194,29 @@ class AuditCheck:
     ok: bool
     problems: list[str]
     n_frozen_checked: int
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def verify_audit(model: nn.Module, audit: Audit, optimizer: torch.optim.Optimizer | None = None) -> AuditCheck:
-    """Check fingerprints are unchanged, frozen tensors have no grad, and the optimizer's param set."""
+def verify_audit(
+    model: nn.Module,
+    audit: Audit,
+    optimizer: torch.optim.Optimizer | None = None,
+    skip: Collection[str] = (),
+) -> AuditCheck:
+    """Check fingerprints are unchanged, frozen tensors have no grad, and the optimizer's param set.
+
+    `skip`: parameters whose fingerprint is not checked (e.g. tensors a schedule froze after the
+    step these weights were saved at).
+    """
     base = unwrap(model)
     params = dict(base.named_parameters(remove_duplicate=True))
     problems: list[str] = []
     for name, fp in audit.fingerprints.items():
+        if name in skip:
+            continue
         p = params.get(name)
         if p is None:
             problems.append(f"{name}: frozen tensor no longer exists")

@@ -83,6 +83,16 @@ class FreezeSchedule:
         self.state.orthogonal_heads.pop(proj.name, None)
         unfreeze_projection(proj)
 
+    def frozen_after(self, step: int) -> set[str]:
+        """Parameters this schedule froze after weights saved at `step` were taken.
+
+        The switch runs before optimizer step `at_step + 1`, after the evaluation at `at_step`, so
+        weights saved at or before `at_step` hold late-frozen tensors from their trainable phase.
+        """
+        if self.kind == "late-freeze" and self.switched and step <= self.at_step:
+            return set(self.fingerprints)
+        return set()
+
     def summary(self) -> dict[str, Any]:
         """What the audit records about the schedule."""
         return {"kind": self.kind, "at_step": self.at_step, "total_steps": self.total_steps,

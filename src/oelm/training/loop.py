@@ -12,6 +12,7 @@ import torch.distributed as tdist
 from torch import nn
 from tqdm import tqdm
 
+from oelm.audit import AuditCheck, verify_audit
 from oelm.errors import UserError
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
@@ -357,13 +358,31 @@ class Trainer:
         ckpt.load_weights(self.model, best)
 
     # ---- end of run --------------------------------------------------------------------------
-    def _finish(self) -> dict[str, Any]:
-        from oelm import verify_audit
+    def _verify_freezing(self) -> AuditCheck:
+        """The freeze check on the trained weights, then on best/ loaded for evaluation.
 
-        barrier(self.dist)  # rank 0 has written best/ before anyone reads it
+        The trained weights show the freeze held through training (optimizer included); best/
+        shows the evaluated weights are consistent with it. A late-frozen tensor is checked on best/
+        only when best/ was saved after its freeze: before it, that tensor was still training.
+        """
+        trained = verify_audit(self.model, self.audit, optimizer=self.optimizer)
         self._load_best()
-        # Verified after loading best/: the audit speaks for the weights that are evaluated.
-        check = verify_audit(self.model, self.audit, optimizer=self.optimizer)
+        if self.best_step is None:
+            return trained
+        early = self.schedule.frozen_after(self.best_step) if self.schedule is not None else set()
+        best = verify_audit(self.model, self.audit, skip=early)
+        extra = [f"best/ (step {self.best_step}): {p}" for p in best.problems if p not in trained.problems]
+        notes = []
+        if early:
+            notes.append(f"best/ is step {self.best_step}, not after the late freeze (before optimizer step "
+                         f"{self.schedule.at_step + 1}): its {len(early)} late-frozen tensors are from their "
+                         "trainable phase, checked on the final weights only")
+        problems = trained.problems + extra
+        return AuditCheck(not problems, problems, trained.n_frozen_checked, notes)
+
+    def _finish(self) -> dict[str, Any]:
+        barrier(self.dist)  # rank 0 has written best/ before anyone reads it
+        check = self._verify_freezing()
         val, _ = self._run_eval("val", final=True)
         test = self._run_eval("test", final=True)[0] if self.task.has_split("test") else None
         # The test metric per item (LM window, example), in a fixed order shared by every arm:

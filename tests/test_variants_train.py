@@ -143,6 +143,14 @@ def test_late_freeze_with_best_checkpoint_before_the_freeze_passes_its_check(tmp
     last = load_file(tmp_path / "run" / "checkpoints" / step_dir_name(20) / WEIGHTS)
     q = "transformer.h.0.attn.q_proj.weight"
     assert not torch.equal(best[q], last[q])
+    # The report keeps the run (its check passed) and says where its score came from.
+    from oelm.experiments.aggregate import compare
+    from oelm.experiments.records import load_runs
+
+    group = compare(load_runs([tmp_path / "run"])).groups[0]
+    assert group.arms[0].primary.n == 1
+    assert any("oelm-late-freeze: 1 of 1 runs were scored at a best checkpoint saved before their late "
+               "freeze (seed 0: step 5)" in w for w in group.warnings), group.warnings
 
 
 @pytest.mark.slow  # a subprocess killed mid-run plus a reference run

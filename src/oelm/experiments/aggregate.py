@@ -340,6 +340,41 @@ def _invalid_warnings(runs: list[RunRecord]) -> list[str]:
             f"ineligible): {shown}"]
 
 
+def _freeze_step(results: dict) -> int | None:
+    """The step a late-freeze run switched at (its Q/K trained up to and including it), else None."""
+    from oelm.errors import UserError
+    from oelm.methods import get_method
+
+    try:
+        method = get_method(results.get("method") or "")
+    except UserError:  # a method this version does not register
+        return None
+    f = (results.get("method_options") or {}).get("f")
+    if method.schedule != "late-freeze" or f is None or not results.get("steps"):
+        return None
+    return round(f * results["steps"])
+
+
+def _prefreeze_warnings(arms: list[Arm]) -> list[str]:
+    """Name arms whose chosen runs were scored at a best checkpoint saved before their late freeze.
+
+    Selection treats every arm alike (best validation step), but such a score comes from weights
+    whose Q/K were still training: the frozen phase, and its saving, did not produce it.
+    """
+    warnings = []
+    for arm in arms:
+        early = [r for r in arm.runs if (at := _freeze_step(r.results)) is not None
+                 and r.results.get("best_step") is not None and r.results["best_step"] <= at]
+        if early:
+            steps = ", ".join(f"seed {r.seed}: step {r.results['best_step']}" for r in early)
+            warnings.append(
+                f"{arm.method}: {len(early)} of {len(arm.runs)} runs were scored at a best checkpoint saved "
+                f"before their late freeze ({steps}): those scores come from weights whose Q/K still "
+                "trained, not from the frozen phase"
+            )
+    return warnings
+
+
 def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     """Baseline first, then the rest alphabetically."""
     return sorted(methods, key=lambda m: (m != baseline, m))
@@ -354,7 +389,8 @@ def _group(
         by_method[run.method or "?"].append(run)
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
-    group.warnings = _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms)
+    group.warnings = (_invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms)
+                      + _prefreeze_warnings(arms))
     group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
     if group.primary_metric.startswith("val_"):
         group.warnings.append(

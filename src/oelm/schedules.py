@@ -20,6 +20,19 @@ from oelm.freezing import freeze_projection, method_state, unfreeze_projection
 from oelm.targets import Proj, find_targets, unwrap
 
 
+def switch_step(f: float, total_steps: int) -> int:
+    """The step count after which a schedule switches: before optimizer step `switch_step + 1`."""
+    return round(f * total_steps)
+
+
+def saved_before_switch(step: int, at_step: int) -> bool:
+    """Whether weights saved at `step` predate a switch at `at_step`.
+
+    The switch runs after the evaluation (and best/ save) at `at_step`, so those are before it.
+    """
+    return step <= at_step
+
+
 class FreezeSchedule:
     """The switch of a method's scheduled projections at one step of a run of `total_steps`."""
 
@@ -28,7 +41,7 @@ class FreezeSchedule:
         self.state = method_state(self.model)
         self.kind: str = self.state.method.schedule
         self.total_steps = total_steps
-        self.at_step = round(self.state.options["f"] * total_steps)
+        self.at_step = switch_step(self.state.options["f"], total_steps)
         self.on_freeze = self.state.options.get("on_freeze", "keep")
         self.switched = False
         self.problems: list[str] = []
@@ -84,12 +97,9 @@ class FreezeSchedule:
         unfreeze_projection(proj)
 
     def frozen_after(self, step: int) -> set[str]:
-        """Parameters this schedule froze after weights saved at `step` were taken.
-
-        The switch runs before optimizer step `at_step + 1`, after the evaluation at `at_step`, so
-        weights saved at or before `at_step` hold late-frozen tensors from their trainable phase.
-        """
-        if self.kind == "late-freeze" and self.switched and step <= self.at_step:
+        """Parameters this schedule froze after weights saved at `step` were taken (their values
+        there are from the trainable phase)."""
+        if self.kind == "late-freeze" and self.switched and saved_before_switch(step, self.at_step):
             return set(self.fingerprints)
         return set()
 

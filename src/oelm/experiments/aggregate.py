@@ -340,19 +340,21 @@ def _invalid_warnings(runs: list[RunRecord]) -> list[str]:
             f"ineligible): {shown}"]
 
 
-def _freeze_step(results: dict) -> int | None:
-    """The step a late-freeze run switched at (its Q/K trained up to and including it), else None."""
+def _scored_before_freeze(results: dict) -> bool:
+    """Whether a late-freeze run's best checkpoint was saved before its freeze (schedules' rule)."""
     from oelm.errors import UserError
     from oelm.methods import get_method
+    from oelm.schedules import saved_before_switch, switch_step
 
     try:
         method = get_method(results.get("method") or "")
     except UserError:  # a method this version does not register
-        return None
+        return False
     f = (results.get("method_options") or {}).get("f")
-    if method.schedule != "late-freeze" or f is None or not results.get("steps"):
-        return None
-    return round(f * results["steps"])
+    best, steps = results.get("best_step"), results.get("steps")
+    if method.schedule != "late-freeze" or f is None or not steps or best is None:
+        return False
+    return saved_before_switch(best, switch_step(f, steps))
 
 
 def _prefreeze_warnings(arms: list[Arm]) -> list[str]:
@@ -363,8 +365,7 @@ def _prefreeze_warnings(arms: list[Arm]) -> list[str]:
     """
     warnings = []
     for arm in arms:
-        early = [r for r in arm.runs if (at := _freeze_step(r.results)) is not None
-                 and r.results.get("best_step") is not None and r.results["best_step"] <= at]
+        early = [r for r in arm.runs if _scored_before_freeze(r.results)]
         if early:
             steps = ", ".join(f"seed {r.seed}: step {r.results['best_step']}" for r in early)
             warnings.append(

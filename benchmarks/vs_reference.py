@@ -10,6 +10,15 @@ warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
 steps with wall time and, steadier on a shared machine, process CPU time.
 
+Ratios come with a 95% interval over rounds: each round pairs the arms in time, so a ratio's
+per-round values cancel the machine's slow drift and their spread is the noise that remains (the
+A/A row's interval is the noise floor). A frozen arm is also shadowed by its skipped work, timed in
+the same rounds: the weight-gradient GEMMs, gradient sums and AdamW update its freezing removes,
+run alone. "theoretical" savings are FLOP shares; the skipped work's time says how much of the
+step those FLOPs really take on this device, and `skipped_time_saved` how much of that time the
+step saved (1.0: freezing realizes all it can; the rest of the FLOP target is time the step spends
+in work that FLOPs do not count: softmax, norms, elementwise ops, the optimizer, launches).
+
 Each round prints a progress line and rewrites the JSON (a list of rows), so a run stopped early
 keeps its figures. Memory per arm: on CUDA the allocator peak of one step above what the other
 arms hold, plus the arm's parameters and optimizer state; on CPU an estimate (parameters +
@@ -127,10 +136,59 @@ def _state_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[int, int
     return params + state, grads
 
 
-class Arm:
+class Timed:
+    """Step timing shared by every arm: per-step times and per-round medians (for paired ratios)."""
+
+    name: str
+    cuda: bool
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.cpu_times: list[float] = []  # CPU only: process CPU seconds, steadier than wall time under load
+        self.round_medians: list[float] = []  # one per round: rounds pair the arms in time
+        self.round_cpu_medians: list[float] = []
+        self._events: list[tuple[Any, Any]] = []
+        self._wall: list[float] = []
+        self._cpu: list[float] = []
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def timed(self, n: int, record: bool) -> None:
+        """n steps; CUDA events are recorded around each and read later in `collect`."""
+        for _ in range(n):
+            if self.cuda:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                self.step()
+                e.record()
+                if record:
+                    self._events.append((s, e))
+            else:
+                t0, c0 = time.perf_counter(), time.process_time()
+                self.step()
+                if record:
+                    self._wall.append(time.perf_counter() - t0)
+                    self._cpu.append(time.process_time() - c0)
+
+    def collect(self) -> None:
+        """End of a round (after its synchronize): read CUDA events, keep the round's medians."""
+        self._wall.extend(s.elapsed_time(e) / 1000.0 for s, e in self._events)
+        self._events.clear()
+        if self._wall:
+            self.times.extend(self._wall)
+            self.round_medians.append(statistics.median(self._wall))
+        if self._cpu:
+            self.cpu_times.extend(self._cpu)
+            self.round_cpu_medians.append(statistics.median(self._cpu))
+        self._wall, self._cpu = [], []
+
+
+class Arm(Timed):
     """One model + optimizer + fixed batch, stepped in a tight loop."""
 
     def __init__(self, name: str, model: nn.Module, args: argparse.Namespace, batch: int, flops: float | None, saving: float | None) -> None:
+        super().__init__()
         dev = torch.device(args.device)
         self.name, self.batch, self.seq = name, batch, args.seq
         self.model = model.to(dev)
@@ -147,10 +205,8 @@ class Arm:
         self.x = torch.randint(0, vocab, (batch, args.seq), generator=g).to(dev)
         self.y = torch.randint(0, vocab, (batch, args.seq), generator=g).to(dev)
         self.amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=like_cuda)
+        self.matmul_dtype = torch.bfloat16 if like_cuda else torch.float32
         self.flops, self.saving = flops, saving
-        self.times: list[float] = []
-        self.cpu_times: list[float] = []  # CPU only: process CPU seconds, steadier than wall time under load
-        self._events: list[tuple[Any, Any]] = []
         self.peak: int | None = None
         # What freezing must save at least: each frozen tensor's gradient and two AdamW moments.
         self.frozen_state_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
@@ -189,28 +245,6 @@ class Arm:
             "aten_ops_by_name": dict(sorted(ops.items())),
         }
 
-    def timed(self, n: int, record: bool) -> None:
-        """n steps; CUDA events are recorded around each and read later in `collect`."""
-        for _ in range(n):
-            if self.cuda:
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                self.step()
-                e.record()
-                if record:
-                    self._events.append((s, e))
-            else:
-                t0, c0 = time.perf_counter(), time.process_time()
-                self.step()
-                if record:
-                    self.times.append(time.perf_counter() - t0)
-                    self.cpu_times.append(time.process_time() - c0)
-
-    def collect(self) -> None:
-        """Read recorded CUDA events (after the round's synchronize)."""
-        self.times.extend(s.elapsed_time(e) / 1000.0 for s, e in self._events)
-        self._events.clear()
-
     def measure_memory(self) -> None:
         """Peak bytes of this arm: persistent state + one step's transient peak (CUDA), or an estimate."""
         held, grads = _state_bytes(self.model, self.opt)
@@ -223,6 +257,49 @@ class Arm:
         self.step()
         torch.cuda.synchronize()
         self.peak = held + torch.cuda.max_memory_allocated() - before
+
+
+class SkippedWork(Timed):
+    """What freezing removes from a step, run alone: the measured cost behind the theoretical saving.
+
+    For each frozen weight [out, in] of `arm`: its weight-gradient GEMM (grad_out[N, out]^T @
+    input[N, in], N = batch x seq tokens, in the step's matmul dtype, cast to the weight's dtype);
+    for each frozen vector: its gradient's sum over N; then a fused AdamW step and zero_grad over
+    tensors of the frozen shapes. FLOP-proportional "theoretical" savings assume the whole step runs
+    at the speed of these GEMMs; timing them beside the steps says how much time freezing could save
+    at most on this device, so a shortfall splits into "the step spends time elsewhere" (the GEMMs
+    are cheaper than their FLOP share) and "the implementation leaves some saving on the table"
+    (the step got faster by less than these GEMMs take). Frozen Q and K are timed as two GEMMs,
+    where the fused QKV backward skips one of twice the rows: near the same FLOP rate at these sizes.
+    """
+
+    def __init__(self, arm: Arm) -> None:
+        super().__init__()
+        self.name, self.cuda, self.of = f"{arm.name} skipped work", arm.cuda, arm.name
+        dev = arm.x.device
+        dt = arm.matmul_dtype
+        n = arm.batch * arm.seq
+        g = torch.Generator(device=dev).manual_seed(0)
+        frozen = [p for p in arm.model.parameters() if not p.requires_grad]
+        self.params = [nn.Parameter(p.detach().clone()) for p in frozen]
+        self.inputs = [
+            (torch.randn(n, p.shape[0], generator=g, device=dev, dtype=dt),
+             torch.randn(n, p.shape[1], generator=g, device=dev, dtype=dt) if p.ndim == 2 else None)
+            for p in frozen
+        ]
+        decay = [p for p in self.params if p.ndim >= 2]
+        rest = [p for p in self.params if p.ndim < 2]
+        groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+        self.opt = torch.optim.AdamW([gr for gr in groups if gr["params"]], lr=1e-4, fused=True) if self.params else None
+        self.flops = sum(2.0 * n * p.numel() for p in frozen if p.ndim == 2)
+
+    def step(self) -> None:
+        if self.opt is None:
+            return
+        for p, (go, x) in zip(self.params, self.inputs):
+            p.grad = (go.t() @ x if x is not None else go.sum(0)).to(p.dtype)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
 
 
 class OpCounter(TorchDispatchMode):
@@ -303,8 +380,30 @@ def build_arms(args: argparse.Namespace, batch: int, names: tuple[str, ...] = AR
     return arms
 
 
-def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: int, complete: bool) -> list[dict]:
-    """One row per arm with times, throughput, memory, MFU and ratios to baseline/reference."""
+def _interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    """Mean of per-round values with a Student-t 95% interval over rounds (None where undefined)."""
+    from oelm.experiments.stats import summarize
+
+    s = summarize(values)
+    return s.mean, s.ci_low, s.ci_high
+
+
+def paired_ratio(num: list[float], den: list[float]) -> tuple[float | None, float | None, float | None]:
+    """Geometric mean over rounds of num_r / den_r with a 95% interval: each round pairs the arms in time,
+    so slow drift of the machine cancels within a round and the interval is the round-to-round noise."""
+    k = min(len(num), len(den))
+    m, lo, hi = _interval([math.log(a / b) for a, b in zip(num[:k], den[:k])])
+    return tuple(math.exp(v) if v is not None else None for v in (m, lo, hi))  # type: ignore[return-value]
+
+
+def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: int, complete: bool,
+            skipped: dict[str, SkippedWork] | None = None) -> list[dict]:
+    """One row per arm with times, throughput, memory, MFU and ratios to baseline/reference.
+
+    Ratios carry a 95% interval over rounds (`*_ci`); a frozen arm's row also has the measured
+    time of the work its freezing skips (`skipped_work_*`) and how much of it the step saved.
+    """
+    skipped = skipped or {}
     peak, peak_src = _peak_flops(args)
     med = {a.name: statistics.median(a.times) if a.times else math.nan for a in arms}
     cpu = {a.name: statistics.median(a.cpu_times) if a.cpu_times else math.nan for a in arms}
@@ -316,6 +415,11 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
         p95 = float(np.percentile(a.times, 95)) if a.times else math.nan
         speedup = base / m if a.times else math.nan
         mem_saving = (by_name["baseline"].peak - a.peak) if a.peak is not None and by_name["baseline"].peak else None
+        b_r, a_r = by_name["baseline"].round_medians, a.round_medians
+        k = min(len(b_r), len(a_r))
+        sk = skipped.get(a.name)
+        k_sk = min(k, len(sk.round_medians)) if sk else 0
+        sk_med = statistics.median(sk.times) if sk and sk.times else None
         rows.append({
             "name": a.name,
             "batch": batch,
@@ -349,6 +453,18 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
             "speedup_vs_baseline": speedup,
             "saving_realized": (1 - 1 / speedup) / a.saving if a.saving else None,
             "vs_reference": ref / m if a.times else None,
+            "rounds_paired": k,
+            "speedup_vs_baseline_ci": list(paired_ratio(b_r, a_r)[1:]),
+            "vs_reference_ci": list(paired_ratio(by_name["reference"].round_medians, a_r)[1:]),
+            "saving_realized_ci": list(_interval([(1 - a_r[i] / b_r[i]) / a.saving for i in range(k)])[1:])
+            if a.saving else None,
+            "skipped_work_s": sk_med,
+            "skipped_work_flops": sk.flops if sk else None,
+            "skipped_work_share_of_baseline": sk_med / base if sk_med else None,
+            "skipped_work_speedup_ceiling": base / (base - sk_med) if sk_med else None,
+            "skipped_time_saved": (base - m) / sk_med if sk_med else None,
+            "skipped_time_saved_ci": list(_interval([(b_r[i] - a_r[i]) / sk.round_medians[i] for i in range(k_sk)])[1:])
+            if sk else None,
             "cpu_seconds_median": cpu[a.name] if a.cpu_times else None,
             "speedup_vs_baseline_cpu_time": cpu["baseline"] / cpu[a.name] if a.cpu_times else None,
             "vs_reference_cpu_time": cpu["reference"] / cpu[a.name] if a.cpu_times else None,
@@ -379,7 +495,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                 if hasattr(torch._dynamo.config, limit):
                     setattr(torch._dynamo.config, limit, max(64, getattr(torch._dynamo.config, limit)))
         arms = build_arms(args, batch)
-        order = list(arms)
+        skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_state_bytes}
+        order = [*arms, *skipped.values()]
         print(f"\n# batch {batch} x seq {args.seq}: warm-up {args.warmup} step(s) per arm", flush=True)
         for a in order:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
             a.timed(args.warmup, record=False)
@@ -393,21 +510,21 @@ def run(args: argparse.Namespace) -> list[dict]:
             for a in order[k:] + order[:k]:
                 a.timed(args.steps, record=True)
             _sync(args)
-            for a in arms:
+            for a in order:
                 a.collect()
             rounds_done += 1
-            line = "  ".join(f"{a.name} {1e3 * statistics.median(a.times):.1f}ms" for a in arms)
+            line = "  ".join(f"{a.name} {1e3 * statistics.median(a.times):.1f}ms" for a in order)
             print(f"round {r + 1}/{args.rounds}: {line}", flush=True)
-            _write(args, done + rows_of(arms, args, batch, rounds_done, complete=False))
+            _write(args, done + rows_of(arms, args, batch, rounds_done, complete=False, skipped=skipped))
         for a in arms:
             a.measure_memory()
-        rows = rows_of(arms, args, batch, rounds_done, complete=True)
+        rows = rows_of(arms, args, batch, rounds_done, complete=True, skipped=skipped)
         print(HEADER, flush=True)
         for row in rows:
             print(_fmt(row), flush=True)
         done += rows
         _write(args, done)
-        del arms
+        del arms, skipped, order
         if args.device == "cuda":
             torch.cuda.empty_cache()
     return done
@@ -441,6 +558,18 @@ def _write(args: argparse.Namespace, rows: list[dict]) -> None:
         os.replace(tmp, args.json)
 
 
+def _pct(v: float | None, digits: int = 0) -> str:
+    return f"{100 * v:.{digits}f}%" if v is not None else "n/a"
+
+
+def _ci(ci: list | None, scale: float = 1.0, unit: str = "x") -> str:
+    """'[lo, hi]' of a 95% interval over rounds, or '' when there are too few rounds for one."""
+    if not ci or ci[0] is None:
+        return ""
+    digits = 0 if scale == 100 else 3
+    return f"[{scale * ci[0]:.{digits}f}{unit}, {scale * ci[1]:.{digits}f}{unit}]"
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -451,7 +580,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, help="sequence length (default 512; 128 for CPU --quick)")
     p.add_argument("--preset", default="gpt-medium-512")
     p.add_argument("--vocab", type=int, help="vocabulary (default 50257; 8192 for CPU --quick)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 10, quick 6)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 10, quick 40 within the time budget)")
     p.add_argument("--steps", type=int, help="steps per arm per round (default 10 on CUDA, 3 on CPU)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default 5 on CUDA, 1 on CPU; +compile)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -483,7 +612,9 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.vocab = args.vocab or (1024 if counting else shape["vocab_size"])
     args.seq = args.seq or (32 if counting else 128 if small else 512)
     args.batch = args.batch or ([1] if counting else [8, 32] if cuda else [4])
-    args.rounds = args.rounds or (6 if args.quick else 10)
+    # Quick: as many rounds as the time budget allows (about 90 s of timing at the CPU quick shape),
+    # since the interval over rounds is what says whether a 3% saving is resolved.
+    args.rounds = args.rounds or (40 if args.quick else 10)
     args.steps = args.steps or (10 if cuda else 3)
     args.time_budget = args.time_budget or (150.0 if args.quick else None)
     args.warmup = args.warmup or ((3 if cuda else 1) + (2 if args.compile else 0))
@@ -513,13 +644,19 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["name"] in ("oelm-freeze", "oelm-qk-ffn"):
             aa = next(x for x in rows if x["name"] == "baseline-AA" and x["batch"] == r["batch"])
-            print(f"batch {r['batch']} {r['name']}: speed-up {r['speedup_vs_baseline']:.3f}x vs theoretical "
-                  f"{r['theoretical_speedup']:.3f}x (realized {100 * r['saving_realized']:.0f}% of the saving; "
-                  f"A/A {aa['speedup_vs_baseline']:.3f}x); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
+            print(f"batch {r['batch']} {r['name']}: speed-up {r['speedup_vs_baseline']:.3f}x {_ci(r['speedup_vs_baseline_ci'])} "
+                  f"vs theoretical {r['theoretical_speedup']:.3f}x (realized {_pct(r['saving_realized'])} "
+                  f"{_ci(r['saving_realized_ci'], 100, '%')} of the FLOP saving; A/A {aa['speedup_vs_baseline']:.3f}x "
+                  f"{_ci(aa['speedup_vs_baseline_ci'])}); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
                   f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB)",
                   flush=True)
+            if r["skipped_work_s"]:
+                print(f"batch {r['batch']} {r['name']}: the skipped work alone takes {1e3 * r['skipped_work_s']:.2f} ms "
+                      f"= {_pct(r['skipped_work_share_of_baseline'], 2)} of the baseline step (ceiling "
+                      f"{r['skipped_work_speedup_ceiling']:.3f}x); the step saved {_pct(r['skipped_time_saved'])} "
+                      f"{_ci(r['skipped_time_saved_ci'], 100, '%')} of that time", flush=True)
     for (b, name), r in base.items():
-        print(f"batch {b} oelm {name} vs reference: {r['vs_reference']:.3f}x", flush=True)
+        print(f"batch {b} oelm {name} vs reference: {r['vs_reference']:.3f}x {_ci(r['vs_reference_ci'])}", flush=True)
     if args.device == "cpu":  # wall time on a shared machine is noisy; CPU seconds less so
         for r in rows:
             print(f"batch {r['batch']} {r['name']}: CPU time per step {r['cpu_seconds_median']:.3f}s, "

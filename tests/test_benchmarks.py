@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -36,7 +37,21 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
     assert freeze["memory_saving_vs_baseline_bytes"] == freeze["frozen_grad_and_optimizer_bytes"] > 0
     assert 0 < freeze["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
     assert rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"] == rows["baseline-nobias"]["flops_per_step"]
-    assert "oelm-freeze" in capsys.readouterr().out  # rows are printed, not only written
+    # Every ratio has an interval over the (paired) rounds around its per-round geometric mean.
+    for r in rows.values():
+        lo, hi = r["speedup_vs_baseline_ci"]
+        assert r["rounds_paired"] == 2 and 0 < lo <= hi
+    assert rows["baseline"]["speedup_vs_baseline_ci"] == [1.0, 1.0]
+    # The frozen arms are shadowed by their skipped work: exactly the FLOPs of the theoretical saving.
+    base = rows["baseline"]
+    for name in ("oelm-freeze", "oelm-qk-ffn"):
+        r = rows[name]
+        assert math.isclose(r["skipped_work_flops"], r["theoretical_saving"] * base["flops_per_step"], rel_tol=1e-9)
+        assert 0 < r["skipped_work_share_of_baseline"] < 1 and r["skipped_work_speedup_ceiling"] > 1
+        assert len(r["skipped_time_saved_ci"]) == 2 and r["saving_realized_ci"] is not None
+    assert base["skipped_work_s"] is None and rows["reference"]["skipped_time_saved_ci"] is None
+    out_text = capsys.readouterr().out
+    assert "oelm-freeze" in out_text and "skipped work alone takes" in out_text  # printed, not only written
 
 
 def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):

@@ -10,14 +10,16 @@ warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
 steps with wall time and, steadier on a shared machine, process CPU time.
 
-Ratios come with a 95% interval over rounds: each round pairs the arms in time, so a ratio's
-per-round values cancel the machine's slow drift and their spread is the noise that remains (the
-A/A row's interval is the noise floor). A frozen arm is also shadowed by its skipped work, timed in
-the same rounds: the weight-gradient GEMMs, gradient sums and AdamW update its freezing removes,
-run alone. "theoretical" savings are FLOP shares; the skipped work's time says how much of the
-step those FLOPs really take on this device, and `skipped_time_saved` how much of that time the
-step saved (1.0: freezing realizes all it can; the rest of the FLOP target is time the step spends
-in work that FLOPs do not count: softmax, norms, elementwise ops, the optimizer, launches).
+Ratios are medians over rounds of the ratio within each round, with a distribution-free 95%
+interval: a round runs the arms side by side, so the machine's slow drift cancels within it and the
+interval is the noise that remains (the A/A row's interval is the noise floor). A frozen arm is
+shadowed by its skipped work, timed in the same rounds: the weight-gradient GEMMs (and gradient
+sums) its freezing removes, run alone, exactly the FLOPs of its "theoretical" saving. That time
+says how much of the step those FLOPs really take on this device, and `skipped_time_saved` how much
+of it the step saved: near 1.0, freezing realizes what it can, and the rest of a FLOP target is time
+the step spends on work FLOPs do not count (softmax, norms, elementwise ops, the optimizer, launches).
+Timings vary between processes more than within one (memory placement, thread scheduling): compare
+the intervals of repeated runs before reading a difference of a percent or two.
 
 Each round prints a progress line and rewrites the JSON (a list of rows), so a run stopped early
 keeps its figures. Memory per arm: on CUDA the allocator peak of one step above what the other
@@ -27,6 +29,7 @@ gradients + optimizer state, activations excluded) because one process shares it
     python benchmarks/vs_reference.py --device cuda --json out.json              # batch 8 and 32
     python benchmarks/vs_reference.py --device cuda --compile --json out.json
     python benchmarks/vs_reference.py --device cpu --quick --json out.json       # < 5 min, 2 cores
+    python benchmarks/vs_reference.py --device cpu --quick --processes 3 --json out.json  # 3 fresh processes
     python benchmarks/vs_reference.py --count-ops --json ops.json                # ~1 min on CPU
 
 `--count-ops` times nothing: after one warm-up step it counts, per arm, the aten ops one training
@@ -260,17 +263,17 @@ class Arm(Timed):
 
 
 class SkippedWork(Timed):
-    """What freezing removes from a step, run alone: the measured cost behind the theoretical saving.
+    """The GEMMs freezing removes from a step, run alone: the measured cost behind the FLOP saving.
 
     For each frozen weight [out, in] of `arm`: its weight-gradient GEMM (grad_out[N, out]^T @
     input[N, in], N = batch x seq tokens, in the step's matmul dtype, cast to the weight's dtype);
-    for each frozen vector: its gradient's sum over N; then a fused AdamW step and zero_grad over
-    tensors of the frozen shapes. FLOP-proportional "theoretical" savings assume the whole step runs
-    at the speed of these GEMMs; timing them beside the steps says how much time freezing could save
-    at most on this device, so a shortfall splits into "the step spends time elsewhere" (the GEMMs
-    are cheaper than their FLOP share) and "the implementation leaves some saving on the table"
-    (the step got faster by less than these GEMMs take). Frozen Q and K are timed as two GEMMs,
-    where the fused QKV backward skips one of twice the rows: near the same FLOP rate at these sizes.
+    for each frozen vector, its gradient's sum over N. Exactly the FLOPs of the arm's theoretical
+    saving. A FLOP share assumes the whole step runs at the speed of these GEMMs; timing them in the
+    same rounds says how much time freezing can save on this device, so a shortfall splits into
+    "the step spends time elsewhere" (the GEMMs take less than their FLOP share) and "the
+    implementation leaves saving on the table" (the step got faster by less than they take).
+    The optimizer's share is left out: timed alone, one AdamW call over the frozen shapes is mostly
+    the call's fixed cost, which freezing does not remove; so a step can save more than 100% of this.
     """
 
     def __init__(self, arm: Arm) -> None:
@@ -281,25 +284,17 @@ class SkippedWork(Timed):
         n = arm.batch * arm.seq
         g = torch.Generator(device=dev).manual_seed(0)
         frozen = [p for p in arm.model.parameters() if not p.requires_grad]
-        self.params = [nn.Parameter(p.detach().clone()) for p in frozen]
+        self.dtypes = [p.dtype for p in frozen]
         self.inputs = [
             (torch.randn(n, p.shape[0], generator=g, device=dev, dtype=dt),
              torch.randn(n, p.shape[1], generator=g, device=dev, dtype=dt) if p.ndim == 2 else None)
             for p in frozen
         ]
-        decay = [p for p in self.params if p.ndim >= 2]
-        rest = [p for p in self.params if p.ndim < 2]
-        groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-        self.opt = torch.optim.AdamW([gr for gr in groups if gr["params"]], lr=1e-4, fused=True) if self.params else None
         self.flops = sum(2.0 * n * p.numel() for p in frozen if p.ndim == 2)
 
     def step(self) -> None:
-        if self.opt is None:
-            return
-        for p, (go, x) in zip(self.params, self.inputs):
-            p.grad = (go.t() @ x if x is not None else go.sum(0)).to(p.dtype)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        for dtype, (go, x) in zip(self.dtypes, self.inputs):
+            (go.t() @ x if x is not None else go.sum(0)).to(dtype)
 
 
 class OpCounter(TorchDispatchMode):
@@ -380,46 +375,61 @@ def build_arms(args: argparse.Namespace, batch: int, names: tuple[str, ...] = AR
     return arms
 
 
-def _interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
-    """Mean of per-round values with a Student-t 95% interval over rounds (None where undefined)."""
-    from oelm.experiments.stats import summarize
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float | None, float | None, float | None]:
+    """Median of per-round values with a distribution-free interval for it (order statistics).
 
-    s = summarize(values)
-    return s.mean, s.ci_low, s.ci_high
+    The interval runs from the j-th to the (n+1-j)-th smallest value, j the largest rank with
+    P(Binomial(n, 1/2) < j) <= (1 - confidence) / 2: no assumption on the noise's shape, and one
+    disturbed round moves it by one rank, not by its size. None where n is too small (n < 6 at 95%).
+    """
+    from scipy.stats import binom
+
+    vals = sorted(v for v in values if math.isfinite(v))
+    n = len(vals)
+    if n == 0:
+        return None, None, None
+    med = statistics.median(vals)
+    j = int(binom.ppf((1 - confidence) / 2, n, 0.5))  # P(X <= j-1) <= alpha/2 < P(X <= j)
+    if binom.cdf(j, n, 0.5) <= (1 - confidence) / 2:
+        j += 1
+    if j < 1:
+        return med, None, None
+    return med, vals[j - 1], vals[n - j]
 
 
 def paired_ratio(num: list[float], den: list[float]) -> tuple[float | None, float | None, float | None]:
-    """Geometric mean over rounds of num_r / den_r with a 95% interval: each round pairs the arms in time,
-    so slow drift of the machine cancels within a round and the interval is the round-to-round noise."""
-    k = min(len(num), len(den))
-    m, lo, hi = _interval([math.log(a / b) for a, b in zip(num[:k], den[:k])])
-    return tuple(math.exp(v) if v is not None else None for v in (m, lo, hi))  # type: ignore[return-value]
+    """Median over rounds of num_r / den_r with its 95% interval: each round pairs the arms in time,
+    so slow drift of the machine cancels within a round and the interval is the noise that remains."""
+    return median_ci([a / b for a, b in zip(num, den)])
 
 
 def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: int, complete: bool,
             skipped: dict[str, SkippedWork] | None = None) -> list[dict]:
     """One row per arm with times, throughput, memory, MFU and ratios to baseline/reference.
 
-    Ratios carry a 95% interval over rounds (`*_ci`); a frozen arm's row also has the measured
-    time of the work its freezing skips (`skipped_work_*`) and how much of it the step saved.
+    Every ratio is the median over rounds of the ratio within each round (the arms of a round ran
+    side by side), with a distribution-free 95% interval (`*_ci`). A frozen arm's row also has the
+    measured time of the GEMMs its freezing skips (`skipped_work_*`) and how much of it the step saved.
     """
     skipped = skipped or {}
     peak, peak_src = _peak_flops(args)
     med = {a.name: statistics.median(a.times) if a.times else math.nan for a in arms}
-    cpu = {a.name: statistics.median(a.cpu_times) if a.cpu_times else math.nan for a in arms}
-    base, ref = med["baseline"], med["reference"]
     by_name = {a.name: a for a in arms}
+    base_arm, ref_arm = by_name["baseline"], by_name["reference"]
+    base = med["baseline"]
     rows = []
     for a in arms:
         m = med[a.name]
         p95 = float(np.percentile(a.times, 95)) if a.times else math.nan
-        speedup = base / m if a.times else math.nan
-        mem_saving = (by_name["baseline"].peak - a.peak) if a.peak is not None and by_name["baseline"].peak else None
-        b_r, a_r = by_name["baseline"].round_medians, a.round_medians
-        k = min(len(b_r), len(a_r))
+        mem_saving = (base_arm.peak - a.peak) if a.peak is not None and base_arm.peak else None
+        b_r, a_r = base_arm.round_medians, a.round_medians
+        speedup, *speedup_ci = paired_ratio(b_r, a_r)
+        vs_ref, *vs_ref_ci = paired_ratio(ref_arm.round_medians, a_r)
+        realized, *realized_ci = median_ci([(1 - y / x) / a.saving for x, y in zip(b_r, a_r)]) if a.saving else (None, None, None)
         sk = skipped.get(a.name)
-        k_sk = min(k, len(sk.round_medians)) if sk else 0
         sk_med = statistics.median(sk.times) if sk and sk.times else None
+        saved, *saved_ci = (median_ci([(x - y) / z for x, y, z in zip(b_r, a_r, sk.round_medians)]) if sk
+                            else (None, None, None))
         rows.append({
             "name": a.name,
             "batch": batch,
@@ -451,23 +461,23 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
             "theoretical_saving": a.saving,
             "theoretical_speedup": 1 / (1 - a.saving) if a.saving is not None else None,
             "speedup_vs_baseline": speedup,
-            "saving_realized": (1 - 1 / speedup) / a.saving if a.saving else None,
-            "vs_reference": ref / m if a.times else None,
-            "rounds_paired": k,
-            "speedup_vs_baseline_ci": list(paired_ratio(b_r, a_r)[1:]),
-            "vs_reference_ci": list(paired_ratio(by_name["reference"].round_medians, a_r)[1:]),
-            "saving_realized_ci": list(_interval([(1 - a_r[i] / b_r[i]) / a.saving for i in range(k)])[1:])
-            if a.saving else None,
+            "speedup_vs_baseline_ci": speedup_ci,
+            "saving_realized": realized,
+            "saving_realized_ci": realized_ci if a.saving else None,
+            "vs_reference": vs_ref,
+            "vs_reference_ci": vs_ref_ci,
+            "rounds_paired": min(len(b_r), len(a_r)),
             "skipped_work_s": sk_med,
             "skipped_work_flops": sk.flops if sk else None,
             "skipped_work_share_of_baseline": sk_med / base if sk_med else None,
             "skipped_work_speedup_ceiling": base / (base - sk_med) if sk_med else None,
-            "skipped_time_saved": (base - m) / sk_med if sk_med else None,
-            "skipped_time_saved_ci": list(_interval([(b_r[i] - a_r[i]) / sk.round_medians[i] for i in range(k_sk)])[1:])
-            if sk else None,
-            "cpu_seconds_median": cpu[a.name] if a.cpu_times else None,
-            "speedup_vs_baseline_cpu_time": cpu["baseline"] / cpu[a.name] if a.cpu_times else None,
-            "vs_reference_cpu_time": cpu["reference"] / cpu[a.name] if a.cpu_times else None,
+            "skipped_time_saved": saved,
+            "skipped_time_saved_ci": saved_ci if sk else None,
+            "cpu_seconds_median": statistics.median(a.cpu_times) if a.cpu_times else None,
+            "speedup_vs_baseline_cpu_time": paired_ratio(base_arm.round_cpu_medians, a.round_cpu_medians)[0]
+            if a.cpu_times else None,
+            "vs_reference_cpu_time": paired_ratio(ref_arm.round_cpu_medians, a.round_cpu_medians)[0]
+            if a.cpu_times else None,
         })
     return rows
 
@@ -588,6 +598,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "size (at least 2 rounds; default 150 with --quick, else none)")
     p.add_argument("--peak-flops", type=float, help="peak FLOP/s for MFU (needed on CPU)")
     p.add_argument("--json", type=Path, help="write the rows here (rewritten after every round)")
+    p.add_argument("--processes", type=int, default=1, help="repeat the whole measurement in this many fresh "
+                   "processes, one after another (timings vary more between processes than within one); "
+                   "the JSON gets every process's rows, tagged, and the printout the spread across them")
     p.add_argument("--count-ops", action="store_true", help="count aten ops and Python calls per training step "
                    "instead of timing (deterministic; defaults: batch 1, seq 32, vocab 1024)")
     args = p.parse_args(argv)
@@ -595,6 +608,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--device cuda but no CUDA device is visible; use --device cpu")
     if args.count_ops and args.compile:
         p.error("--count-ops counts eager dispatches; drop --compile")
+    if args.processes < 1 or (args.processes > 1 and args.count_ops):
+        p.error("--processes must be >= 1, and 1 with --count-ops (counts are deterministic)")
     return _defaults(args)
 
 
@@ -626,8 +641,46 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+SPREAD = ("speedup_vs_baseline", "saving_realized", "skipped_time_saved", "vs_reference")
+
+
+def repeat(args: argparse.Namespace, argv: list[str]) -> list[dict]:
+    """Run the measurement in args.processes fresh processes; tag, pool and write their rows."""
+    import subprocess
+    import tempfile
+
+    child_argv = list(argv)
+    for flag in ("--processes", "--json"):  # the children write their own files; the parent pools them
+        while flag in child_argv:
+            i = child_argv.index(flag)
+            del child_argv[i:i + 2]
+    done: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            print(f"\n## process {i + 1} of {args.processes}", flush=True)
+            out = Path(tmp) / f"rows-{i}.json"
+            subprocess.run([sys.executable, __file__, *child_argv, "--json", str(out)], check=True)
+            done += [{**r, "process": i} for r in json.loads(out.read_text())]
+            _write(args, done)
+    print(f"\n## across {args.processes} processes (each a median over its rounds): min / median / max", flush=True)
+    for (batch, name) in dict.fromkeys((r["batch"], r["name"]) for r in done):
+        rows = [r for r in done if r["batch"] == batch and r["name"] == name]
+        parts = []
+        for key in SPREAD:
+            vals = sorted(r[key] for r in rows if r.get(key) is not None)
+            if vals and not (key == "speedup_vs_baseline" and name == "baseline") and not (key == "vs_reference" and name == "reference"):
+                parts.append(f"{key} {vals[0]:.3f} / {statistics.median(vals):.3f} / {vals[-1]:.3f}")
+        if parts:
+            print(f"batch {batch} {name}: " + "; ".join(parts), flush=True)
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
+    if args.processes > 1:
+        repeat(args, argv)
+        return 0
     if args.count_ops:
         print(f"# aten ops and Python calls per training step; {args.shape_note}; seq {args.seq}; "
               f"device {args.device_name}; torch {torch.__version__}", flush=True)

@@ -23,7 +23,7 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
     bench = _load()
     out = tmp_path / "rows.json"
     argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "16", "--batch", "2",
-            "--rounds", "2", "--steps", "1", "--threads", "1", "--json", str(out)]
+            "--rounds", "6", "--steps", "1", "--threads", "1", "--json", str(out)]
     threads = torch.get_num_threads()
     try:
         assert bench.main(argv) == 0
@@ -31,24 +31,29 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
         torch.set_num_threads(threads)
     rows = {r["name"]: r for r in json.loads(out.read_text())}
     assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-AA", "baseline-nobias"}
-    assert all(r["complete"] and r["steps_timed"] == 2 and r["tokens_per_s"] > 0 for r in rows.values())
+    assert all(r["complete"] and r["steps_timed"] == 6 and r["tokens_per_s"] > 0 for r in rows.values())
     # The CPU estimate drops exactly the frozen tensors' gradients and AdamW moments.
     freeze = rows["oelm-freeze"]
     assert freeze["memory_saving_vs_baseline_bytes"] == freeze["frozen_grad_and_optimizer_bytes"] > 0
     assert 0 < freeze["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
     assert rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"] == rows["baseline-nobias"]["flops_per_step"]
-    # Every ratio has an interval over the (paired) rounds around its per-round geometric mean.
+    # Every ratio is a median over the 6 paired rounds, inside its distribution-free interval.
     for r in rows.values():
         lo, hi = r["speedup_vs_baseline_ci"]
-        assert r["rounds_paired"] == 2 and 0 < lo <= hi
-    assert rows["baseline"]["speedup_vs_baseline_ci"] == [1.0, 1.0]
+        assert r["rounds_paired"] == 6 and 0 < lo <= r["speedup_vs_baseline"] <= hi
+        lo, hi = r["vs_reference_ci"]
+        assert lo <= r["vs_reference"] <= hi
+    assert rows["baseline"]["speedup_vs_baseline_ci"] == [1.0, 1.0] and rows["reference"]["vs_reference"] == 1.0
     # The frozen arms are shadowed by their skipped work: exactly the FLOPs of the theoretical saving.
     base = rows["baseline"]
     for name in ("oelm-freeze", "oelm-qk-ffn"):
         r = rows[name]
         assert math.isclose(r["skipped_work_flops"], r["theoretical_saving"] * base["flops_per_step"], rel_tol=1e-9)
         assert 0 < r["skipped_work_share_of_baseline"] < 1 and r["skipped_work_speedup_ceiling"] > 1
-        assert len(r["skipped_time_saved_ci"]) == 2 and r["saving_realized_ci"] is not None
+        lo, hi = r["skipped_time_saved_ci"]
+        assert lo <= r["skipped_time_saved"] <= hi
+        lo, hi = r["saving_realized_ci"]
+        assert lo <= r["saving_realized"] <= hi
     assert base["skipped_work_s"] is None and rows["reference"]["skipped_time_saved_ci"] is None
     out_text = capsys.readouterr().out
     assert "oelm-freeze" in out_text and "skipped work alone takes" in out_text  # printed, not only written
@@ -92,3 +97,29 @@ def test_reference_model_matches_the_oelm_shape():
     assert sum(mats(ours)) == sum(mats(ref))
     bias_free = GPT(gpt_config("gpt-tiny", vocab_size=97, block_size=16, bias=False))
     assert sum(p.numel() for p in bias_free.parameters()) == sum(p.numel() for p in ref.parameters())
+
+
+def test_median_interval_is_the_order_statistic_interval():
+    bench = _load()
+    # n = 10: the classic 95% interval for a median is (x(2), x(9)), coverage 97.9%.
+    assert bench.median_ci([float(v) for v in range(10, 0, -1)]) == (5.5, 2.0, 9.0)
+    assert bench.median_ci([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (3.5, 1.0, 6.0)  # n = 6: the range
+    assert bench.median_ci([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, None, None)  # n = 5: no 95% interval exists
+    # One wild round moves the interval by a rank, not by its size.
+    calm = [1.0 + 0.01 * i for i in range(20)]
+    assert bench.median_ci(calm + [50.0])[2] < 1.2
+    assert bench.paired_ratio([2.0] * 6, [1.0] * 6) == (2.0, 2.0, 2.0)
+
+
+def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd):
+    bench = _load()
+    out = tmp_path / "rows.json"
+    argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8", "--batch", "1",
+            "--rounds", "2", "--steps", "1", "--threads", "1", "--processes", "2", "--json", str(out)]
+    assert bench.main(argv) == 0
+    rows = json.loads(out.read_text())
+    assert [r["process"] for r in rows] == [0] * 6 + [1] * 6
+    assert {r["name"] for r in rows if r["process"] == 1} == {r["name"] for r in rows if r["process"] == 0}
+    text = capfd.readouterr().out
+    assert "## process 2 of 2" in text and "across 2 processes" in text
+    assert "oelm-freeze: speedup_vs_baseline" in text

@@ -22,9 +22,11 @@ Timings vary between processes more than within one (memory placement, thread sc
 the intervals of repeated runs before reading a difference of a percent or two.
 
 Each round prints a progress line and rewrites the JSON (a list of rows), so a run stopped early
-keeps its figures. Memory per arm: on CUDA the allocator peak of one step above what the other
-arms hold, plus the arm's parameters and optimizer state; on CPU an estimate (parameters +
-gradients + optimizer state, activations excluded) because one process shares its RSS.
+keeps its figures. Memory per arm: the arm's parameters and optimizer state plus one step's
+transient peak: on CUDA the allocator's peak above what the other arms hold, on CPU the peak of
+live tensor bytes from torch.profiler's memory events, with the phase and op where it falls (the
+RSS of one process holding every arm would say nothing per arm). Freezing lowers the peak by the
+frozen tensors' AdamW moments, and by their gradients only if those are alive at the peak.
 
     python benchmarks/vs_reference.py --device cuda --json out.json              # batch 8 and 32
     python benchmarks/vs_reference.py --device cuda --compile --json out.json
@@ -210,6 +212,8 @@ class Arm(Timed):
         self.amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=like_cuda)
         self.matmul_dtype = torch.bfloat16 if like_cuda else torch.float32
         self.flops, self.saving = flops, saving
+        self.peak_where: dict[str, Any] | None = None  # CPU: where in the step the peak falls
+        self.grad_bytes: int | None = None
         self.peak: int | None = None
         # What freezing must save at least: each frozen tensor's gradient and two AdamW moments.
         self.frozen_state_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
@@ -249,10 +253,19 @@ class Arm(Timed):
         }
 
     def measure_memory(self) -> None:
-        """Peak bytes of this arm: persistent state + one step's transient peak (CUDA), or an estimate."""
-        held, grads = _state_bytes(self.model, self.opt)
+        """Peak bytes of this arm: persistent state + one step's transient peak.
+
+        CUDA: the allocator's peak. CPU: the peak of live tensor bytes from torch.profiler's memory
+        events (op granularity: an allocation counts from its op's start, a free from its op's
+        end, so a buffer an op allocates and frees inside itself is not seen), with where in the
+        step the peak falls. On both, the gradients of this step are part of the transient peak
+        only if they are alive at that moment.
+        """
+        held, self.grad_bytes = _state_bytes(self.model, self.opt)
         if not self.cuda:
-            self.peak = held + grads
+            prof = step_memory_profile(self.forward, self.update)
+            self.peak = held + prof["peak_bytes"]
+            self.peak_where = prof
             return
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -260,6 +273,44 @@ class Arm(Timed):
         self.step()
         torch.cuda.synchronize()
         self.peak = held + torch.cuda.max_memory_allocated() - before
+
+
+def step_memory_profile(forward: Any, update: Any) -> dict[str, Any]:
+    """Peak live tensor bytes of one CPU step above its start, and the phase and op where it falls.
+
+    From torch.profiler's per-op memory accounting (`profile_memory=True`): each op's own
+    allocations minus frees, placed at its start when positive and at its end when negative.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    def mark(phase: str) -> None:  # an empty range: a timestamp, owning no allocation or free
+        with record_function("phase: " + phase):
+            pass
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        mark("forward")
+        loss = forward()
+        mark("backward")
+        loss.backward()
+        mark("optimizer")
+        update()
+        del loss
+    events = list(prof.events())
+    marks = sorted((e.time_range.start, e.name.split(": ", 1)[1]) for e in events if e.name.startswith("phase: "))
+    points = []
+    for e in events:
+        m = e.self_cpu_memory_usage
+        if m:
+            points.append((e.time_range.start if m > 0 else e.time_range.end, m, e.name))
+    points.sort(key=lambda t: (t[0], -t[1]))
+    live = peak = 0
+    at: tuple[float, str] | None = None
+    for t, m, name in points:
+        live += m
+        if live > peak:
+            peak, at = live, (t, name)
+    phase = next((ph for t, ph in reversed(marks) if at and t <= at[0]), None)
+    return {"peak_bytes": peak, "peak_phase": phase, "peak_op": at[1] if at else None, "end_bytes": live}
 
 
 class SkippedWork(Timed):
@@ -450,7 +501,11 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
             "p95_over_median": p95 / m if a.times else None,
             "peak_memory_bytes": a.peak,
             "memory_kind": "cuda: persistent state + one step's allocator peak" if args.device == "cuda"
-            else "cpu estimate: params + grads + optimizer state (activations excluded)",
+            else "cpu: persistent state + one step's peak of live tensor bytes (torch.profiler memory events)",
+            "peak_phase": (a.peak_where or {}).get("peak_phase"),
+            "peak_op": (a.peak_where or {}).get("peak_op"),
+            "grad_bytes": a.grad_bytes,
+            "frozen_optimizer_state_bytes": 2 * a.frozen_state_bytes // 3,  # the AdamW moments alone
             "memory_saving_vs_baseline_bytes": mem_saving,
             "frozen_grad_and_optimizer_bytes": a.frozen_state_bytes,
             "flops_per_step": a.flops,
@@ -701,8 +756,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"vs theoretical {r['theoretical_speedup']:.3f}x (realized {_pct(r['saving_realized'])} "
                   f"{_ci(r['saving_realized_ci'], 100, '%')} of the FLOP saving; A/A {aa['speedup_vs_baseline']:.3f}x "
                   f"{_ci(aa['speedup_vs_baseline_ci'])}); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
-                  f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB)",
-                  flush=True)
+                  f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB, the moments alone "
+                  f"{r['frozen_optimizer_state_bytes'] / 2**20:.1f} MiB)"
+                  + (f"; the step's peak is in {r['peak_phase']}, at {r['peak_op']}" if r["peak_op"] else ""), flush=True)
             if r["skipped_work_s"]:
                 print(f"batch {r['batch']} {r['name']}: the skipped work alone takes {1e3 * r['skipped_work_s']:.2f} ms "
                       f"= {_pct(r['skipped_work_share_of_baseline'], 2)} of the baseline step (ceiling "

@@ -3,8 +3,9 @@
 Each configuration is a short `train()` run on random tokens; the numbers come from the run's
 timing_stats.json (warm-up steps excluded, data loading excluded, CUDA events on GPU). Beside each
 `train` row a `bare` row times the same model's own forward + backward + AdamW step in a tight
-loop (same batch, dtype, compile mode and timer), so `vs bare` is the loop's overhead. Each
-measurement is printed as soon as it is taken.
+loop (same batch, dtype, compile mode, gradient clipping and timer), so `vs bare` is the loop's
+overhead. Each measurement runs in a fresh process and is printed as soon as it is taken; on a
+shared CPU, processes differ by a few percent, so read `vs bare` over several `--repeats`.
 
     python benchmarks/train_throughput.py                      # gpt-small on CPU, gpt-medium-512 on CUDA
     python benchmarks/train_throughput.py --models gpt-medium-512 --compile --json
@@ -56,7 +57,8 @@ def bare_one(args: argparse.Namespace, model: str, method: str, compiled: bool) 
     net = GPT(gpt_config(model, vocab_size=args.vocab, block_size=args.seq_len))
     apply_method(net, method, seed=0)
     net = net.to(device)
-    opt = make_adamw([p for p in net.parameters() if p.requires_grad], lr=3e-4)  # as `oelm train` builds it
+    params = [p for p in net.parameters() if p.requires_grad]
+    opt = make_adamw(params, lr=3e-4)  # as `oelm train` builds it
     fwd = torch.compile(net, mode=args.compile_mode) if compiled else net
     x = torch.randint(0, args.vocab, (args.batch_size, args.seq_len), device=device)
     timer = StepTimer(device)
@@ -65,6 +67,8 @@ def bare_one(args: argparse.Namespace, model: str, method: str, compiled: bool) 
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
             loss = fwd(x, x)[1]
         loss.backward()
+        if args.clip > 0:  # the recipe's clipping, as `oelm train` does it: not loop overhead
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         timer.stop()
@@ -85,7 +89,7 @@ def bench_one(args: argparse.Namespace, data: Path, out: Path, model: str, metho
     cfg = {
         "data": str(data), "out": str(out), "model": model, "method": method, "seed": 0,
         "steps": args.steps, "batch_size": args.batch_size, "seq_len": args.seq_len,
-        "warmup": 0, "schedule": "constant", "lr": 3e-4, "timing_warmup": args.warmup,
+        "warmup": 0, "schedule": "constant", "lr": 3e-4, "timing_warmup": args.warmup, "clip": args.clip,
         "eval_every": 0, "eval_batches": 1, "final_eval_batches": 1, "checkpoint_every": 0,
         "log_every": args.steps, "device": args.device, "dtype": args.dtype, "compile": compiled,
         "compile_mode": args.compile_mode if compiled else None, "progress": False, "tensorboard": False, "overwrite": True,
@@ -159,6 +163,8 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="also time torch.compile (slow on CPU)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. reduce-overhead (CUDA graphs)")
     p.add_argument("--no-bare", action="store_true", help="skip the bare model-step rows")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping in both runners "
+                   "(`oelm train`'s default 1.0; 0 disables it), so `vs bare` is the loop's overhead alone")
     p.add_argument("--repeats", type=int, default=2, help="rounds, methods alternating; medians reported")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_reference.py"
@@ -148,3 +151,17 @@ def test_step_memory_profile_sees_a_transient_peak_and_its_phase():
 
     prof = bench.step_memory_profile(forward_saved, lambda: None)
     assert prof["peak_phase"] == "backward" and prof["peak_bytes"] >= 16 * 2**20
+
+
+@pytest.mark.slow
+def test_train_throughput_runs_train_and_bare_rows(tmp_path):
+    """benchmarks/train_throughput.py end to end at a tiny shape: a train and a bare row per method."""
+    script = BENCH.parent / "train_throughput.py"
+    argv = [sys.executable, str(script), "--device", "cpu", "--models", "gpt-tiny", "--vocab", "97",
+            "--batch-size", "2", "--seq-len", "16", "--steps", "6", "--warmup", "2", "--repeats", "1", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {(r["method"], r["runner"]): r for r in json.loads(done.stdout)}
+    assert set(rows) == {(m, r) for m in ("baseline", "oelm-freeze") for r in ("train", "bare")}
+    assert all(r["steps_timed"] == 4 and r["step_ms_median"] > 0 for r in rows.values())
+    assert rows[("oelm-freeze", "train")]["frozen_params"] > 0 == rows[("baseline", "train")]["frozen_params"]

@@ -223,3 +223,18 @@ def test_qk_init_is_validated_and_ignored_by_methods_that_leave_qk_alone():
         apply_method(make("bert"), "oelm-freeze", qk_init="orthogonal")
     with pytest.raises(UserError, match="needs an orthogonal method"):
         apply_method(make("bert"), "oelm-random", qk_init="orthogonalize")
+
+
+def test_peak_flops_are_given_for_bf16_and_fp16_compute_only(monkeypatch):
+    """MFU is against dense bf16/fp16 tensor-core peaks: a float32 run gets none, and says why."""
+    from oelm import flops
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert flops.device_peak_flops("cuda", torch.bfloat16) == flops.PEAK_FLOPS["H100"]
+    assert flops.device_peak_flops("cuda", torch.float16) == flops.PEAK_FLOPS["H100"]
+    assert flops.device_peak_flops("cuda", None) is None and flops.device_peak_flops("cuda", torch.float32) is None
+    assert "float32" in flops.peak_flops_note("cuda", None) and flops.peak_flops_note("cuda", torch.bfloat16) is None
+    assert "CPU" in flops.peak_flops_note("cpu", torch.bfloat16) and flops.device_peak_flops("cpu") is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
+    assert flops.device_peak_flops("cuda") is None and "PEAK_FLOPS" in flops.peak_flops_note("cuda", torch.bfloat16)

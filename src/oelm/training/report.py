@@ -50,14 +50,14 @@ class RunFacts:
 
 def build_timing(tr: RunFacts) -> dict[str, Any]:
     """Step-time statistics (warm-up excluded, data loading excluded), eval time, throughput, MFU."""
-    from oelm.flops import device_peak_flops
+    from oelm.flops import device_peak_flops, peak_flops_note
 
     cfg = tr.cfg
     stats = summarize(tr.step_times, cfg.timing_warmup)
     tokens_per_step = tr.tokens_seen / tr.steps if tr.steps else 0
     mean = stats.get("mean")
     flops = tr.flops_per_step
-    peak = device_peak_flops(tr.device)
+    peak = device_peak_flops(tr.device, tr.amp)  # tr.amp None: float32 compute
     return {
         "step_time": stats,
         "timer": "cuda_events" if tr.cuda_timer else "perf_counter",
@@ -72,7 +72,7 @@ def build_timing(tr: RunFacts) -> dict[str, Any]:
         },
         "flops_per_step": flops,
         "theoretical_flops_saving": tr.flops_saving,
-        **mfu_fields(flops, stats, peak),
+        **mfu_fields(flops, stats, peak, peak_flops_note(tr.device, tr.amp)),
         "compute_dtype": str(tr.amp).removeprefix("torch.") if tr.amp else "float32",
         "compiled": cfg.compile,
         "compile_mode": cfg.compile_mode,

@@ -82,7 +82,8 @@ def peak_memory(device: torch.device) -> tuple[int | None, str]:
 MFU_COUNTS = "matmul FLOPs of forward+backward incl. LM head and attention core (oelm.flops)"
 
 
-def mfu_fields(flops_per_step: float | None, stats: dict[str, Any], peak: float | None) -> dict[str, Any]:
+def mfu_fields(flops_per_step: float | None, stats: dict[str, Any], peak: float | None,
+               note: str | None = None) -> dict[str, Any]:
     """Achieved FLOP/s and model FLOPs utilization from the mean and median step time."""
     mean, median = stats.get("mean"), stats.get("median")
     achieved = flops_per_step / mean if flops_per_step and mean else None
@@ -93,5 +94,5 @@ def mfu_fields(flops_per_step: float | None, stats: dict[str, Any], peak: float 
         "mfu": achieved / peak if achieved and peak else None,
         "mfu_median": achieved_median / peak if achieved_median and peak else None,
         "mfu_counts": MFU_COUNTS,
-        "mfu_note": None if peak else "no known peak FLOP/s for this device (CPU or unlisted GPU): MFU not given",
+        "mfu_note": None if peak else (note or "no known peak FLOP/s for this device: MFU not given"),
     }

@@ -714,7 +714,8 @@ def repeat(args: argparse.Namespace, argv: list[str]) -> list[dict]:
         for i in range(args.processes):
             print(f"\n## process {i + 1} of {args.processes}", flush=True)
             out = Path(tmp) / f"rows-{i}.json"
-            subprocess.run([sys.executable, __file__, *child_argv, "--json", str(out)], check=True)
+            # Given last, these win over any `--flag=value` spelling left in child_argv.
+            subprocess.run([sys.executable, __file__, *child_argv, "--processes", "1", "--json", str(out)], check=True)
             done += [{**r, "process": i} for r in json.loads(out.read_text())]
             _write(args, done)
     print(f"\n## across {args.processes} processes (each a median over its rounds): min / median / max", flush=True)

@@ -122,7 +122,7 @@ def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd):
     bench = _load()
     out = tmp_path / "rows.json"
     argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8", "--batch", "1",
-            "--rounds", "2", "--steps", "1", "--threads", "1", "--processes", "2", "--json", str(out)]
+            "--rounds", "2", "--steps", "1", "--threads", "1", "--processes=2", "--json", str(out)]
     assert bench.main(argv) == 0
     rows = json.loads(out.read_text())
     assert [r["process"] for r in rows] == [0] * 6 + [1] * 6

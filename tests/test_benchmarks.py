@@ -165,3 +165,17 @@ def test_train_throughput_runs_train_and_bare_rows(tmp_path):
     assert set(rows) == {(m, r) for m in ("baseline", "oelm-freeze") for r in ("train", "bare")}
     assert all(r["steps_timed"] == 4 and r["step_ms_median"] > 0 for r in rows.values())
     assert rows[("oelm-freeze", "train")]["frozen_params"] > 0 == rows[("baseline", "train")]["frozen_params"]
+
+
+def test_skipped_work_follows_the_step_dtype():
+    """Under bf16 autocast (the CUDA step; --count-ops builds it on any device) the skipped GEMMs run in bf16."""
+    bench = _load()
+    args = bench.parse(["--count-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8"])
+    base, frozen = bench.build_arms(args, 2, ("baseline", "oelm-qk-ffn"))
+    work = bench.SkippedWork(frozen)
+    assert frozen.matmul_dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g, _ in work.inputs)
+    assert len(work.inputs) == sum(1 for p in frozen.model.parameters() if not p.requires_grad)
+    assert math.isclose(work.flops, frozen.saving * base.flops, rel_tol=1e-9)
+    work.timed(2, record=True)
+    work.collect()
+    assert len(work.times) == 2 and len(work.round_medians) == 1

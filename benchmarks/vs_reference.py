@@ -215,8 +215,8 @@ class Arm(Timed):
         self.peak_where: dict[str, Any] | None = None  # CPU: where in the step the peak falls
         self.grad_bytes: int | None = None
         self.peak: int | None = None
-        # What freezing must save at least: each frozen tensor's gradient and two AdamW moments.
-        self.frozen_state_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
+        # Bytes of the frozen tensors: freezing drops their gradient (1x) and AdamW moments (2x).
+        self.frozen_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters() if not p.requires_grad)
 
     def forward(self) -> torch.Tensor:
         with self.amp:
@@ -310,7 +310,7 @@ def step_memory_profile(forward: Any, update: Any) -> dict[str, Any]:
         if live > peak:
             peak, at = live, (t, name)
     phase = next((ph for t, ph in reversed(marks) if at and t <= at[0]), None)
-    return {"peak_bytes": peak, "peak_phase": phase, "peak_op": at[1] if at else None, "end_bytes": live}
+    return {"peak_bytes": peak, "peak_phase": phase, "peak_op": at[1] if at else None}
 
 
 class SkippedWork(Timed):
@@ -329,7 +329,7 @@ class SkippedWork(Timed):
 
     def __init__(self, arm: Arm) -> None:
         super().__init__()
-        self.name, self.cuda, self.of = f"{arm.name} skipped work", arm.cuda, arm.name
+        self.name, self.cuda = f"{arm.name} skipped work", arm.cuda
         dev = arm.x.device
         dt = arm.matmul_dtype
         n = arm.batch * arm.seq
@@ -394,10 +394,10 @@ def _peak_flops(args: argparse.Namespace) -> tuple[float | None, str]:
     if args.peak_flops:
         return args.peak_flops, "--peak-flops"
     if args.device == "cuda":
-        from oelm.flops import device_peak_flops
+        from oelm.flops import device_peak_flops, peak_flops_note
 
-        peak = device_peak_flops(args.device)
-        return peak, "dense bf16 peak of " + torch.cuda.get_device_name() if peak else "unknown device"
+        peak = device_peak_flops(args.device, torch.bfloat16)  # the benchmark's CUDA step is bf16 autocast
+        return peak, "dense bf16 peak of " + torch.cuda.get_device_name() if peak else peak_flops_note(args.device, torch.bfloat16)
     return None, "CPU: no peak assumed (pass --peak-flops to get MFU)"
 
 
@@ -505,9 +505,9 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
             "peak_phase": (a.peak_where or {}).get("peak_phase"),
             "peak_op": (a.peak_where or {}).get("peak_op"),
             "grad_bytes": a.grad_bytes,
-            "frozen_optimizer_state_bytes": 2 * a.frozen_state_bytes // 3,  # the AdamW moments alone
+            "frozen_optimizer_state_bytes": 2 * a.frozen_bytes,  # the AdamW moments alone
             "memory_saving_vs_baseline_bytes": mem_saving,
-            "frozen_grad_and_optimizer_bytes": a.frozen_state_bytes,
+            "frozen_grad_and_optimizer_bytes": 3 * a.frozen_bytes,
             "flops_per_step": a.flops,
             "achieved_flops_per_s": a.flops / m if a.flops and a.times else None,
             "mfu": a.flops / m / peak if peak and a.flops and a.times else None,
@@ -560,7 +560,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 if hasattr(torch._dynamo.config, limit):
                     setattr(torch._dynamo.config, limit, max(64, getattr(torch._dynamo.config, limit)))
         arms = build_arms(args, batch)
-        skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_state_bytes}
+        skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_bytes}
         order = [*arms, *skipped.values()]
         print(f"\n# batch {batch} x seq {args.seq}: warm-up {args.warmup} step(s) per arm", flush=True)
         for a in order:  # warm-up: compile, allocator, lazy optimizer state, kernel choice

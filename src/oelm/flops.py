@@ -110,36 +110,27 @@ PEAK_FLOPS = {
 }
 
 
+def _peak_and_note(device: torch.device | str, dtype: torch.dtype | None) -> tuple[float | None, str | None]:
+    """(peak FLOP/s, None), or (None, why no peak is given)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None, "no peak FLOP/s assumed on CPU: MFU not given"
+    if dtype not in (torch.bfloat16, torch.float16):
+        return None, "float32 compute: MFU is given against the bf16/fp16 tensor-core peak only (train with dtype bf16)"
+    name = torch.cuda.get_device_name(device)
+    peak = next((v for key, v in PEAK_FLOPS.items() if key in name), None)
+    return peak, None if peak else "no known peak FLOP/s for this GPU (add it to oelm.flops.PEAK_FLOPS): MFU not given"
+
+
 def device_peak_flops(device: torch.device | str, dtype: torch.dtype | None = torch.bfloat16) -> float | None:
     """Dense bf16/fp16 tensor-core peak FLOP/s of a CUDA device if known, for a run computing in `dtype`.
 
     None on CPU, on unlisted devices, and for float32 compute (dtype float32 or None): the table
     holds bf16/fp16 peaks only, and an MFU against them would be a different quantity.
     """
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    if dtype not in (torch.bfloat16, torch.float16):
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key, peak in PEAK_FLOPS.items():
-        if key in name:
-            return peak
-    return None
+    return _peak_and_note(device, dtype)[0]
 
 
 def peak_flops_note(device: torch.device | str, dtype: torch.dtype | None) -> str | None:
     """Why `device_peak_flops` gave no peak (None when it gave one)."""
-    device = torch.device(device)
-    if device_peak_flops(device, dtype) is not None:
-        return None
-    if device.type != "cuda":
-        return "no peak FLOP/s assumed on CPU: MFU not given"
-    if dtype not in (torch.bfloat16, torch.float16):
-        return "float32 compute: MFU is given against the bf16/fp16 tensor-core peak only (train with dtype bf16)"
-    return "no known peak FLOP/s for this GPU (add it to oelm.flops.PEAK_FLOPS): MFU not given"
-    name = torch.cuda.get_device_name(device)
-    for key, peak in PEAK_FLOPS.items():
-        if key in name:
-            return peak
-    return None
+    return _peak_and_note(device, dtype)[1]

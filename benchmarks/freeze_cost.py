@@ -52,7 +52,7 @@ def _step_fn(model, batch: int, seq: int, num_labels: int | None, device: torch.
 
     def loss() -> torch.Tensor:
         if isinstance(model, GPT):
-            return model(x, x)[1]
+            return model(x, x, return_logits=False)[1]  # as `oelm train` calls it
         if isinstance(model, GPTClassifier):
             return model(x, labels=y)[1]
         return model(input_ids=x, labels=y if num_labels else x).loss

@@ -65,7 +65,7 @@ def bare_one(args: argparse.Namespace, model: str, method: str, compiled: bool) 
     for _ in range(args.steps):
         timer.start()
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-            loss = fwd(x, x)[1]
+            loss = fwd(x, x, return_logits=False)[1]  # as `oelm train` calls it
         loss.backward()
         if args.clip > 0:  # the recipe's clipping, as `oelm train` does it: not loop overhead
             torch.nn.utils.clip_grad_norm_(params, args.clip)

@@ -33,7 +33,8 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
     finally:
         torch.set_num_threads(threads)
     rows = {r["name"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-AA", "baseline-nobias"}
+    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-AA", "baseline-nobias",
+                         "baseline-logits"}
     assert all(r["complete"] and r["steps_timed"] == 6 and r["tokens_per_s"] > 0 for r in rows.values())
     # Freezing lowers the measured peak by at least the frozen tensors' AdamW moments (their
     # gradients count only if alive at the peak), and the row says where in the step the peak is.
@@ -43,7 +44,8 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
     assert freeze["memory_saving_vs_baseline_bytes"] <= freeze["frozen_grad_and_optimizer_bytes"] + 2**20
     assert all(r["peak_phase"] in ("forward", "backward", "optimizer") and r["peak_op"] for r in rows.values())
     assert 0 < freeze["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
-    assert rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"] == rows["baseline-nobias"]["flops_per_step"]
+    assert (rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"]
+            == rows["baseline-nobias"]["flops_per_step"] == rows["baseline-logits"]["flops_per_step"])
     # Every ratio is a median over the 6 paired rounds, inside its distribution-free interval.
     for r in rows.values():
         lo, hi = r["speedup_vs_baseline_ci"]
@@ -64,6 +66,7 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
     assert base["skipped_work_s"] is None and rows["reference"]["skipped_time_saved_ci"] is None
     out_text = capsys.readouterr().out
     assert "oelm-freeze" in out_text and "skipped work alone takes" in out_text  # printed, not only written
+    assert "loss without logits vs through logits" in out_text
 
 
 def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):
@@ -72,7 +75,10 @@ def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):
     argv = ["--count-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8", "--json", str(out)]
     assert bench.main(argv) == 0
     rows = {r["name"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-nobias"}
+    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-nobias", "baseline-logits"}
+    # Training calls skip the logits; the baseline-logits arm keeps the plain loss for comparison.
+    assert "_log_softmax_backward_data" in rows["baseline-logits"]["aten_ops_by_name"]
+    assert "_log_softmax_backward_data" not in rows["baseline"]["aten_ops_by_name"]
     for r in rows.values():
         phases = r["aten_ops_forward"] + r["aten_ops_backward"] + r["aten_ops_optimizer"]
         assert r["aten_ops_per_step"] == phases == sum(r["aten_ops_by_name"].values())
@@ -125,7 +131,7 @@ def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd):
             "--rounds", "2", "--steps", "1", "--threads", "1", "--processes=2", "--json", str(out)]
     assert bench.main(argv) == 0
     rows = json.loads(out.read_text())
-    assert [r["process"] for r in rows] == [0] * 6 + [1] * 6
+    assert [r["process"] for r in rows] == [0] * 7 + [1] * 7
     assert {r["name"] for r in rows if r["process"] == 1} == {r["name"] for r in rows if r["process"] == 0}
     text = capfd.readouterr().out
     assert "## process 2 of 2" in text and "across 2 processes" in text
@@ -151,6 +157,27 @@ def test_step_memory_profile_sees_a_transient_peak_and_its_phase():
 
     prof = bench.step_memory_profile(forward_saved, lambda: None)
     assert prof["peak_phase"] == "backward" and prof["peak_bytes"] >= 16 * 2**20
+
+
+def test_loss_without_logits_lowers_the_step_peak_by_the_logits_buffers():
+    """The plain loss keeps logits-sized buffers alive into backward; the fused one none of them."""
+    bench = _load()
+    from oelm.models.gpt import GPT, gpt_config
+
+    torch.manual_seed(0)
+    vocab, b, t = 4096, 8, 64  # tokens (512) >> d (128), as in training: logits outweigh the head gradient
+    model = GPT(gpt_config("gpt-tiny", vocab_size=vocab, block_size=t))
+    x = torch.randint(0, vocab, (b, t))
+    logits_bytes = b * t * vocab * 4
+    plain = bench.step_memory_profile(lambda: model(x, x)[1], lambda: model.zero_grad(set_to_none=True))
+    fused = bench.step_memory_profile(lambda: model(x, x, return_logits=False)[1],
+                                      lambda: model.zero_grad(set_to_none=True))
+    assert plain["peak_op"] == "aten::_log_softmax_backward_data"
+    assert fused["peak_op"] != plain["peak_op"]
+    # The plain peak holds three logits-sized float32 buffers (log-softmax output, the dense NLL
+    # gradient, the log-softmax backward's output); the fused one holds the chunk's log-softmax
+    # (turned into the softmax in place) and the head's [vocab, d] gradient, a quarter of that here.
+    assert plain["peak_bytes"] - fused["peak_bytes"] >= 1.5 * logits_bytes
 
 
 @pytest.mark.slow

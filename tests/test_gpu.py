@@ -96,3 +96,36 @@ def test_reduce_overhead_compile_mode_trains(cuda, tmp_path):
     assert results["freeze_check"]["ok"], results["freeze_check"]
     assert timing["compile_mode"] == "reduce-overhead" and np.isfinite(results["best_val_loss"])
     assert timing["mfu"] is None or 0 < timing["mfu"] < 1
+
+
+def test_logits_free_loss_on_cuda_matches_and_lowers_the_allocator_peak(cuda):
+    """bf16 autocast, several chunks: same loss and gradients as F.cross_entropy over the logits,
+    no host sync, and a lower allocator peak than the plain loss's logits-sized buffers."""
+    import torch.nn.functional as F
+
+    from oelm.models.loss import linear_cross_entropy
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n, d, v = 4096, 64, 8192
+    h = torch.randn(n, d, device=cuda, generator=g).requires_grad_()
+    w = (0.3 * torch.randn(v, d, device=cuda, generator=g)).requires_grad_()
+    y = torch.randint(0, v, (n,), device=cuda, generator=g)
+    y[::7] = -100
+
+    def peak(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fn()
+        grads = torch.autograd.grad(loss, (h, w))
+        torch.cuda.synchronize()
+        return loss, grads, torch.cuda.max_memory_allocated() - start
+
+    ref, ref_g, ref_peak = peak(lambda: F.cross_entropy((h @ w.t()).float(), y))
+    got, got_g, got_peak = peak(lambda: linear_cross_entropy(h, w, y, chunk_bytes=4 * v * 1024))
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    for a, b in zip(got_g, ref_g):
+        assert float((a - b).abs().max() / b.abs().max()) < 2e-2
+    assert ref_peak - got_peak >= 2 * n * v * 4  # the plain path holds several float32 logits buffers
+    assert _sync_warnings(lambda: linear_cross_entropy(h, w, y, chunk_bytes=4 * v * 1024).backward()) == 0

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The matmul dtype: autocast's dtype when autocast is on for x's device, else x's dtype."""
     dev = x.device.type
     if torch.is_autocast_enabled(dev):
@@ -54,7 +54,7 @@ class FusedRowsLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, wq, wk, wv, bq, bk, bv):  # type: ignore[override]
-        dt = _compute_dtype(x)
+        dt = compute_dtype(x)
         ws, bs = (wq, wk, wv), (bq, bk, bv)
         w = torch.cat(ws).to(dt)
         b = torch.cat(bs).to(dt) if bq is not None else None
@@ -106,6 +106,6 @@ def fused_qkv(
     if torch.is_grad_enabled() and not (wq.requires_grad == wk.requires_grad == wv.requires_grad):
         return FusedRowsLinear.apply(x, wq, wk, wv, bq, bk, bv)
     # No weight gradient to skip: the same GEMMs through autograd's linear and cat.
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     b = torch.cat((bq, bk, bv)).to(dt) if bq is not None else None
     return F.linear(x.to(dt), torch.cat((wq, wk, wv)).to(dt), b)

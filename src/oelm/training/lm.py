@@ -96,6 +96,10 @@ class LMTask(Task):
 
         return GPT(self.model_cfg)
 
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Mean training loss; the GPT computes it without materializing the logits."""
+        return model(**batch, return_logits=False)[1]
+
     def _windows(self, data: np.memmap, starts: np.ndarray | torch.Tensor) -> Batch:
         rows = np.stack([np.asarray(data[s : s + self.seq_len + 1], dtype=np.int64) for s in starts.tolist()])
         xy = torch.from_numpy(rows)
@@ -150,7 +154,7 @@ class LMTask(Task):
         for i in range(0, len(mine), b):
             idx = mine[i : i + b]
             batch = self._windows(data, every[idx])
-            logits, _ = model(**batch)
+            logits, _ = model(batch["idx"])  # the per-window losses below are the loss
             per = nn.functional.cross_entropy(logits.float().transpose(1, 2), batch["targets"],
                                               reduction="none").mean(dim=1)
             per_window[torch.as_tensor(idx, device=self.device)] = per.double()

@@ -1,0 +1,95 @@
+"""Cross-entropy of a linear LM head without keeping the [tokens, vocab] logits.
+
+`F.cross_entropy(h @ W.T, y)` in eager mode materializes the logits, their float32 copy, the
+log-softmax, a dense gradient the size of the logits (filled with zeros, then scattered) and the
+log-softmax's backward output: four to six passes over tokens x vocab floats, all alive at the
+start of backward. At gpt-medium-512 (vocab 50,257) that is the whole step's memory peak
+(measured: every arm peaks at `_log_softmax_backward_data`).
+
+`linear_cross_entropy` computes the loss and both gradients in the forward, a chunk of rows at
+a time: logits -> log-softmax (float32) -> loss from the targets' entries -> softmax written
+straight into the matmul dtype with the target entries set to p - 1 from float32 -> the two
+gradient GEMMs. The backward only scales the stored gradients by the incoming scalar. Same
+FLOPs as the plain path (one forward and two backward GEMMs), no extra GEMM for recomputation,
+and the per-row 1/N (and ignore_index mask) is applied to the [rows, d] operands, not to the
+[rows, vocab] block. What stays alive until backward is the gradient of the hidden states and
+of the head weight (the tied embedding), [tokens, d] and [vocab, d].
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oelm.fused import compute_dtype
+
+# Rows per chunk: as many as keep one chunk's float32 logits under this many bytes. One chunk
+# covers the CPU shapes and gpt-medium-512 at batch 8 (the weight gradient is then one GEMM);
+# batch 32 x 512 takes four (the head's weight gradient is accumulated once per chunk).
+CHUNK_BYTES = 1 << 30
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of (h @ w.T) against targets; gradients made in the forward."""
+
+    @staticmethod
+    def forward(ctx, h, w, targets, ignore_index, chunk_rows):  # type: ignore[override]
+        dt = compute_dtype(h)
+        hc, wc = h.to(dt), w.to(dt)
+        n = h.shape[0]
+        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        valid = targets != ignore_index
+        # 1/N for counted rows, 0 for ignored ones (0/0 = nan when all are ignored, as F.cross_entropy)
+        scale = valid.to(torch.float32) / valid.sum()
+        safe = torch.where(valid, targets, torch.zeros_like(targets))
+        loss = torch.zeros((), dtype=torch.float32, device=h.device)
+        gh = torch.empty_like(h) if want_h else None
+        gw: torch.Tensor | None = None
+        for s in range(0, n, chunk_rows):
+            e = min(n, s + chunk_rows)
+            logits = hc[s:e] @ wc.t()
+            # float32 logits on CPU: the log-softmax overwrites them (one chunk-sized buffer, not two)
+            inplace = logits.dtype == torch.float32 and logits.device.type == "cpu"
+            lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=logits if inplace else None)
+            del logits
+            rows = torch.arange(e - s, device=h.device)
+            lpt = lp[rows, safe[s:e]]
+            r = scale[s:e]
+            loss = loss - (lpt * r).sum()
+            if not (want_h or want_w):
+                continue
+            g = lp if dt == torch.float32 else torch.empty(lp.shape, dtype=dt, device=lp.device)
+            torch.exp(lp, out=g)  # softmax, cast on the way out
+            g[rows, safe[s:e]] = (lpt.exp() - 1).to(dt)  # p - 1 computed in float32
+            if want_h:
+                gh[s:e] = (g @ wc) * r[:, None]
+            if want_w:
+                part = g.t() @ (hc[s:e] * r[:, None].to(dt))
+                gw = part.to(w.dtype) if gw is None else gw.add_(part)
+        ctx.save_for_backward(gh, gw)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):  # type: ignore[override]
+        # In place: no second [vocab, d] buffer, and autograd's accumulation takes the tensor over.
+        # A second backward through the same loss (retain_graph=True) is refused by autograd's
+        # check that saved tensors were not modified, rather than scaling twice.
+        gh, gw = ctx.saved_tensors
+        return (gh.mul_(grad_loss) if gh is not None else None,
+                gw.mul_(grad_loss) if gw is not None else None, None, None, None)
+
+
+def linear_cross_entropy(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> torch.Tensor:
+    """Mean cross-entropy of `h @ weight.T` (h [N, d], weight [V, d], targets [N]) over the
+    targets that are not ignore_index; equals `F.cross_entropy((h @ weight.T).float(), targets)`
+    (under autocast: with the GEMMs in autocast's dtype) without materializing the logits."""
+    if h.ndim != 2 or weight.ndim != 2 or targets.shape != h.shape[:1] or h.shape[1] != weight.shape[1]:
+        raise ValueError(f"need h [N, d], weight [V, d], targets [N]; got {tuple(h.shape)}, "
+                         f"{tuple(weight.shape)}, {tuple(targets.shape)}")
+    rows = max(1, chunk_bytes // (4 * weight.shape[0]))
+    return LinearCrossEntropy.apply(h, weight, targets, ignore_index, rows)

@@ -50,16 +50,17 @@ def test_only_the_inputs_that_need_a_gradient_get_one():
     torch.testing.assert_close(loss, F.cross_entropy(h @ w.t(), y))
 
 
-def test_bf16_autocast_stays_within_bf16_error_and_keeps_parameter_dtypes():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_stays_within_half_precision_error_and_keeps_parameter_dtypes(dtype):
     h, w, y = _inputs()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=dtype):
         ref = F.cross_entropy((h @ w.t()).float(), y)
         got = linear_cross_entropy(h, w, y, chunk_bytes=4 * V * 8)
     ref_g, got_g = torch.autograd.grad(ref, (h, w)), torch.autograd.grad(got, (h, w))
-    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)  # the same bf16 logits, a float32 softmax
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)  # the same half-precision logits, a float32 softmax
     for a, b in zip(got_g, ref_g):
         assert a.dtype == torch.float32
-        assert float((a - b).abs().max() / b.abs().max()) < 2e-2  # bf16 rounding of the gradient GEMMs
+        assert float((a - b).abs().max() / b.abs().max()) < 2e-2  # rounding of the half-precision GEMMs
 
 
 def test_all_targets_ignored_gives_nan_as_cross_entropy_does():

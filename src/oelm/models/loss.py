@@ -1,18 +1,18 @@
 """Cross-entropy of a linear LM head without keeping the [tokens, vocab] logits.
 
 `F.cross_entropy(h @ W.T, y)` in eager mode materializes the logits, their float32 copy, the
-log-softmax, a dense gradient the size of the logits (filled with zeros, then scattered) and the
-log-softmax's backward output: four to six passes over tokens x vocab floats, all alive at the
-start of backward. At gpt-medium-512 (vocab 50,257) that is the whole step's memory peak
-(measured: every arm peaks at `_log_softmax_backward_data`).
+log-softmax (kept for backward), a dense gradient the size of the logits (filled with zeros, then
+scattered) and the log-softmax backward's output: some six passes over tokens x vocab floats, and
+three such float32 buffers alive at once early in backward. At gpt-medium-512 (vocab 50,257) that
+is the whole step's memory peak (measured: every arm peaks at `_log_softmax_backward_data`).
 
 `linear_cross_entropy` computes the loss and both gradients in the forward, a chunk of rows at
-a time: logits -> log-softmax (float32) -> loss from the targets' entries -> softmax written
+a time: logits -> log-softmax (float32; over the logits in place when they are float32 on CPU) -> loss from the targets' entries -> softmax written
 straight into the matmul dtype with the target entries set to p - 1 from float32 -> the two
 gradient GEMMs. The backward only scales the stored gradients by the incoming scalar. Same
 FLOPs as the plain path (one forward and two backward GEMMs), no extra GEMM for recomputation,
-and the per-row 1/N (and ignore_index mask) is applied to the [rows, d] operands, not to the
-[rows, vocab] block. What stays alive until backward is the gradient of the hidden states and
+and the per-row 1/N (and ignore_index mask) is applied to the [rows, d] operands and results,
+not to the [rows, vocab] block. What stays alive until backward is the gradient of the hidden states and
 of the head weight (the tied embedding), [tokens, d] and [vocab, d].
 """
 
@@ -39,7 +39,14 @@ class LinearCrossEntropy(torch.autograd.Function):
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         valid = targets != ignore_index
         # 1/N for counted rows, 0 for ignored ones (0/0 = nan when all are ignored, as F.cross_entropy)
-        scale = valid.to(torch.float32) / valid.sum()
+        count = valid.sum()
+        scale = valid.to(torch.float32) / count
+        # The head's gradient takes 1/N in two halves, 1/sqrt(N) on the rows of h (in the matmul
+        # dtype) and 1/sqrt(N) on the float32 result (in backward, with the incoming gradient):
+        # h / N would fall into float16's subnormals at N ~ 16k tokens, and an unscaled sum over
+        # N rows could overflow it.
+        root = count.to(torch.float32).rsqrt()
+        row_w = (valid.to(torch.float32) * root).to(dt)
         safe = torch.where(valid, targets, torch.zeros_like(targets))
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         gh = torch.empty_like(h) if want_h else None
@@ -63,9 +70,9 @@ class LinearCrossEntropy(torch.autograd.Function):
             if want_h:
                 gh[s:e] = (g @ wc) * r[:, None]
             if want_w:
-                part = g.t() @ (hc[s:e] * r[:, None].to(dt))
+                part = g.t() @ (hc[s:e] * row_w[s:e, None])
                 gw = part.to(w.dtype) if gw is None else gw.add_(part)
-        ctx.save_for_backward(gh, gw)
+        ctx.save_for_backward(gh, gw, root)
         return loss
 
     @staticmethod
@@ -73,9 +80,9 @@ class LinearCrossEntropy(torch.autograd.Function):
         # In place: no second [vocab, d] buffer, and autograd's accumulation takes the tensor over.
         # A second backward through the same loss (retain_graph=True) is refused by autograd's
         # check that saved tensors were not modified, rather than scaling twice.
-        gh, gw = ctx.saved_tensors
+        gh, gw, root = ctx.saved_tensors
         return (gh.mul_(grad_loss) if gh is not None else None,
-                gw.mul_(grad_loss) if gw is not None else None, None, None, None)
+                gw.mul_(grad_loss * root) if gw is not None else None, None, None, None)
 
 
 def linear_cross_entropy(

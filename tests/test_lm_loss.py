@@ -71,6 +71,14 @@ def test_all_targets_ignored_gives_nan_as_cross_entropy_does():
     assert math.isnan(float(F.cross_entropy(h @ w.t(), y)))
 
 
+def test_a_second_backward_through_the_same_loss_is_refused_not_scaled_twice():
+    h, w, y = _inputs()
+    loss = linear_cross_entropy(h, w, y)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_shape_mismatch_is_named():
     h, w, y = _inputs()
     with pytest.raises(ValueError, match="need h"):

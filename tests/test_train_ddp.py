@@ -45,12 +45,18 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) ->
     assert len(items[0]) == len(items[1]) > 1 and items[0] == pytest.approx(items[1], rel=1e-4, abs=1e-5)
     a = load_file(tmp_path / "ddp" / "checkpoints" / "step_0000012" / WEIGHTS)
     b = load_file(tmp_path / "single" / "checkpoints" / "step_0000012" / WEIGHTS)
-    # A schedule that unfreezes Q/K mid-run starts their AdamW state then: its first update is about
-    # lr * sign(g), so near-zero gradient entries whose sign differs by rounding (DDP averages two
-    # ranks' gradients, the single process sums one batch) move by up to a few e-5 (lr 3e-3).
-    atol = 1e-4 if method == "oelm-unfreeze" else 1e-5
+    # A schedule that unfreezes Q/K mid-run starts their AdamW state then: its first update is
+    # lr * g / (|g| + eps), so a gradient entry near eps (1e-8) whose rounding differs (DDP averages
+    # two ranks' gradients, the single process sums one batch) can move by a good part of lr. So
+    # there: every entry within 2 lr (a sign flip), and all but a handful within 1e-5; elsewhere
+    # every entry within 1e-5.
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=atol, msg=k)
+        if method == "oelm-unfreeze":
+            diff = (a[k] - b[k]).abs()
+            assert float(diff.max()) <= 2 * cfg["lr"], k
+            assert int((diff > 1e-5 + 1e-4 * b[k].abs()).sum()) <= max(2, diff.numel() // 1000), k
+        else:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
 
     def losses(run: Path) -> list[tuple[str, int, float]]:
         recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -6,9 +6,9 @@ biases, tied head, no toolkit code), oelm `baseline`, `oelm-freeze`, `oelm-qk-ff
 reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biases) and
 `baseline-logits` (our baseline with the loss through materialized logits and F.cross_entropy,
 as the reference computes it; every other oelm arm calls the model as `oelm train` does, with
-return_logits=False, so its loss never materializes the logits). Every arm runs the same loop: forward + backward + fused AdamW step, bf16 autocast on CUDA,
-float32 on CPU. Arms are interleaved in rounds with a rotating order so drift hits them alike;
-warm-up steps are excluded.
+return_logits=False, so its loss never materializes the logits). Every arm runs the same loop:
+forward + backward + fused AdamW step, bf16 autocast on CUDA, float32 on CPU. Arms are
+interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
 steps with wall time and, steadier on a shared machine, process CPU time.
 

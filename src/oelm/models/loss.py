@@ -7,13 +7,14 @@ three such float32 buffers alive at once early in backward. At gpt-medium-512 (v
 is the whole step's memory peak (measured: every arm peaks at `_log_softmax_backward_data`).
 
 `linear_cross_entropy` computes the loss and both gradients in the forward, a chunk of rows at
-a time: logits -> log-softmax (float32; over the logits in place when they are float32 on CPU) -> loss from the targets' entries -> softmax written
-straight into the matmul dtype with the target entries set to p - 1 from float32 -> the two
-gradient GEMMs. The backward only scales the stored gradients by the incoming scalar. Same
-FLOPs as the plain path (one forward and two backward GEMMs), no extra GEMM for recomputation,
-and the per-row 1/N (and ignore_index mask) is applied to the [rows, d] operands and results,
-not to the [rows, vocab] block. What stays alive until backward is the gradient of the hidden states and
-of the head weight (the tied embedding), [tokens, d] and [vocab, d].
+a time: logits -> log-softmax (float32; over the logits in place when they are float32 on CPU)
+-> loss from the targets' entries -> softmax written straight into the matmul dtype with the
+target entries set to p - 1 from float32 -> the two gradient GEMMs. The backward only scales
+the stored gradients by the incoming scalar. Same FLOPs as the plain path (one forward and two
+backward GEMMs), no extra GEMM for recomputation, and the per-row 1/N (and ignore_index mask)
+is applied to the [rows, d] operands and results, not to the [rows, vocab] block. What stays
+alive until backward is the gradient of the hidden states and of the head weight (the tied
+embedding), [tokens, d] and [vocab, d]. Under no_grad only the loss is computed.
 """
 
 from __future__ import annotations
@@ -98,5 +99,7 @@ def linear_cross_entropy(
     if h.ndim != 2 or weight.ndim != 2 or targets.shape != h.shape[:1] or h.shape[1] != weight.shape[1]:
         raise ValueError(f"need h [N, d], weight [V, d], targets [N]; got {tuple(h.shape)}, "
                          f"{tuple(weight.shape)}, {tuple(targets.shape)}")
+    if not torch.is_grad_enabled():  # the Function would still see requires_grad and make gradients
+        h, weight = h.detach(), weight.detach()
     rows = max(1, chunk_bytes // (4 * weight.shape[0]))
     return LinearCrossEntropy.apply(h, weight, targets, ignore_index, rows)

@@ -137,3 +137,18 @@ def test_lr_schedule_warmup_then_cosine_to_min() -> None:
     assert all(a >= b for a, b in zip(f[10:], f[11:])) and f[99] == pytest.approx(0.1, abs=1e-3)
     lin = make_config({"data": "x", "steps": 100, "warmup": 0, "schedule": "linear", "min_lr_ratio": 0.0})
     assert lr_factor(50, lin) == pytest.approx(0.5)
+
+
+@pytest.mark.slow  # inductor compiles the training step on CPU: under a minute
+def test_compiled_training_runs_and_matches_eager(tmp_path: Path) -> None:
+    """`compile: true` trains (fused QKV with frozen blocks, the logits-free loss) to the eager run's losses."""
+    data = synthetic_lm_dir(tmp_path / "data")
+    cfg = tiny_config(data, tmp_path / "eager", steps=8, batch_size=4, eval_every=4, checkpoint_every=0,
+                      method="oelm-freeze")
+    with one_thread():
+        eager = train(cfg)
+        compiled = train({**cfg, "out": str(tmp_path / "compiled"), "compile": True})
+    assert compiled["freeze_check"]["ok"], compiled["freeze_check"]
+    assert compiled["best_val_loss"] == pytest.approx(eager["best_val_loss"], rel=1e-5)
+    timing = json.loads((tmp_path / "compiled" / "timing_stats.json").read_text())
+    assert timing["compiled"] is True

@@ -151,8 +151,10 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, self.cfg))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
-        compiled = self.cfg.compile and torch.compile(self.model, mode=self.cfg.compile_mode)
-        self.eval_model: nn.Module = compiled or self.model
+        # Not `compiled or self.model`: a compiled module's truth value calls len(), which torch
+        # 2.13 refuses for a module that is not a container.
+        self.eval_model: nn.Module = (torch.compile(self.model, mode=self.cfg.compile_mode)
+                                      if self.cfg.compile else self.model)
         self._wrap_trainable()
 
     def _wrap_trainable(self) -> None:

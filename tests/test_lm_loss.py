@@ -75,6 +75,7 @@ def test_all_targets_ignored_gives_nan_as_cross_entropy_does():
     y = torch.full((N,), -100)
     assert math.isnan(float(linear_cross_entropy(h, w, y)))
     assert math.isnan(float(F.cross_entropy(h @ w.t(), y)))
+    assert math.isnan(float(linear_cross_entropy(h[:0], w, y[:0])))  # no tokens at all: nan too
 
 
 def test_a_second_backward_through_the_same_loss_is_refused_not_scaled_twice():

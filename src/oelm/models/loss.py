@@ -20,6 +20,7 @@ embedding), [tokens, d] and [vocab, d]. Under no_grad only the loss is computed.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from oelm.fused import compute_dtype
 
@@ -39,18 +40,19 @@ class LinearCrossEntropy(torch.autograd.Function):
         n = h.shape[0]
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         valid = targets != ignore_index
+        vf = valid.to(torch.float32)
+        count = vf.sum()
         # 1/N for counted rows, 0 for ignored ones (0/0 = nan when all are ignored, as F.cross_entropy)
-        count = valid.sum()
-        scale = valid.to(torch.float32) / count
+        scale = vf / count
         # The head's gradient takes 1/N in two halves, 1/sqrt(N) on the rows of h (in the matmul
         # dtype) and 1/sqrt(N) on the float32 result (in backward, with the incoming gradient):
         # h / N would fall into float16's subnormals at N ~ 16k tokens, and an unscaled sum over
         # N rows could overflow it.
-        root = count.to(torch.float32).rsqrt()
-        row_w = (valid.to(torch.float32) * root).to(dt)
-        safe = torch.where(valid, targets, torch.zeros_like(targets))
-        loss = torch.zeros((), dtype=torch.float32, device=h.device)
-        gh = torch.empty_like(h) if want_h else None
+        root = count.rsqrt()
+        row_w = (vf * root).to(dt)
+        col = (targets * valid)[:, None]  # ignored rows point at column 0; their weight is 0
+        total: torch.Tensor | None = None
+        ghs: list[torch.Tensor] = []
         gw: torch.Tensor | None = None
         for s in range(0, n, chunk_rows):
             e = min(n, s + chunk_rows)
@@ -59,20 +61,22 @@ class LinearCrossEntropy(torch.autograd.Function):
             inplace = logits.dtype == torch.float32 and logits.device.type == "cpu"
             lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=logits if inplace else None)
             del logits
-            rows = torch.arange(e - s, device=h.device)
-            lpt = lp[rows, safe[s:e]]
+            lpt = lp.gather(1, col[s:e])  # [rows, 1] log-probabilities of the targets
             r = scale[s:e]
-            loss = loss - (lpt * r).sum()
+            part_loss = torch.dot(lpt.view(-1), r)
+            total = part_loss if total is None else total + part_loss
             if not (want_h or want_w):
                 continue
             g = lp if dt == torch.float32 else torch.empty(lp.shape, dtype=dt, device=lp.device)
             torch.exp(lp, out=g)  # softmax, cast on the way out
-            g[rows, safe[s:e]] = (lpt.exp() - 1).to(dt)  # p - 1 computed in float32
+            g.scatter_(1, col[s:e], torch.expm1(lpt).to(dt))  # p - 1 at the targets, from float32
             if want_h:
-                gh[s:e] = (g @ wc) * r[:, None]
+                ghs.append((g @ wc) * r[:, None])
             if want_w:
                 part = g.t() @ (hc[s:e] * row_w[s:e, None])
                 gw = part.to(w.dtype) if gw is None else gw.add_(part)
+        gh = None if not want_h else (ghs[0] if len(ghs) == 1 else torch.cat(ghs)).to(h.dtype)
+        loss = -total
         ctx.save_for_backward(gh, gw, root)
         return loss
 
@@ -99,6 +103,8 @@ def linear_cross_entropy(
     if h.ndim != 2 or weight.ndim != 2 or targets.shape != h.shape[:1] or h.shape[1] != weight.shape[1]:
         raise ValueError(f"need h [N, d], weight [V, d], targets [N]; got {tuple(h.shape)}, "
                          f"{tuple(weight.shape)}, {tuple(targets.shape)}")
+    if h.shape[0] == 0:  # nothing to chunk: the plain path gives torch's answer (nan)
+        return F.cross_entropy(h @ weight.t(), targets, ignore_index=ignore_index)
     if not torch.is_grad_enabled():  # the Function would still see requires_grad and make gradients
         h, weight = h.detach(), weight.detach()
     rows = max(1, chunk_bytes // (4 * weight.shape[0]))

@@ -15,6 +15,12 @@ backward GEMMs), no extra GEMM for recomputation, and the per-row 1/N (and ignor
 is applied to the [rows, d] operands and results, not to the [rows, vocab] block. What stays
 alive until backward is the gradient of the hidden states and of the head weight (the tied
 embedding), [tokens, d] and [vocab, d]. Under no_grad only the loss is computed.
+
+Memory per chunk: float32 (CPU) one logits-sized block, overwritten in place through to the
+softmax; under bf16 autocast the chunk's bf16 logits, the float32 copy the log-softmax makes of
+them and its float32 output (about 10 bytes per logit, briefly), then 2 bytes per logit for the
+gradient GEMMs. The plain path holds about 12 bytes per logit of the whole batch into backward,
+so in half precision the saving comes mostly from chunking (batches of more than one chunk).
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                 continue
             g = lp if dt == torch.float32 else torch.empty(lp.shape, dtype=dt, device=lp.device)
             torch.exp(lp, out=g)  # softmax, cast on the way out
+            del lp  # in a half-precision step the float32 block is free before the gradient GEMMs
             g.scatter_(1, col[s:e], torch.expm1(lpt).to(dt))  # p - 1 at the targets, from float32
             if want_h:
                 ghs.append((g @ wc) * r[:, None])

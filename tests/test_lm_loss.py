@@ -86,6 +86,23 @@ def test_a_second_backward_through_the_same_loss_is_refused_not_scaled_twice():
         loss.backward()
 
 
+@pytest.mark.parametrize("rows_per_chunk", [N, 8], ids=["one-chunk", "uneven-chunks"])
+def test_per_token_losses_match_cross_entropy_and_need_no_logits(rows_per_chunk):
+    h, w, y = _inputs()
+    ref = F.cross_entropy((h @ w.t()).float(), y, reduction="none")
+    with torch.no_grad():
+        got = linear_cross_entropy(h, w, y, chunk_bytes=4 * V * rows_per_chunk, reduction="none")
+    assert got.shape == (N,) and not got.requires_grad
+    torch.testing.assert_close(got, ref.detach(), rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[::5], torch.zeros_like(got[::5]))  # ignored targets: 0, as torch gives
+    # Where autograd needs them, per-token losses come from the plain path, with gradients.
+    with_grad = linear_cross_entropy(h, w, y, reduction="none")
+    torch.testing.assert_close(torch.autograd.grad(with_grad.sum(), (h,))[0],
+                               torch.autograd.grad(ref.sum(), (h,))[0])
+    with pytest.raises(ValueError, match="reduction must be"):
+        linear_cross_entropy(h, w, y, reduction="sum")
+
+
 def test_shape_mismatch_is_named():
     h, w, y = _inputs()
     with pytest.raises(ValueError, match="need h"):
@@ -110,6 +127,17 @@ def test_gpt_training_loss_without_logits_matches_the_plain_path():
     torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-6)
     for a, b in zip(fused_g, plain_g):  # the tied embedding gets both of its gradients
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_gpt_per_token_losses_for_evaluation():
+    model = _gpt().eval()
+    x = torch.randint(0, 97, (3, 16))
+    with torch.no_grad():
+        logits, plain = model(x, x, reduction="none")
+        none, fused = model(x, x, return_logits=False, reduction="none")
+    assert none is None and plain.shape == fused.shape == (3, 16)
+    torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(plain.mean(), model(x, x)[1])
 
 
 def test_a_hooked_head_takes_the_plain_path(monkeypatch):

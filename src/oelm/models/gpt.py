@@ -216,22 +216,30 @@ class GPT(nn.Module):
         self.apply(lambda m: _init_weights(m, config.init_std))
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        return_logits: bool = True,
+        reduction: str = "mean",
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Logits [B, T, V] and, given targets, the mean token cross-entropy (-100 is ignored).
+        """Logits [B, T, V] and, given targets, the mean token cross-entropy (-100 is ignored;
+        reduction="none": the [B, T] per-token losses, 0 where ignored).
 
-        With targets and return_logits=False (what training uses) the logits are never
-        materialized: the loss comes from `linear_cross_entropy` (same value and gradients, far
-        less memory and memory traffic) and the logits returned are None. A head that is not a
-        plain Linear (e.g. wrapped by an adapter, or with forward hooks) takes the plain path.
+        With targets and return_logits=False (what training and evaluation use) the logits are
+        never materialized: the loss comes from `linear_cross_entropy` (same values and
+        gradients, far less memory and memory traffic) and the logits returned are None. A head
+        that is not a plain Linear (e.g. wrapped by an adapter, or with forward hooks) takes the
+        plain path.
         """
         h = self.transformer(idx, causal=True, flat=True)  # [B*T, d]
         if targets is not None and not return_logits and self._plain_head():
-            return None, linear_cross_entropy(h, self.lm_head.weight, targets.flatten())
+            loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction)
+            return None, loss.view(idx.shape) if reduction == "none" else loss
         logits = self.lm_head(h)  # [B*T, V]
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100)
+            loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100, reduction=reduction)
+            loss = loss.view(idx.shape) if reduction == "none" else loss
         return logits.view(*idx.shape, -1), loss
 
     def _plain_head(self) -> bool:

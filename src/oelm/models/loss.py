@@ -36,6 +36,14 @@ from oelm.fused import compute_dtype
 CHUNK_BYTES = 1 << 30
 
 
+def _chunk_log_softmax(h_rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """float32 log-softmax of h_rows @ w.T ([rows, V]), over the logits in place when they are
+    float32 on CPU (one chunk-sized buffer, not two)."""
+    logits = h_rows @ w.t()
+    inplace = logits.dtype == torch.float32 and logits.device.type == "cpu"
+    return torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=logits if inplace else None)
+
+
 class LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of (h @ w.T) against targets; gradients made in the forward."""
 
@@ -62,11 +70,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         gw: torch.Tensor | None = None
         for s in range(0, n, chunk_rows):
             e = min(n, s + chunk_rows)
-            logits = hc[s:e] @ wc.t()
-            # float32 logits on CPU: the log-softmax overwrites them (one chunk-sized buffer, not two)
-            inplace = logits.dtype == torch.float32 and logits.device.type == "cpu"
-            lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=logits if inplace else None)
-            del logits
+            lp = _chunk_log_softmax(hc[s:e], wc)
             lpt = lp.gather(1, col[s:e])  # [rows, 1] log-probabilities of the targets
             r = scale[s:e]
             part_loss = torch.dot(lpt.view(-1), r)
@@ -103,16 +107,41 @@ def linear_cross_entropy(
     targets: torch.Tensor,
     ignore_index: int = -100,
     chunk_bytes: int = CHUNK_BYTES,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Mean cross-entropy of `h @ weight.T` (h [N, d], weight [V, d], targets [N]) over the
     targets that are not ignore_index; equals `F.cross_entropy((h @ weight.T).float(), targets)`
-    (under autocast: with the GEMMs in autocast's dtype) without materializing the logits."""
+    (under autocast: with the GEMMs in autocast's dtype) without materializing the logits.
+
+    reduction="none" gives the [N] per-token losses (0 for ignored targets, as F.cross_entropy),
+    chunked without gradients (evaluation); where autograd needs them it takes the plain path.
+    """
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
     if h.ndim != 2 or weight.ndim != 2 or targets.shape != h.shape[:1] or h.shape[1] != weight.shape[1]:
         raise ValueError(f"need h [N, d], weight [V, d], targets [N]; got {tuple(h.shape)}, "
                          f"{tuple(weight.shape)}, {tuple(targets.shape)}")
-    if h.shape[0] == 0:  # nothing to chunk: the plain path gives torch's answer (nan)
-        return F.cross_entropy(h @ weight.t(), targets, ignore_index=ignore_index)
-    if not torch.is_grad_enabled():  # the Function would still see requires_grad and make gradients
-        h, weight = h.detach(), weight.detach()
+    grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    if h.shape[0] == 0 or (reduction == "none" and grad):  # torch's answer (nan when empty), with autograd
+        return F.cross_entropy((h @ weight.t()).float(), targets, ignore_index=ignore_index, reduction=reduction)
     rows = max(1, chunk_bytes // (4 * weight.shape[0]))
+    if reduction == "none":
+        return _token_losses(h, weight, targets, ignore_index, rows)
+    if not grad:  # the Function would still see requires_grad and make gradients
+        h, weight = h.detach(), weight.detach()
     return LinearCrossEntropy.apply(h, weight, targets, ignore_index, rows)
+
+
+@torch.no_grad()
+def _token_losses(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int,
+                  chunk_rows: int) -> torch.Tensor:
+    """[N] float32 cross-entropy per row, a chunk of rows at a time; 0 where the target is ignored."""
+    dt = compute_dtype(h)
+    hc, wc = h.to(dt), w.to(dt)
+    valid = targets != ignore_index
+    col = (targets * valid)[:, None]
+    out = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)
+    for s in range(0, h.shape[0], chunk_rows):
+        e = min(h.shape[0], s + chunk_rows)
+        out[s:e] = _chunk_log_softmax(hc[s:e], wc).gather(1, col[s:e]).view(-1)
+    return out.neg_().masked_fill_(~valid, 0.0)

@@ -154,9 +154,9 @@ class LMTask(Task):
         for i in range(0, len(mine), b):
             idx = mine[i : i + b]
             batch = self._windows(data, every[idx])
-            logits, _ = model(batch["idx"])  # the per-window losses below are the loss
-            per = nn.functional.cross_entropy(logits.float().transpose(1, 2), batch["targets"],
-                                              reduction="none").mean(dim=1)
+            # Per-token losses without materializing the logits (a chunk of rows at a time), so
+            # evaluation needs no more memory than the training step at the same batch size.
+            per = model(**batch, return_logits=False, reduction="none")[1].mean(dim=1)
             per_window[torch.as_tensor(idx, device=self.device)] = per.double()
         per_window = all_reduce_tensor(per_window, self.dist).cpu()
         n = max(len(every), 1)

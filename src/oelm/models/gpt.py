@@ -232,15 +232,16 @@ class GPT(nn.Module):
         plain path.
         """
         h = self.transformer(idx, causal=True, flat=True)  # [B*T, d]
+        logits = loss = None
         if targets is not None and not return_logits and self._plain_head():
             loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction)
-            return None, loss.view(idx.shape) if reduction == "none" else loss
-        logits = self.lm_head(h)  # [B*T, V]
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100, reduction=reduction)
-            loss = loss.view(idx.shape) if reduction == "none" else loss
-        return logits.view(*idx.shape, -1), loss
+        else:
+            logits = self.lm_head(h)  # [B*T, V]
+            if targets is not None:
+                loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100, reduction=reduction)
+        if loss is not None and reduction == "none":
+            loss = loss.view(idx.shape)
+        return (logits.view(*idx.shape, -1) if logits is not None else None), loss
 
     def _plain_head(self) -> bool:
         head = self.lm_head

@@ -44,16 +44,22 @@ def _chunk_log_softmax(h_rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=logits if inplace else None)
 
 
+def _operands(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int):
+    """(matmul dtype, h and w in it, mask of counted targets, [N, 1] target columns; ignored rows
+    point at column 0, and their weight is 0 wherever they are used)."""
+    dt = compute_dtype(h)
+    valid = targets != ignore_index
+    return dt, h.to(dt), w.to(dt), valid, (targets * valid)[:, None]
+
+
 class LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of (h @ w.T) against targets; gradients made in the forward."""
 
     @staticmethod
     def forward(ctx, h, w, targets, ignore_index, chunk_rows):  # type: ignore[override]
-        dt = compute_dtype(h)
-        hc, wc = h.to(dt), w.to(dt)
+        dt, hc, wc, valid, col = _operands(h, w, targets, ignore_index)
         n = h.shape[0]
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        valid = targets != ignore_index
         vf = valid.to(torch.float32)
         count = vf.sum()
         # 1/N for counted rows, 0 for ignored ones (0/0 = nan when all are ignored, as F.cross_entropy)
@@ -64,7 +70,6 @@ class LinearCrossEntropy(torch.autograd.Function):
         # N rows could overflow it.
         root = count.rsqrt()
         row_w = (vf * root).to(dt)
-        col = (targets * valid)[:, None]  # ignored rows point at column 0; their weight is 0
         total: torch.Tensor | None = None
         ghs: list[torch.Tensor] = []
         gw: torch.Tensor | None = None
@@ -136,10 +141,7 @@ def linear_cross_entropy(
 def _token_losses(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int,
                   chunk_rows: int) -> torch.Tensor:
     """[N] float32 cross-entropy per row, a chunk of rows at a time; 0 where the target is ignored."""
-    dt = compute_dtype(h)
-    hc, wc = h.to(dt), w.to(dt)
-    valid = targets != ignore_index
-    col = (targets * valid)[:, None]
+    _, hc, wc, valid, col = _operands(h, w, targets, ignore_index)
     out = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)
     for s in range(0, h.shape[0], chunk_rows):
         e = min(h.shape[0], s + chunk_rows)

@@ -25,6 +25,7 @@ from oelm.flops import executed_flops, theoretical_saving
 from oelm.freezing import apply_method, optimizer_groups
 from oelm.hf import build_model
 from oelm.models.gpt import GPT, GPTClassifier
+from oelm.training.timing import balanced_orders
 
 # model, batch, sequence length, num_labels (None = language model)
 CASES = [
@@ -99,12 +100,14 @@ def run(scale: float, steps: int, warmup: int, device: torch.device, only: list[
         if control:  # A/A control: a second baseline shows the timing noise floor
             arms["baseline (A/A control)"] = Arm(name, "baseline", b, seq, labels, device)
         order = list(arms.values())
-        # Interleave the arms step by step, rotating who goes first, so drift (thermal, other
-        # load) and position effects hit them alike; warm-up steps (allocator, lazy optimizer
-        # state, kernel choice) are excluded.
+        # Interleave the arms step by step so drift (thermal, other load) hits them alike, in a
+        # carryover-balanced order (every arm takes every position and follows every other arm
+        # equally often, so no arm always pays for what one neighbour leaves behind); warm-up
+        # steps (allocator, lazy optimizer state, kernel choice) are excluded.
+        orders = balanced_orders(len(order))
         for i in range(warmup + steps):
-            for arm in order[i % len(order) :] + order[: i % len(order)]:
-                arm.step(device, record=i >= warmup)
+            for k in orders[i % len(orders)]:
+                order[k].step(device, record=i >= warmup)
         base = arms["baseline"]
         for m in list(arms)[1:]:
             r = arms[m]

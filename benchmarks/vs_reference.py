@@ -8,7 +8,10 @@ reference's exact shape: GPTConfig(bias=False) drops the LayerNorm and MLP biase
 as the reference computes it; every other oelm arm calls the model as `oelm train` does, with
 return_logits=False, so its loss never materializes the logits). Every arm runs the same loop:
 forward + backward + fused AdamW step, bf16 autocast on CUDA, float32 on CPU. Arms are
-interleaved in rounds with a rotating order so drift hits them alike; warm-up steps are excluded.
+interleaved in rounds so drift hits them alike, in a carryover-balanced order (a Williams design:
+over a cycle of rounds every arm takes every position and follows every other arm equally often;
+a merely rotating order made each arm always follow the same one, and two copies of one model
+then ran 1-2% apart for a whole process on CPU); warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
 steps with wall time and, steadier on a shared machine, process CPU time.
 
@@ -557,6 +560,8 @@ HEADER = (f"{'name':<15} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Measure every batch size; print rows and rewrite the JSON as results come in."""
+    from oelm.training.timing import balanced_orders
+
     done: list[dict] = []
     for batch in args.batch:
         if args.compile:
@@ -568,24 +573,25 @@ def run(args: argparse.Namespace) -> list[dict]:
         arms = build_arms(args, batch)
         skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_bytes}
         order = [*arms, *skipped.values()]
+        orders = balanced_orders(len(order))  # each arm follows every other equally often over a cycle
+        rounds = args.rounds or len(orders)
         print(f"\n# batch {batch} x seq {args.seq}: warm-up {args.warmup} step(s) per arm", flush=True)
         for a in order:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
             a.timed(args.warmup, record=False)
         _sync(args)
         start, rounds_done = time.perf_counter(), 0
-        for r in range(args.rounds):
+        for r in range(rounds):
             if args.time_budget and r >= 2 and time.perf_counter() - start > args.time_budget:
                 print(f"# time budget {args.time_budget:.0f}s spent: stopping after {r} rounds", flush=True)
                 break
-            k = r % len(order)
-            for a in order[k:] + order[:k]:
-                a.timed(args.steps, record=True)
+            for i in orders[r % len(orders)]:
+                order[i].timed(args.steps, record=True)
             _sync(args)
             for a in order:
                 a.collect()
             rounds_done += 1
             line = "  ".join(f"{a.name} {1e3 * statistics.median(a.times):.1f}ms" for a in order)
-            print(f"round {r + 1}/{args.rounds}: {line}", flush=True)
+            print(f"round {r + 1}/{rounds}: {line}", flush=True)
             _write(args, done + rows_of(arms, args, batch, rounds_done, complete=False, skipped=skipped))
         for a in arms:
             a.measure_memory()
@@ -651,7 +657,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, help="sequence length (default 512; 128 for CPU --quick)")
     p.add_argument("--preset", default="gpt-medium-512")
     p.add_argument("--vocab", type=int, help="vocabulary (default 50257; 8192 for CPU --quick)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 10, quick 40 within the time budget)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default one cycle of the balanced order: 18 "
+                   "with every arm; quick 40 within the time budget)")
     p.add_argument("--steps", type=int, help="steps per arm per round (default 10 on CUDA, 3 on CPU)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default 5 on CUDA, 1 on CPU; +compile)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -690,7 +697,7 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.batch = args.batch or ([1] if counting else [8, 32] if cuda else [4])
     # Quick: as many rounds as the time budget allows (about 90 s of timing at the CPU quick shape),
     # since the interval over rounds is what says whether a 3% saving is resolved.
-    args.rounds = args.rounds or (40 if args.quick else 10)
+    args.rounds = args.rounds or (40 if args.quick else None)  # None: one cycle of the balanced order
     args.steps = args.steps or (10 if cuda else 3)
     args.time_budget = args.time_budget or (150.0 if args.quick else None)
     args.warmup = args.warmup or ((3 if cuda else 1) + (2 if args.compile else 0))
@@ -750,7 +757,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
-    print(f"# {args.rounds} rounds x {args.steps} steps per arm, order rotating; MFU peak: {_peak_flops(args)[1]}", flush=True)
+    rounds = f"{args.rounds} rounds" if args.rounds else "one cycle of rounds"
+    print(f"# {rounds} x {args.steps} steps per arm, in a carryover-balanced order; MFU peak: {_peak_flops(args)[1]}",
+          flush=True)
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1):
         print(f"# warning: load average {load:.1f} on {os.cpu_count()} cores; other processes are competing", flush=True)

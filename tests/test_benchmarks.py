@@ -124,6 +124,26 @@ def test_median_interval_is_the_order_statistic_interval():
     assert bench.paired_ratio([2.0] * 6, [1.0] * 6) == (2.0, 2.0, 2.0)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 9])
+def test_balanced_orders_balance_positions_and_predecessors(n):
+    from collections import Counter
+
+    from oelm.training.timing import balanced_orders
+
+    rows = balanced_orders(n)
+    assert len(rows) == (n if n % 2 == 0 or n == 1 else 2 * n)
+    assert all(sorted(r) == list(range(n)) for r in rows)
+    positions = Counter((a, i) for r in rows for i, a in enumerate(r))
+    assert len(positions) == n * n and len(set(positions.values())) == 1  # every arm at every position, alike
+    follows = Counter(pair for r in rows for pair in zip(r, r[1:]))
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) <= 1  # every arm after every other, alike
+    if n > 2:  # what a rotating order gets wrong: there each arm always follows the same one
+        rotating = [list(range(k, n)) + list(range(k)) for k in range(n)]
+        assert len(Counter(pair for r in rotating for pair in zip(r, r[1:]))) < n * (n - 1)
+    with pytest.raises(ValueError, match="at least one arm"):
+        balanced_orders(0)
+
+
 def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd):
     bench = _load()
     out = tmp_path / "rows.json"

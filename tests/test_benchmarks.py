@@ -226,3 +226,38 @@ def test_skipped_work_follows_the_step_dtype():
     work.timed(2, record=True)
     work.collect()
     assert len(work.times) == 2 and len(work.round_medians) == 1
+
+
+def _load_fused_qkv():
+    spec = importlib.util.spec_from_file_location("fused_qkv_bench", BENCH.parent / "fused_qkv.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fused_qkv_benchmark_times_the_frozen_and_trainable_projection(tmp_path, capsys):
+    bench = _load_fused_qkv()
+    # The timed calls do what their names say: the frozen arm leaves Q and K without gradients.
+    calls = {c.name: c for c in bench.arms(16, 8, torch.device("cpu"), amp=False)}
+    assert list(calls) == ["trainable", "frozen", "skipped", "full wgrad", "V-rows wgrad"]
+    calls["frozen"].step()
+    calls["trainable"].step()
+    assert [w.grad is not None for w in calls["frozen"].weights] == [False, False, True]
+    assert [w.grad is not None for w in calls["trainable"].weights] == [True, True, True]
+    out = tmp_path / "qkv.json"
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main(["--device", "cpu", "--shapes", "32x16", "8x4", "--rounds", "6", "--steps", "1",
+                           "--warmup", "1", "--threads", "1", "--json", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = json.loads(out.read_text())
+    assert [(r["tokens"], r["d"]) for r in rows] == [(32, 16), (8, 4)]
+    for r in rows:
+        assert set(r["median_us"]) == set(calls) and all(v > 0 for v in r["median_us"].values())
+        lo, hi = r["saved_us"]["ci"]
+        assert lo <= r["saved_us"]["median"] <= hi
+    assert "freezing Q/K saves" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--shapes", "512by256"])
+    assert "TOKENSxD" in capsys.readouterr().err

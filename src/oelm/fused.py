@@ -42,53 +42,66 @@ def _runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
     return out
 
 
-def _parts(t: torch.Tensor | None, rows: Sequence[int]) -> Sequence[torch.Tensor | None]:
-    """t split into row blocks of the given sizes (views; no op for a single block)."""
-    if t is None:
-        return [None] * len(rows)
-    return [t] if len(rows) == 1 else t.split(list(rows))
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t in dtype, without a dispatched no-op `to` when it already is (Python cost per call)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 class FusedRowsLinear(torch.autograd.Function):
-    """y = x @ cat(W_q, W_k, W_v).T (+ cat(b)); weight gradients only for blocks that need them."""
+    """y = x @ cat(W_q, W_k, W_v).T (+ cat(b)); weight gradients only for blocks that need them.
+
+    The forward works out which weight-gradient GEMMs the backward runs (one per contiguous run of
+    blocks that need a weight or bias gradient) and the backward runs only those, calling torch no
+    more than the GEMMs and casts need: the Function's Python is a fixed cost per layer per step,
+    paid where small-batch eager steps are launch-bound (`benchmarks/fused_qkv.py` times it).
+    """
 
     @staticmethod
     def forward(ctx, x, wq, wk, wv, bq, bk, bv):  # type: ignore[override]
         dt = compute_dtype(x)
-        ws, bs = (wq, wk, wv), (bq, bk, bv)
-        w = torch.cat(ws).to(dt)
-        b = torch.cat(bs).to(dt) if bq is not None else None
-        xc = x.to(dt)
+        w = _cast(torch.cat((wq, wk, wv)), dt)
+        b = None if bq is None else _cast(torch.cat((bq, bk, bv)), dt)
+        xc = _cast(x, dt)
         ctx.save_for_backward(xc, w)
-        ctx.rows = [t.shape[0] for t in ws]
-        ctx.w_dtypes = [t.dtype for t in ws]
-        ctx.b_dtypes = [t.dtype if t is not None else None for t in bs]
-        ctx.x_dtype = x.dtype
+        need = ctx.needs_input_grad
+        ws, bs = (wq, wk, wv), (bq, bk, bv)
+        rows = [t.shape[0] for t in ws]
+        starts = [0, rows[0], rows[0] + rows[1], rows[0] + rows[1] + rows[2]]
+        # (lo, hi) columns of the output gradient, and per block in the run: its index, its row
+        # range inside the run, and the dtype of its weight / bias gradient (None: not wanted).
+        plan = []
+        for a, e in _runs([need[1 + i] or need[4 + i] for i in range(3)]):
+            blocks = [(i, starts[i] - starts[a], starts[i + 1] - starts[a],
+                       ws[i].dtype if need[1 + i] else None, bs[i].dtype if need[4 + i] else None)
+                      for i in range(a, e)]
+            plan.append((starts[a], starts[e], blocks))
+        ctx.plan, ctx.x_dtype, ctx.total = plan, x.dtype, starts[3]
         return F.linear(xc, w, b)
 
     @staticmethod
     def backward(ctx, grad_y):  # type: ignore[override]
         xc, w = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        g2 = grad_y.to(w.dtype).reshape(-1, grad_y.shape[-1])
-        gx = g2.mm(w).view(*grad_y.shape[:-1], w.shape[1]).to(ctx.x_dtype) if need[0] else None
-        gws: list[torch.Tensor | None] = [None, None, None]
-        gbs: list[torch.Tensor | None] = [None, None, None]
-        flags = [need[1 + i] or need[4 + i] for i in range(3)]
-        if any(flags):
+        g2 = _cast(grad_y.reshape(-1, grad_y.shape[-1]), w.dtype)
+        out: list[torch.Tensor | None] = [None] * 7
+        if ctx.needs_input_grad[0]:
+            out[0] = _cast(g2.mm(w).view(*grad_y.shape[:-1], w.shape[1]), ctx.x_dtype)
+        if ctx.plan:
             x2 = xc.reshape(-1, xc.shape[-1])
-            starts = [sum(ctx.rows[:i]) for i in range(4)]
-            for a, e in _runs(flags):
-                g = g2 if e - a == 3 else g2[:, starts[a] : starts[e]]
-                # One GEMM and one cast per run (not per block): fewer kernel launches in eager mode.
-                gw = (g.t() @ x2).to(ctx.w_dtypes[a]) if any(need[1 + a : 1 + e]) else None
-                gb = g.sum(0).to(ctx.b_dtypes[a] or g.dtype) if any(need[4 + a : 4 + e]) else None
-                for i, gwi, gbi in zip(range(a, e), _parts(gw, ctx.rows[a:e]), _parts(gb, ctx.rows[a:e])):
-                    if need[1 + i]:
-                        gws[i] = gwi.to(ctx.w_dtypes[i])  # no-op unless blocks' dtypes differ
-                    if need[4 + i]:
-                        gbs[i] = gbi.to(ctx.b_dtypes[i])
-        return gx, *gws, *gbs
+        for lo, hi, blocks in ctx.plan:
+            g = g2 if hi - lo == ctx.total else g2[:, lo:hi]
+            # One GEMM, one sum and one cast per run (not per block): fewer kernel launches in eager
+            # mode. The run's blocks share a dtype unless the caller mixed them (then a cast each).
+            w_dts = [blk[3] for blk in blocks if blk[3] is not None]
+            b_dts = [blk[4] for blk in blocks if blk[4] is not None]
+            gw = _cast(g.t() @ x2, w_dts[0]) if w_dts else None
+            gb = _cast(g.sum(0), b_dts[0]) if b_dts else None
+            whole = len(blocks) == 1
+            for i, r0, r1, w_dt, b_dt in blocks:
+                if w_dt is not None:
+                    out[1 + i] = _cast(gw if whole else gw[r0:r1], w_dt)
+                if b_dt is not None:
+                    out[4 + i] = _cast(gb if whole else gb[r0:r1], b_dt)
+        return tuple(out)
 
 
 def fused_qkv(

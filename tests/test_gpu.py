@@ -131,3 +131,56 @@ def test_logits_free_loss_on_cuda_matches_and_lowers_the_allocator_peak(cuda):
     # chunked one a quarter-sized block at a time.
     assert ref_peak - got_peak >= n * v * 4
     assert _sync_warnings(lambda: linear_cross_entropy(h, w, y, chunk_bytes=4 * v * 1024).backward()) == 0
+
+
+def test_fused_qkv_with_frozen_qk_on_cuda_matches_three_linears_without_host_sync(cuda):
+    """The custom Function's CUDA path under bf16 autocast: the output and the gradients of x and
+    the V block match three separate linears, Q/K get none, and a step through it never syncs."""
+    import torch.nn.functional as F
+
+    from oelm.fused import fused_qkv
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    d = 128
+    x = torch.randn(4, 64, d, device=cuda, generator=g).requires_grad_()
+    ws = [(torch.randn(d, d, device=cuda, generator=g) * d**-0.5).requires_grad_(i == 2) for i in range(3)]
+    bs = [torch.randn(d, device=cuda, generator=g).requires_grad_(i == 2) for i in range(3)]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = fused_qkv(x, *ws, *bs)
+        ref = torch.cat([F.linear(x, w, b) for w, b in zip(ws, bs)], dim=-1)
+    assert y.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(y, ref, rtol=2e-2, atol=2e-2)
+    gy = torch.randn(y.shape, device=cuda, generator=g, dtype=y.dtype)
+    got = torch.autograd.grad(y, (x, ws[2], bs[2]), gy)
+    want = torch.autograd.grad(ref, (x, ws[2], bs[2]), gy)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype == torch.float32
+        assert float((a - b).abs().max() / b.abs().max()) < 2e-2
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = fused_qkv(x, *ws, *bs)
+        out.backward(gy)
+
+    for t in (x, *ws, *bs):
+        t.grad = None
+    assert _sync_warnings(step) == 0
+    assert ws[0].grad is None and ws[1].grad is None and bs[0].grad is None and ws[2].grad is not None
+
+
+def test_fused_qkv_benchmark_on_cuda(tmp_path):
+    """benchmarks/fused_qkv.py --device cuda at a small shape: CUDA-event timing, sane rows."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fused_qkv.py"
+    spec = importlib.util.spec_from_file_location("fused_qkv_bench_cuda", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "qkv.json"
+    assert bench.main(["--device", "cuda", "--shapes", "1024x128", "--rounds", "6", "--steps", "2",
+                       "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["dtype"] == "bfloat16 autocast" and all(v > 0 for v in row["median_us"].values())

@@ -261,3 +261,21 @@ def test_fused_qkv_benchmark_times_the_frozen_and_trainable_projection(tmp_path,
     with pytest.raises(SystemExit):
         bench.main(["--device", "cpu", "--shapes", "512by256"])
     assert "TOKENSxD" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_freeze_cost_executes_exactly_the_theoretical_saving(tmp_path):
+    """benchmarks/freeze_cost.py end to end on the study's GPT shape at batch 1: the executed FLOP
+    saving equals the analytic one for both frozen methods, and the A/A row saves nothing."""
+    script = BENCH.parent / "freeze_cost.py"
+    argv = [sys.executable, str(script), "--scale", "0.01", "--steps", "1", "--warmup", "1", "--control",
+            "--models", "gpt-medium-512", "--device", "cpu", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["method"]: r for r in json.loads(done.stdout)}
+    assert set(rows) == {"oelm-freeze", "oelm-qk-ffn", "baseline (A/A control)"}
+    for name in ("oelm-freeze", "oelm-qk-ffn"):
+        assert rows[name]["theoretical_saving"] > 0
+        assert math.isclose(rows[name]["executed_saving"], rows[name]["theoretical_saving"], rel_tol=1e-6)
+    assert rows["oelm-freeze"]["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
+    assert rows["baseline (A/A control)"]["executed_saving"] == 0 and rows["baseline (A/A control)"]["time_ratio"] > 0

@@ -81,9 +81,10 @@ def arms(tokens: int, d: int, device: torch.device, amp: bool) -> list[Call]:
     return [
         Call("trainable", fwd_bwd(trainable), cuda, trainable),
         Call("frozen", fwd_bwd(frozen), cuda, frozen),
-        Call("skipped", lambda: (go.t() @ xs, go.t() @ xs), cuda),
-        Call("full wgrad", lambda: g3.t() @ xs, cuda),
-        Call("V-rows wgrad", lambda: g3[:, 2 * d:].t() @ xs, cuda),
+        # Weight gradients land in the float32 weights' dtype (a cast after a bf16 GEMM; none on CPU).
+        Call("skipped", lambda: ((go.t() @ xs).float(), (go.t() @ xs).float()), cuda),
+        Call("full wgrad", lambda: (g3.t() @ xs).float(), cuda),
+        Call("V-rows wgrad", lambda: (g3[:, 2 * d:].t() @ xs).float(), cuda),
     ]
 
 

@@ -11,7 +11,7 @@ forward + backward + fused AdamW step, bf16 autocast on CUDA, float32 on CPU. Ar
 interleaved in rounds so drift hits them alike, in a carryover-balanced order (a Williams design:
 over a cycle of rounds every arm takes every position and follows every other arm equally often;
 a merely rotating order made each arm always follow the same one, and two copies of one model
-then ran 1-2% apart for a whole process on CPU); warm-up steps are excluded.
+then ran 0.7-2.7% apart for a whole process on CPU); warm-up steps are excluded.
 CUDA steps are timed with CUDA events read after each round (no host sync inside a step); CPU
 steps with wall time and, steadier on a shared machine, process CPU time.
 

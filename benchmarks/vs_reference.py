@@ -574,7 +574,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_bytes}
         order = [*arms, *skipped.values()]
         orders = balanced_orders(len(order))  # each arm follows every other equally often over a cycle
-        rounds = args.rounds or len(orders)
+        rounds = args.rounds or (3 if args.quick else 1) * len(orders)  # whole cycles of the design
         print(f"\n# batch {batch} x seq {args.seq}: warm-up {args.warmup} step(s) per arm", flush=True)
         for a in order:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
             a.timed(args.warmup, record=False)
@@ -657,8 +657,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, help="sequence length (default 512; 128 for CPU --quick)")
     p.add_argument("--preset", default="gpt-medium-512")
     p.add_argument("--vocab", type=int, help="vocabulary (default 50257; 8192 for CPU --quick)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default one cycle of the balanced order: 18 "
-                   "with every arm; quick 40 within the time budget)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default one cycle of the balanced order, 18 "
+                   "with every arm; --quick three cycles, 54, within the time budget)")
     p.add_argument("--steps", type=int, help="steps per arm per round (default 10 on CUDA, 3 on CPU)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default 5 on CUDA, 1 on CPU; +compile)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -695,9 +695,10 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.vocab = args.vocab or (1024 if counting else shape["vocab_size"])
     args.seq = args.seq or (32 if counting else 128 if small else 512)
     args.batch = args.batch or ([1] if counting else [8, 32] if cuda else [4])
-    # Quick: as many rounds as the time budget allows (about 90 s of timing at the CPU quick shape),
-    # since the interval over rounds is what says whether a 3% saving is resolved.
-    args.rounds = args.rounds or (40 if args.quick else None)  # None: one cycle of the balanced order
+    # Rounds (unless given): whole cycles of the balanced order, counted in run() where the arms
+    # are known; one, or three with --quick (54 rounds, about 125 s of timing at the CPU quick
+    # shape, cut by the time budget on a slower machine), since the interval over rounds is what
+    # says whether a 3% saving is resolved.
     args.steps = args.steps or (10 if cuda else 3)
     args.time_budget = args.time_budget or (150.0 if args.quick else None)
     args.warmup = args.warmup or ((3 if cuda else 1) + (2 if args.compile else 0))
@@ -757,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
-    rounds = f"{args.rounds} rounds" if args.rounds else "one cycle of rounds"
+    rounds = f"{args.rounds} rounds" if args.rounds else f"{'three cycles' if args.quick else 'one cycle'} of rounds"
     print(f"# {rounds} x {args.steps} steps per arm, in a carryover-balanced order; MFU peak: {_peak_flops(args)[1]}",
           flush=True)
     load = os.getloadavg()[0]

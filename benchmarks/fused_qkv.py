@@ -35,10 +35,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_reference import Timed, median_ci  # noqa: E402  (same folder: shared timing and intervals)
+from vs_reference import Timed, interleaved_rounds, median_ci  # noqa: E402  (same folder: shared timing)
 
 from oelm.fused import fused_qkv  # noqa: E402
-from oelm.training.timing import balanced_orders  # noqa: E402
 
 
 class Call(Timed):
@@ -93,14 +92,8 @@ def measure(tokens: int, d: int, args: argparse.Namespace) -> dict[str, Any]:
     calls = arms(tokens, d, device, amp=args.device == "cuda")
     for c in calls:
         c.timed(args.warmup, record=False)
-    orders = balanced_orders(len(calls))
-    for r in range(args.rounds):
-        for i in orders[r % len(orders)]:
-            calls[i].timed(args.steps, record=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        for c in calls:
-            c.collect()
+    for _ in interleaved_rounds(calls, args.rounds, args.steps, device.type == "cuda"):
+        pass
     t = {c.name: c.round_medians for c in calls}
 
     def us(name: str) -> float:

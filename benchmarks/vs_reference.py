@@ -58,6 +58,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -558,6 +559,23 @@ HEADER = (f"{'name':<15} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>
           f"{'theo':>7} {'vs base':>8} {'vs ref':>7}")
 
 
+def interleaved_rounds(timed: list[Timed], rounds: int, steps: int, cuda: bool) -> Iterator[int]:
+    """Run `rounds` rounds of `steps` recorded steps per item, in a carryover-balanced order (each
+    item follows every other equally often over a cycle); after each round synchronize, collect
+    every item's times and yield the number of rounds done (break out to stop early)."""
+    from oelm.training.timing import balanced_orders
+
+    orders = balanced_orders(len(timed))
+    for r in range(rounds):
+        for i in orders[r % len(orders)]:
+            timed[i].timed(steps, record=True)
+        if cuda:
+            torch.cuda.synchronize()
+        for t in timed:
+            t.collect()
+        yield r + 1
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     """Measure every batch size; print rows and rewrite the JSON as results come in."""
     from oelm.training.timing import balanced_orders
@@ -573,26 +591,21 @@ def run(args: argparse.Namespace) -> list[dict]:
         arms = build_arms(args, batch)
         skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_bytes}
         order = [*arms, *skipped.values()]
-        orders = balanced_orders(len(order))  # each arm follows every other equally often over a cycle
-        rounds = args.rounds or (3 if args.quick else 1) * len(orders)  # whole cycles of the design
+        # Whole cycles of the balanced order unless --rounds says otherwise.
+        rounds = args.rounds or (3 if args.quick else 1) * len(balanced_orders(len(order)))
         print(f"\n# batch {batch} x seq {args.seq}: warm-up {args.warmup} step(s) per arm", flush=True)
         for a in order:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
             a.timed(args.warmup, record=False)
         _sync(args)
         start, rounds_done = time.perf_counter(), 0
-        for r in range(rounds):
-            if args.time_budget and r >= 2 and time.perf_counter() - start > args.time_budget:
-                print(f"# time budget {args.time_budget:.0f}s spent: stopping after {r} rounds", flush=True)
-                break
-            for i in orders[r % len(orders)]:
-                order[i].timed(args.steps, record=True)
-            _sync(args)
-            for a in order:
-                a.collect()
-            rounds_done += 1
+        for rounds_done in interleaved_rounds(order, rounds, args.steps, args.device == "cuda"):
             line = "  ".join(f"{a.name} {1e3 * statistics.median(a.times):.1f}ms" for a in order)
-            print(f"round {r + 1}/{rounds}: {line}", flush=True)
+            print(f"round {rounds_done}/{rounds}: {line}", flush=True)
             _write(args, done + rows_of(arms, args, batch, rounds_done, complete=False, skipped=skipped))
+            over = args.time_budget and time.perf_counter() - start > args.time_budget
+            if over and 2 <= rounds_done < rounds:  # at least 2 rounds, for a paired ratio
+                print(f"# time budget {args.time_budget:.0f}s spent: stopping after {rounds_done} rounds", flush=True)
+                break
         for a in arms:
             a.measure_memory()
         rows = rows_of(arms, args, batch, rounds_done, complete=True, skipped=skipped)

@@ -67,14 +67,19 @@ class FusedRowsLinear(torch.autograd.Function):
         ws, bs = (wq, wk, wv), (bq, bk, bv)
         rows = [t.shape[0] for t in ws]
         starts = [0, rows[0], rows[0] + rows[1], rows[0] + rows[1] + rows[2]]
-        # (lo, hi) columns of the output gradient, and per block in the run: its index, its row
-        # range inside the run, and the dtype of its weight / bias gradient (None: not wanted).
+        # Per run: (lo, hi) columns of the output gradient, the dtype the run's weight / bias
+        # gradient is cast to once (None: not wanted), and per block its index, its row range
+        # inside the run and the dtype of its weight / bias gradient (None: not wanted).
         plan = []
         for a, e in _runs([need[1 + i] or need[4 + i] for i in range(3)]):
             blocks = [(i, starts[i] - starts[a], starts[i + 1] - starts[a],
                        ws[i].dtype if need[1 + i] else None, bs[i].dtype if need[4 + i] else None)
                       for i in range(a, e)]
-            plan.append((starts[a], starts[e], blocks))
+            w_dt = b_dt = None
+            for blk in blocks:  # the first wanted dtype of each kind
+                w_dt = w_dt or blk[3]
+                b_dt = b_dt or blk[4]
+            plan.append((starts[a], starts[e], w_dt, b_dt, blocks))
         ctx.plan, ctx.x_dtype, ctx.total = plan, x.dtype, starts[3]
         return F.linear(xc, w, b)
 
@@ -87,14 +92,12 @@ class FusedRowsLinear(torch.autograd.Function):
             out[0] = _cast(g2.mm(w).view(*grad_y.shape[:-1], w.shape[1]), ctx.x_dtype)
         if ctx.plan:
             x2 = xc.reshape(-1, xc.shape[-1])
-        for lo, hi, blocks in ctx.plan:
+        for lo, hi, run_w_dt, run_b_dt, blocks in ctx.plan:
             g = g2 if hi - lo == ctx.total else g2[:, lo:hi]
             # One GEMM, one sum and one cast per run (not per block): fewer kernel launches in eager
             # mode. The run's blocks share a dtype unless the caller mixed them (then a cast each).
-            w_dts = [blk[3] for blk in blocks if blk[3] is not None]
-            b_dts = [blk[4] for blk in blocks if blk[4] is not None]
-            gw = _cast(g.t() @ x2, w_dts[0]) if w_dts else None
-            gb = _cast(g.sum(0), b_dts[0]) if b_dts else None
+            gw = _cast(g.t() @ x2, run_w_dt) if run_w_dt is not None else None
+            gb = _cast(g.sum(0), run_b_dt) if run_b_dt is not None else None
             whole = len(blocks) == 1
             for i, r0, r1, w_dt, b_dt in blocks:
                 if w_dt is not None:

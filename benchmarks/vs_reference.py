@@ -39,6 +39,15 @@ frozen tensors' AdamW moments, and by their gradients only if those are alive at
     python benchmarks/vs_reference.py --device cpu --quick --processes 3 --json out.json  # 3 fresh processes
     python benchmarks/vs_reference.py --count-ops --json ops.json                # ~1 min on CPU
 
+`--profile-ops` says where a difference comes from: it profiles every arm with torch.profiler in the
+same balanced rounds and prints, per arm, the ops whose self time per step differs most from the
+baseline's (self CPU time on CPU; on CUDA, each kernel's device time), with calls per step. The
+profiler adds a cost to every op it records and charges it to the enclosing range, so Python-heavy
+ranges (a custom autograd Function's forward and backward) look dearer than they run: read it for
+attribution, and the timed rows for the size of a difference.
+
+    python benchmarks/vs_reference.py --device cpu --quick --profile-ops --json ops-profile.json
+
 `--count-ops` times nothing: after one warm-up step it counts, per arm, the aten ops one training
 step dispatches (forward, backward, optimizer step + zero_grad; what autograd and autocast leave,
 each op one dispatch and, unless a view, usually one kernel launch) and the Python function calls
@@ -641,6 +650,82 @@ def count(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def profile_ops(args: argparse.Namespace) -> list[dict]:
+    """Self time and calls per op per step of every arm (batch args.batch[0]), from torch.profiler in
+    balanced rounds of args.steps steps; print each arm's largest differences from the baseline."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from oelm.training.timing import balanced_orders
+
+    batch, cuda = args.batch[0], args.device == "cuda"
+    arms = build_arms(args, batch)
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    for a in arms:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
+        a.timed(args.warmup, record=False)
+    _sync(args)
+    orders = balanced_orders(len(arms))
+    rounds = args.rounds or len(orders)
+    per_step = 1.0 / (rounds * args.steps)
+    ms = {a.name: collections.Counter() for a in arms}
+    calls = {a.name: collections.Counter() for a in arms}
+    for r in range(rounds):
+        for i in orders[r % len(orders)]:
+            a = arms[i]
+            with profile(activities=activities) as prof:
+                a.timed(args.steps, record=False)
+                _sync(args)
+            names = _graph_names(prof)
+            for e in prof.key_averages():
+                us = _self_device_us(e) if cuda else e.self_cpu_time_total
+                key = names.get(e.key, e.key.split(":")[0] if e.key.startswith("Torch-Compiled Region") else e.key)
+                ms[a.name][key] += us / 1000 * per_step
+                calls[a.name][key] += e.count * per_step
+        print(f"profiled round {r + 1}/{rounds}", flush=True)
+    kind = "self CUDA time (kernels)" if cuda else "self CPU time"
+    rows = []
+    for a in arms:
+        ops = {k: {"ms_per_step": ms[a.name][k], "calls_per_step": calls[a.name][k]}
+               for k in sorted(ms[a.name], key=lambda k: -ms[a.name][k]) if ms[a.name][k] > 0 or calls[a.name][k] > 0}
+        rows.append({"name": a.name, "batch": batch, "seq": args.seq, "shape": args.shape_note, "device": args.device_name,
+                     "compiled": args.compile, "rounds": rounds, "steps_per_round": args.steps, "time_kind": kind,
+                     "total_ms_per_step": sum(ms[a.name].values()), "ops": ops})
+    base = rows[[a.name for a in arms].index("baseline")]
+    for row in rows:
+        row["total_vs_baseline_ms"] = row["total_ms_per_step"] - base["total_ms_per_step"]
+    _write(args, rows)
+    print(f"\n# {kind} per step, each arm against the baseline (batch {batch} x seq {args.seq}; {rounds} rounds "
+          f"x {args.steps} steps); the profiler's own cost per recorded op inflates Python-heavy ranges", flush=True)
+    for row in rows:
+        if row is base:
+            continue
+        print(f"\n## {row['name']}: {row['total_ms_per_step']:.2f} ms per step, baseline "
+              f"{base['total_ms_per_step']:.2f} ms ({row['total_vs_baseline_ms']:+.2f} ms)", flush=True)
+        keys = set(row["ops"]) | set(base["ops"])
+        get = lambda r, k, f: r["ops"].get(k, {}).get(f, 0.0)  # noqa: E731
+        diff = lambda k: get(row, k, "ms_per_step") - get(base, k, "ms_per_step")  # noqa: E731
+        for k in sorted(keys, key=lambda k: -abs(diff(k)))[:args.top]:
+            print(f"  {diff(k):+9.3f} ms  {get(base, k, 'ms_per_step'):9.3f} -> {get(row, k, 'ms_per_step'):9.3f}  "
+                  f"calls {get(base, k, 'calls_per_step'):g} -> {get(row, k, 'calls_per_step'):g}  {k[:90]}", flush=True)
+    return rows
+
+
+def _graph_names(prof: Any) -> dict[str, str]:
+    """Compiled graphs by their place in the step ("compiled graph 1" runs first: the forward), not by
+    their hash, which differs between arms, so one arm's graph lines up with the baseline's (the
+    caller likewise drops the compile ids from "Torch-Compiled Region: 1/0")."""
+    tag = "## Call CompiledFxGraph"
+    keys = [e.key for e in sorted(prof.events(), key=lambda e: e.time_range.start) if e.key.startswith(tag)]
+    return {k: f"## compiled graph {i + 1} ##" for i, k in enumerate(dict.fromkeys(keys))}
+
+
+def _self_device_us(event: Any) -> float:
+    """A profiler average's self device time in us (the attribute's name changed across torch versions)."""
+    for attr in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(event, attr):
+            return float(getattr(event, attr))
+    return 0.0
+
+
 def _write(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.json:
         tmp = Path(str(args.json) + ".tmp")
@@ -684,13 +769,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "the JSON gets every process's rows, tagged, and the printout the spread across them")
     p.add_argument("--count-ops", action="store_true", help="count aten ops and Python calls per training step "
                    "instead of timing (deterministic; defaults: batch 1, seq 32, vocab 1024)")
+    p.add_argument("--profile-ops", action="store_true", help="instead of timing, profile every arm with "
+                   "torch.profiler in balanced rounds (--rounds, default one cycle; --steps) and print the ops whose "
+                   "self time per step differs most from the baseline's (where a saving or a cost comes from)")
+    p.add_argument("--top", type=int, default=12, help="ops printed per arm with --profile-ops (default 12)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but no CUDA device is visible; use --device cpu")
     if args.count_ops and args.compile:
         p.error("--count-ops counts eager dispatches; drop --compile")
-    if args.processes < 1 or (args.processes > 1 and args.count_ops):
-        p.error("--processes must be >= 1, and 1 with --count-ops (counts are deterministic)")
+    if args.count_ops and args.profile_ops:
+        p.error("--count-ops and --profile-ops are two different runs; give one")
+    if args.processes < 1 or (args.processes > 1 and (args.count_ops or args.profile_ops)):
+        p.error("--processes must be >= 1, and 1 with --count-ops or --profile-ops")
+    if args.top < 1:
+        p.error("--top must be >= 1")
     return _defaults(args)
 
 
@@ -768,6 +861,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# aten ops and Python calls per training step; {args.shape_note}; seq {args.seq}; "
               f"device {args.device_name}; torch {torch.__version__}", flush=True)
         count(args)
+        return 0
+    if args.profile_ops:
+        mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
+        print(f"# per-op profile; {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
+        profile_ops(args)
         return 0
     mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)

@@ -99,6 +99,43 @@ def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):
         assert again[name]["python_calls_per_step"] == r["python_calls_per_step"], name
 
 
+def test_profile_ops_attributes_the_frozen_arms_saving_to_their_skipped_gemms(tmp_path, capsys):
+    bench = _load()
+    out = tmp_path / "profile.json"
+    argv = ["--profile-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8",
+            "--rounds", "2", "--steps", "1", "--top", "4", "--json", str(out)]
+    assert bench.main(argv) == 0
+    rows = {r["name"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == set(bench.ARMS)
+    for r in rows.values():
+        assert r["rounds"] == 2 and r["steps_per_round"] == 1 and r["time_kind"] == "self CPU time"
+        assert r["total_ms_per_step"] > 0
+        assert math.isclose(r["total_ms_per_step"], sum(o["ms_per_step"] for o in r["ops"].values()), rel_tol=1e-9)
+        assert math.isclose(r["total_vs_baseline_ms"], r["total_ms_per_step"] - rows["baseline"]["total_ms_per_step"])
+    mm = {name: r["ops"]["aten::mm"]["calls_per_step"] for name, r in rows.items()}
+    # gpt-tiny has 2 layers; a frozen FFN drops the weight-gradient GEMMs of both its linears in each.
+    assert mm["baseline"] - mm["oelm-qk-ffn"] == 2 * 2
+    # Frozen Q/K rows shrink the fused weight-gradient GEMM instead of dropping one; it runs in the Function.
+    assert mm["oelm-freeze"] == mm["baseline"]
+    assert rows["oelm-freeze"]["ops"]["FusedRowsLinearBackward"]["calls_per_step"] == 2
+    assert "FusedRowsLinearBackward" not in rows["baseline"]["ops"]
+    text = capsys.readouterr().out
+    assert "## oelm-freeze:" in text and "aten::mm" in text and "## baseline:" not in text
+    for bad in (["--processes", "2"], ["--count-ops"], ["--top", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse(argv + bad)
+
+
+def test_profile_ops_names_compiled_graphs_by_their_place_in_the_step():
+    from types import SimpleNamespace as NS
+
+    bench = _load()
+    ev = lambda key, start: NS(key=key, time_range=NS(start=start))  # noqa: E731
+    fwd, bwd = "## Call CompiledFxGraph fab12 ##", "## Call CompiledFxGraph f9zz0 ##"
+    prof = NS(events=lambda: [ev(bwd, 30), ev("aten::mm", 5), ev(fwd, 10), ev(fwd, 40), ev(bwd, 70)])
+    assert bench._graph_names(prof) == {fwd: "## compiled graph 1 ##", bwd: "## compiled graph 2 ##"}
+
+
 def test_reference_model_matches_the_oelm_shape():
     bench = _load()
     from oelm.models.gpt import GPT, gpt_config

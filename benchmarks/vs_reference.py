@@ -568,6 +568,16 @@ HEADER = (f"{'name':<15} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>
           f"{'theo':>7} {'vs base':>8} {'vs ref':>7}")
 
 
+def _fresh_compile_caches(args: argparse.Namespace) -> None:
+    """With --compile: the GPT arms share GPT.forward's code object, so fresh caches and room for every arm's graph."""
+    if not args.compile:
+        return
+    torch._dynamo.reset()
+    for limit in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, max(64, getattr(torch._dynamo.config, limit)))
+
+
 def interleaved_rounds(timed: list[Timed], rounds: int, steps: int, cuda: bool) -> Iterator[int]:
     """Run `rounds` rounds of `steps` recorded steps per item, in a carryover-balanced order (each
     item follows every other equally often over a cycle); after each round synchronize, collect
@@ -591,12 +601,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     done: list[dict] = []
     for batch in args.batch:
-        if args.compile:
-            # Five arms share GPT.forward's code object: fresh caches, and room for every arm's graph.
-            torch._dynamo.reset()
-            for limit in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
-                if hasattr(torch._dynamo.config, limit):
-                    setattr(torch._dynamo.config, limit, max(64, getattr(torch._dynamo.config, limit)))
+        _fresh_compile_caches(args)
         arms = build_arms(args, batch)
         skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_bytes}
         order = [*arms, *skipped.values()]
@@ -658,6 +663,7 @@ def profile_ops(args: argparse.Namespace) -> list[dict]:
     from oelm.training.timing import balanced_orders
 
     batch, cuda = args.batch[0], args.device == "cuda"
+    _fresh_compile_caches(args)
     arms = build_arms(args, batch)
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     for a in arms:  # warm-up: compile, allocator, lazy optimizer state, kernel choice
@@ -676,7 +682,7 @@ def profile_ops(args: argparse.Namespace) -> list[dict]:
                 _sync(args)
             names = _graph_names(prof)
             for e in prof.key_averages():
-                us = _self_device_us(e) if cuda else e.self_cpu_time_total
+                us = _kernel_us(e) if cuda else e.self_cpu_time_total
                 key = names.get(e.key, e.key.split(":")[0] if e.key.startswith("Torch-Compiled Region") else e.key)
                 ms[a.name][key] += us / 1000 * per_step
                 calls[a.name][key] += e.count * per_step
@@ -718,12 +724,16 @@ def _graph_names(prof: Any) -> dict[str, str]:
     return {k: f"## compiled graph {i + 1} ##" for i, k in enumerate(dict.fromkeys(keys))}
 
 
-def _self_device_us(event: Any) -> float:
-    """A profiler average's self device time in us (the attribute's name changed across torch versions)."""
-    for attr in ("self_device_time_total", "self_cuda_time_total"):
-        if hasattr(event, attr):
-            return float(getattr(event, attr))
-    return 0.0
+def _kernel_us(event: Any) -> float:
+    """Device time (us) of a profiler average, counted as torch's own table totals it: only device
+    events (the kernels, under their own names), since a CPU op's device time is its kernels' time
+    again and a user annotation's spans the kernels inside it."""
+    from torch.autograd import DeviceType
+
+    if event.device_type == DeviceType.CPU or getattr(event, "is_user_annotation", False):
+        return 0.0
+    us = getattr(event, "self_device_time_total", None)  # torch < 2.4 named it self_cuda_time_total
+    return float(us if us is not None else getattr(event, "self_cuda_time_total", 0.0))
 
 
 def _write(args: argparse.Namespace, rows: list[dict]) -> None:
@@ -862,12 +872,11 @@ def main(argv: list[str] | None = None) -> int:
               f"device {args.device_name}; torch {torch.__version__}", flush=True)
         count(args)
         return 0
+    mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     if args.profile_ops:
-        mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
         print(f"# per-op profile; {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
         profile_ops(args)
         return 0
-    mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
     rounds = f"{args.rounds} rounds" if args.rounds else f"{'three cycles' if args.quick else 'one cycle'} of rounds"
     print(f"# {rounds} x {args.steps} steps per arm, in a carryover-balanced order; MFU peak: {_peak_flops(args)[1]}",

@@ -136,6 +136,19 @@ def test_profile_ops_names_compiled_graphs_by_their_place_in_the_step():
     assert bench._graph_names(prof) == {fwd: "## compiled graph 1 ##", bwd: "## compiled graph 2 ##"}
 
 
+def test_profile_ops_counts_each_cuda_kernel_once():
+    """On CUDA a CPU op's device time is its kernels' time again: only the kernel events count."""
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    bench = _load()
+    op = NS(device_type=DeviceType.CPU, self_device_time_total=7.0, is_user_annotation=False)  # aten::mm
+    kernel = NS(device_type=DeviceType.CUDA, self_device_time_total=7.0, is_user_annotation=False)
+    note = NS(device_type=DeviceType.CUDA, self_device_time_total=9.0, is_user_annotation=True)
+    assert [bench._kernel_us(e) for e in (op, kernel, note)] == [0.0, 7.0, 0.0]
+
+
 def test_reference_model_matches_the_oelm_shape():
     bench = _load()
     from oelm.models.gpt import GPT, gpt_config

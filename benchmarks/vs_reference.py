@@ -38,6 +38,7 @@ frozen tensors' AdamW moments, and by their gradients only if those are alive at
     python benchmarks/vs_reference.py --device cpu --quick --json out.json       # < 5 min, 2 cores
     python benchmarks/vs_reference.py --device cpu --quick --processes 3 --json out.json  # 3 fresh processes
     python benchmarks/vs_reference.py --count-ops --json ops.json                # ~1 min on CPU
+    python benchmarks/vs_reference.py --table out.json [more.json ...]           # markdown summary of stored runs
 
 `--profile-ops` says where a difference comes from: it profiles every arm with torch.profiler in the
 same balanced rounds and prints, per arm, the ops whose self time per step differs most from the
@@ -736,6 +737,54 @@ def _kernel_us(event: Any) -> float:
     return float(us if us is not None else getattr(event, "self_cuda_time_total", 0.0))
 
 
+TABLE_HEADER = ("| run | batch | baseline vs reference | baseline-nobias vs reference | loss without logits vs through "
+                "logits | oelm-freeze vs baseline (theor.) | realized of FLOP saving | skipped GEMMs' share of step | "
+                "saved of their time | oelm-qk-ffn vs baseline (theor.) | realized | A/A | baseline ms |")
+
+
+def table(paths: list[Path]) -> list[str]:
+    """Markdown lines summarizing timed JSON files: one line per file, process and batch, each ratio with
+    its 95% interval (how the tables of docs/results/vs_reference are made from the stored rows)."""
+
+    def ratio(v: float | None, ci: list | None, pct: bool = False) -> str:
+        if v is None:
+            return "n/a"
+        fmt = (lambda x: f"{100 * x:.0f}") if pct else (lambda x: f"{x:.3f}")  # noqa: E731
+        unit = "%" if pct else ""
+        return f"{fmt(v)}{unit} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci and ci[0] is not None else f"{fmt(v)}{unit}"
+
+    lines = [TABLE_HEADER, "|" + "---|" * TABLE_HEADER.count(" | ") + "---|"]
+    for path in paths:
+        rows = json.loads(Path(path).read_text())
+        if not isinstance(rows, list) or not rows or "speedup_vs_baseline" not in rows[0]:
+            raise SystemExit(f"{path}: not the rows of a timed vs_reference run (--count-ops and --profile-ops "
+                             "files have no ratios to tabulate)")
+        for key in dict.fromkeys((r.get("process", 0), r["batch"]) for r in rows):
+            arm = {r["name"]: r for r in rows if (r.get("process", 0), r["batch"]) == key}
+            get = lambda name, field: arm.get(name, {}).get(field)  # noqa: E731
+            inv = get(LOGITS, "speedup_vs_baseline_ci")  # baseline time / logits-arm time, inverted
+            fz, qk = arm.get("oelm-freeze", {}), arm.get("oelm-qk-ffn", {})
+            cells = [
+                f"{Path(path).stem}, {key[0] + 1}", str(key[1]),
+                ratio(get("baseline", "vs_reference"), get("baseline", "vs_reference_ci")),
+                ratio(get(NOBIAS, "vs_reference"), get(NOBIAS, "vs_reference_ci")),
+                ratio(1 / get(LOGITS, "speedup_vs_baseline") if get(LOGITS, "speedup_vs_baseline") else None,
+                      [1 / inv[1], 1 / inv[0]] if inv and inv[0] else None),
+                ratio(fz.get("speedup_vs_baseline"), fz.get("speedup_vs_baseline_ci"))
+                + (f" ({fz['theoretical_speedup']:.3f})" if fz.get("theoretical_speedup") else ""),
+                ratio(fz.get("saving_realized"), fz.get("saving_realized_ci"), pct=True),
+                f"{100 * fz['skipped_work_share_of_baseline']:.2f}%" if fz.get("skipped_work_share_of_baseline") else "n/a",
+                ratio(fz.get("skipped_time_saved"), fz.get("skipped_time_saved_ci"), pct=True),
+                ratio(qk.get("speedup_vs_baseline"), qk.get("speedup_vs_baseline_ci"))
+                + (f" ({qk['theoretical_speedup']:.3f})" if qk.get("theoretical_speedup") else ""),
+                ratio(qk.get("saving_realized"), qk.get("saving_realized_ci"), pct=True),
+                ratio(get("baseline-AA", "speedup_vs_baseline"), get("baseline-AA", "speedup_vs_baseline_ci")),
+                f"{1e3 * get('baseline', 'step_time_median_s'):.0f}" if get("baseline", "step_time_median_s") else "n/a",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def _write(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.json:
         tmp = Path(str(args.json) + ".tmp")
@@ -863,6 +912,11 @@ def repeat(args: argparse.Namespace, argv: list[str]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--table"]:  # summarize stored files: no arms, no device
+        if len(argv) < 2:
+            raise SystemExit("--table needs one or more JSON files written by a timed run")
+        print("\n".join(table([Path(a) for a in argv[1:]])))
+        return 0
     args = parse(argv)
     if args.processes > 1:
         repeat(args, argv)

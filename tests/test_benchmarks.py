@@ -67,6 +67,23 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
     out_text = capsys.readouterr().out
     assert "oelm-freeze" in out_text and "skipped work alone takes" in out_text  # printed, not only written
     assert "loss without logits vs through logits" in out_text
+    # --table summarizes the stored rows: one markdown line per process and batch, figures as in the JSON.
+    assert bench.main(["--table", str(out)]) == 0
+    header, rule, line = capsys.readouterr().out.strip().splitlines()
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    cells = dict(zip(cols, (c.strip() for c in line.strip("|").split("|"))))
+    assert rule.count("---") == len(cols) == len(cells)
+    assert cells["run"] == "rows, 1" and cells["batch"] == "2"
+    lo, hi = base["vs_reference_ci"]
+    assert cells["baseline vs reference"] == f"{base['vs_reference']:.3f} [{lo:.3f}, {hi:.3f}]"
+    fz = rows["oelm-freeze"]
+    assert cells["realized of FLOP saving"].startswith(f"{100 * fz['saving_realized']:.0f}% [")
+    assert cells["A/A"].startswith(f"{rows['baseline-AA']['speedup_vs_baseline']:.3f} [")
+    logits = rows["baseline-logits"]["speedup_vs_baseline"]
+    assert cells["loss without logits vs through logits"].startswith(f"{1 / logits:.3f} [")
+    (tmp_path / "ops.json").write_text('[{"name": "baseline", "aten_ops_per_step": 1}]')  # a --count-ops file
+    with pytest.raises(SystemExit, match="not the rows of a timed"):
+        bench.main(["--table", str(tmp_path / "ops.json")])
 
 
 def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):

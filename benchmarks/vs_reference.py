@@ -696,7 +696,7 @@ def profile_ops(args: argparse.Namespace) -> list[dict]:
         rows.append({"name": a.name, "batch": batch, "seq": args.seq, "shape": args.shape_note, "device": args.device_name,
                      "compiled": args.compile, "rounds": rounds, "steps_per_round": args.steps, "time_kind": kind,
                      "total_ms_per_step": sum(ms[a.name].values()), "ops": ops})
-    base = rows[[a.name for a in arms].index("baseline")]
+    base = next(r for r in rows if r["name"] == "baseline")
     for row in rows:
         row["total_vs_baseline_ms"] = row["total_ms_per_step"] - base["total_ms_per_step"]
     _write(args, rows)
@@ -749,9 +749,8 @@ def table(paths: list[Path]) -> list[str]:
     def ratio(v: float | None, ci: list | None, pct: bool = False) -> str:
         if v is None:
             return "n/a"
-        fmt = (lambda x: f"{100 * x:.0f}") if pct else (lambda x: f"{x:.3f}")  # noqa: E731
-        unit = "%" if pct else ""
-        return f"{fmt(v)}{unit} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci and ci[0] is not None else f"{fmt(v)}{unit}"
+        value = _pct(v) if pct else f"{v:.3f}"
+        return f"{value} {_ci(ci, 100 if pct else 1.0, '')}".rstrip()
 
     lines = [TABLE_HEADER, "|" + "---|" * TABLE_HEADER.count(" | ") + "---|"]
     for path in paths:
@@ -762,14 +761,12 @@ def table(paths: list[Path]) -> list[str]:
         for key in dict.fromkeys((r.get("process", 0), r["batch"]) for r in rows):
             arm = {r["name"]: r for r in rows if (r.get("process", 0), r["batch"]) == key}
             get = lambda name, field: arm.get(name, {}).get(field)  # noqa: E731
-            inv = get(LOGITS, "speedup_vs_baseline_ci")  # baseline time / logits-arm time, inverted
             fz, qk = arm.get("oelm-freeze", {}), arm.get("oelm-qk-ffn", {})
             cells = [
                 f"{Path(path).stem}, {key[0] + 1}", str(key[1]),
                 ratio(get("baseline", "vs_reference"), get("baseline", "vs_reference_ci")),
                 ratio(get(NOBIAS, "vs_reference"), get(NOBIAS, "vs_reference_ci")),
-                ratio(1 / get(LOGITS, "speedup_vs_baseline") if get(LOGITS, "speedup_vs_baseline") else None,
-                      [1 / inv[1], 1 / inv[0]] if inv and inv[0] else None),
+                ratio(*_without_logits(arm[LOGITS]) if LOGITS in arm else (None, None)),
                 ratio(fz.get("speedup_vs_baseline"), fz.get("speedup_vs_baseline_ci"))
                 + (f" ({fz['theoretical_speedup']:.3f})" if fz.get("theoretical_speedup") else ""),
                 ratio(fz.get("saving_realized"), fz.get("saving_realized_ci"), pct=True),
@@ -790,6 +787,13 @@ def _write(args: argparse.Namespace, rows: list[dict]) -> None:
         tmp = Path(str(args.json) + ".tmp")
         tmp.write_text(json.dumps(rows, indent=2))
         os.replace(tmp, args.json)
+
+
+def _without_logits(logits_row: dict) -> tuple[float | None, list | None]:
+    """The baseline's speed over the baseline-logits arm's, with its interval: that arm's
+    speedup_vs_baseline (baseline time / its time) inverted."""
+    v, ci = logits_row.get("speedup_vs_baseline"), logits_row.get("speedup_vs_baseline_ci")
+    return (1 / v if v else None), ([1 / ci[1], 1 / ci[0]] if ci and ci[0] else None)
 
 
 def _pct(v: float | None, digits: int = 0) -> str:
@@ -957,12 +961,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_ci(r['skipped_time_saved_ci'], 100, '%')} of that time", flush=True)
     for (b, name), r in base.items():
         print(f"batch {b} oelm {name} vs reference: {r['vs_reference']:.3f}x {_ci(r['vs_reference_ci'])}", flush=True)
-        if name == LOGITS:  # speedup_vs_baseline = baseline time / this arm's time, so invert it
-            ci = r["speedup_vs_baseline_ci"]
-            inv = [1 / ci[1], 1 / ci[0]] if ci and ci[0] else None
+        if name == LOGITS:
+            speed, ci = _without_logits(r)
             peaks = (r["peak_memory_bytes"], base[(b, "baseline")]["peak_memory_bytes"])
-            print(f"batch {b} oelm baseline, loss without logits vs through logits: {1 / r['speedup_vs_baseline']:.3f}x "
-                  f"{_ci(inv)} the speed" + (f", peak memory -{(peaks[0] - peaks[1]) / 2**20:.1f} MiB" if None not in peaks else ""),
+            print(f"batch {b} oelm baseline, loss without logits vs through logits: {speed:.3f}x "
+                  f"{_ci(ci)} the speed" + (f", peak memory -{(peaks[0] - peaks[1]) / 2**20:.1f} MiB" if None not in peaks else ""),
                   flush=True)
     if args.device == "cpu":  # wall time on a shared machine is noisy; CPU seconds less so
         for r in rows:

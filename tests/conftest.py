@@ -1,7 +1,8 @@
-"""Shared fixtures: tiny models of every supported family and the offline data folder."""
+"""Shared fixtures: tiny models of every supported family, the offline data folder, benchmark scripts."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -11,6 +12,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+@pytest.fixture
+def load_benchmark():
+    """load_benchmark("vs_reference"): a script of benchmarks/ (not a package) imported as a module."""
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -15,15 +14,8 @@ import torch
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_reference.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("vs_reference", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_vs_reference_rows_and_memory(tmp_path, capsys):
-    bench = _load()
+def test_vs_reference_rows_and_memory(tmp_path, capsys, load_benchmark):
+    bench = load_benchmark("vs_reference")
     out = tmp_path / "rows.json"
     argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "16", "--batch", "2",
             "--rounds", "6", "--steps", "1", "--threads", "1", "--json", str(out)]
@@ -86,8 +78,8 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys):
         bench.main(["--table", str(tmp_path / "ops.json")])
 
 
-def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):
-    bench = _load()
+def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys, load_benchmark):
+    bench = load_benchmark("vs_reference")
     out = tmp_path / "ops.json"
     argv = ["--count-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8", "--json", str(out)]
     assert bench.main(argv) == 0
@@ -116,8 +108,8 @@ def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys):
         assert again[name]["python_calls_per_step"] == r["python_calls_per_step"], name
 
 
-def test_profile_ops_attributes_the_frozen_arms_saving_to_their_skipped_gemms(tmp_path, capsys):
-    bench = _load()
+def test_profile_ops_attributes_the_frozen_arms_saving_to_their_skipped_gemms(tmp_path, capsys, load_benchmark):
+    bench = load_benchmark("vs_reference")
     out = tmp_path / "profile.json"
     argv = ["--profile-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8",
             "--rounds", "2", "--steps", "1", "--top", "4", "--json", str(out)]
@@ -143,31 +135,31 @@ def test_profile_ops_attributes_the_frozen_arms_saving_to_their_skipped_gemms(tm
             bench.parse(argv + bad)
 
 
-def test_profile_ops_names_compiled_graphs_by_their_place_in_the_step():
+def test_profile_ops_names_compiled_graphs_by_their_place_in_the_step(load_benchmark):
     from types import SimpleNamespace as NS
 
-    bench = _load()
+    bench = load_benchmark("vs_reference")
     ev = lambda key, start: NS(key=key, time_range=NS(start=start))  # noqa: E731
     fwd, bwd = "## Call CompiledFxGraph fab12 ##", "## Call CompiledFxGraph f9zz0 ##"
     prof = NS(events=lambda: [ev(bwd, 30), ev("aten::mm", 5), ev(fwd, 10), ev(fwd, 40), ev(bwd, 70)])
     assert bench._graph_names(prof) == {fwd: "## compiled graph 1 ##", bwd: "## compiled graph 2 ##"}
 
 
-def test_profile_ops_counts_each_cuda_kernel_once():
+def test_profile_ops_counts_each_cuda_kernel_once(load_benchmark):
     """On CUDA a CPU op's device time is its kernels' time again: only the kernel events count."""
     from types import SimpleNamespace as NS
 
     from torch.autograd import DeviceType
 
-    bench = _load()
+    bench = load_benchmark("vs_reference")
     op = NS(device_type=DeviceType.CPU, self_device_time_total=7.0, is_user_annotation=False)  # aten::mm
     kernel = NS(device_type=DeviceType.CUDA, self_device_time_total=7.0, is_user_annotation=False)
     note = NS(device_type=DeviceType.CUDA, self_device_time_total=9.0, is_user_annotation=True)
     assert [bench._kernel_us(e) for e in (op, kernel, note)] == [0.0, 7.0, 0.0]
 
 
-def test_reference_model_matches_the_oelm_shape():
-    bench = _load()
+def test_reference_model_matches_the_oelm_shape(load_benchmark):
+    bench = load_benchmark("vs_reference")
     from oelm.models.gpt import GPT, gpt_config
 
     ours = GPT(gpt_config("gpt-tiny", vocab_size=97, block_size=16))
@@ -179,8 +171,8 @@ def test_reference_model_matches_the_oelm_shape():
     assert sum(p.numel() for p in bias_free.parameters()) == sum(p.numel() for p in ref.parameters())
 
 
-def test_median_interval_is_the_order_statistic_interval():
-    bench = _load()
+def test_median_interval_is_the_order_statistic_interval(load_benchmark):
+    bench = load_benchmark("vs_reference")
     # n = 10: the classic 95% interval for a median is (x(2), x(9)), coverage 97.9%.
     assert bench.median_ci([float(v) for v in range(10, 0, -1)]) == (5.5, 2.0, 9.0)
     assert bench.median_ci([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (3.5, 1.0, 6.0)  # n = 6: the range
@@ -211,8 +203,8 @@ def test_balanced_orders_balance_positions_and_predecessors(n):
         balanced_orders(0)
 
 
-def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd):
-    bench = _load()
+def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd, load_benchmark):
+    bench = load_benchmark("vs_reference")
     out = tmp_path / "rows.json"
     argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8", "--batch", "1",
             "--rounds", "2", "--steps", "1", "--threads", "1", "--processes=2", "--json", str(out)]
@@ -225,8 +217,8 @@ def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd):
     assert "oelm-freeze: speedup_vs_baseline" in text
 
 
-def test_step_memory_profile_sees_a_transient_peak_and_its_phase():
-    bench = _load()
+def test_step_memory_profile_sees_a_transient_peak_and_its_phase(load_benchmark):
+    bench = load_benchmark("vs_reference")
     w = torch.nn.Parameter(torch.randn(64, 64))
 
     def forward():
@@ -246,9 +238,9 @@ def test_step_memory_profile_sees_a_transient_peak_and_its_phase():
     assert prof["peak_phase"] == "backward" and prof["peak_bytes"] >= 16 * 2**20
 
 
-def test_loss_without_logits_lowers_the_step_peak_by_the_logits_buffers():
+def test_loss_without_logits_lowers_the_step_peak_by_the_logits_buffers(load_benchmark):
     """The plain loss keeps logits-sized buffers alive into backward; the fused one none of them."""
-    bench = _load()
+    bench = load_benchmark("vs_reference")
     from oelm.models.gpt import GPT, gpt_config
 
     torch.manual_seed(0)
@@ -281,9 +273,9 @@ def test_train_throughput_runs_train_and_bare_rows(tmp_path):
     assert rows[("oelm-freeze", "train")]["frozen_params"] > 0 == rows[("baseline", "train")]["frozen_params"]
 
 
-def test_skipped_work_follows_the_step_dtype():
+def test_skipped_work_follows_the_step_dtype(load_benchmark):
     """Under bf16 autocast (the CUDA step; --count-ops builds it on any device) the skipped GEMMs run in bf16."""
-    bench = _load()
+    bench = load_benchmark("vs_reference")
     args = bench.parse(["--count-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8"])
     base, frozen = bench.build_arms(args, 2, ("baseline", "oelm-qk-ffn"))
     work = bench.SkippedWork(frozen)
@@ -295,15 +287,8 @@ def test_skipped_work_follows_the_step_dtype():
     assert len(work.times) == 2 and len(work.round_medians) == 1
 
 
-def _load_fused_qkv():
-    spec = importlib.util.spec_from_file_location("fused_qkv_bench", BENCH.parent / "fused_qkv.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_fused_qkv_benchmark_times_the_frozen_and_trainable_projection(tmp_path, capsys):
-    bench = _load_fused_qkv()
+def test_fused_qkv_benchmark_times_the_frozen_and_trainable_projection(tmp_path, capsys, load_benchmark):
+    bench = load_benchmark("fused_qkv")
     # The timed calls do what their names say: the frozen arm leaves Q and K without gradients.
     calls = {c.name: c for c in bench.arms(16, 8, torch.device("cpu"), amp=False)}
     assert list(calls) == ["trainable", "frozen", "skipped", "full wgrad", "V-rows wgrad"]

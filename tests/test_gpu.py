@@ -168,17 +168,9 @@ def test_fused_qkv_with_frozen_qk_on_cuda_matches_three_linears_without_host_syn
     assert ws[0].grad is None and ws[1].grad is None and bs[0].grad is None and ws[2].grad is not None
 
 
-def test_fused_qkv_benchmark_on_cuda(tmp_path):
+def test_fused_qkv_benchmark_on_cuda(cuda, tmp_path, load_benchmark):
     """benchmarks/fused_qkv.py --device cuda at a small shape: CUDA-event timing, sane rows."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fused_qkv.py"
-    spec = importlib.util.spec_from_file_location("fused_qkv_bench_cuda", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("fused_qkv")
     out = tmp_path / "qkv.json"
     assert bench.main(["--device", "cuda", "--shapes", "1024x128", "--rounds", "6", "--steps", "2",
                        "--json", str(out)]) == 0
@@ -186,17 +178,9 @@ def test_fused_qkv_benchmark_on_cuda(tmp_path):
     assert row["dtype"] == "bfloat16 autocast" and all(v > 0 for v in row["median_us"].values())
 
 
-def test_profile_ops_on_cuda_reads_kernel_time(tmp_path):
+def test_profile_ops_on_cuda_reads_kernel_time(cuda, tmp_path, load_benchmark):
     """vs_reference --profile-ops --device cuda: per-arm kernel time from the profiler's device events."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_reference.py"
-    spec = importlib.util.spec_from_file_location("vs_reference_profile_cuda", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("vs_reference")
     out = tmp_path / "profile.json"
     assert bench.main(["--profile-ops", "--device", "cuda", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "16",
                        "--batch", "2", "--rounds", "2", "--steps", "2", "--json", str(out)]) == 0

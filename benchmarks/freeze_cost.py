@@ -2,7 +2,7 @@
 
 For each model, `baseline`, `oelm-freeze` and `oelm-qk-ffn` are built from the same seed and
 measured side by side in one process:
-  theoretical_saving  analytic share of training FLOPs removed (oelm.flops)
+  theoretical_saving  analytic share of training FLOPs removed (oelm.core.flops)
   executed_saving     share removed in FLOPs actually executed (FlopCounterMode, forward+backward)
   time_ratio          median step time (forward+backward+AdamW step) of the method / baseline
 
@@ -21,9 +21,9 @@ import time
 
 import torch
 
-from oelm.flops import executed_flops, theoretical_saving
-from oelm.freezing import apply_method, optimizer_groups
-from oelm.hf import build_model
+from oelm.core.flops import executed_flops, theoretical_saving
+from oelm.core.freezing import apply_method, optimizer_groups
+from oelm.hf.build import build_model
 from oelm.models.gpt import GPT, GPTClassifier
 from oelm.training.timing import balanced_orders
 

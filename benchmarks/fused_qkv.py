@@ -2,7 +2,7 @@
 
 vs_reference measures freezing on the whole training step, where a saving of ~3% sits in the
 noise of everything else. This isolates the one place the saving comes from: the fused QKV
-projection's forward + backward (`oelm.fused.fused_qkv`, x [tokens, d] -> [tokens, 3d]), timed
+projection's forward + backward (`oelm.models.fused.fused_qkv`, x [tokens, d] -> [tokens, 3d]), timed
 side by side in interleaved rounds (carryover-balanced order), with
 
   trainable      every block trains: autograd's own linear over the concatenated weight
@@ -35,9 +35,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oelm.models.fused import fused_qkv  # noqa: E402
 from vs_reference import Timed, interleaved_rounds, median_ci  # noqa: E402  (same folder: shared timing)
-
-from oelm.fused import fused_qkv  # noqa: E402
 
 
 class Call(Timed):

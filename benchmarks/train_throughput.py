@@ -143,7 +143,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{r['step_ms_median']:>9.1f} {r['step_ms_p95']:>8.1f} {r['tokens_per_second']:>10,.0f} "
               f"{speed:>7.3f}x {theory:>7} {vs_bare:>8} {mfu:>6} {mem:>9}")
     print(f"device: {rows[0]['device']}, dtype {rows[0]['dtype']}; memory = {rows[0]['memory_kind']}; "
-          "speedup = baseline median / method median (same runner); theory = FLOP ratio from oelm.flops; "
+          "speedup = baseline median / method median (same runner); theory = FLOP ratio from oelm.core.flops; "
           "vs bare = train median / bare-step median (loop overhead)")
 
 

@@ -67,8 +67,8 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -145,7 +145,7 @@ LOGITS = "baseline-logits"  # the loss through materialized logits, as the refer
 ARMS = ("reference", *METHODS, "baseline-AA", NOBIAS, LOGITS)
 COUNT_ARMS = ("reference", *METHODS, NOBIAS, LOGITS)  # the A/A arm measures timing noise: nothing to count
 # Quick CPU shape: gpt-medium-512 at vocab 50,257 takes seconds per step on 2 cores.
-CPU_QUICK = dict(n_layer=4, n_head=4, d_model=256, d_ff=1024, vocab_size=8192)
+CPU_QUICK = {"n_layer": 4, "n_head": 4, "d_model": 256, "d_ff": 1024, "vocab_size": 8192}
 
 
 def _state_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[int, int]:
@@ -414,7 +414,7 @@ def _peak_flops(args: argparse.Namespace) -> tuple[float | None, str]:
     if args.peak_flops:
         return args.peak_flops, "--peak-flops"
     if args.device == "cuda":
-        from oelm.flops import device_peak_flops, peak_flops_note
+        from oelm.core.flops import device_peak_flops, peak_flops_note
 
         peak = device_peak_flops(args.device, torch.bfloat16)  # the benchmark's CUDA step is bf16 autocast
         return peak, "dense bf16 peak of " + torch.cuda.get_device_name() if peak else peak_flops_note(args.device, torch.bfloat16)
@@ -424,10 +424,10 @@ def _peak_flops(args: argparse.Namespace) -> tuple[float | None, str]:
 def build_arms(args: argparse.Namespace, batch: int, names: tuple[str, ...] = ARMS) -> list[Arm]:
     """The named arms (default: the reference, the three methods and the A/A baseline), all from seed 0."""
     from oelm import apply_method
-    from oelm.flops import theoretical_saving, training_flops_per_token
+    from oelm.core.flops import theoretical_saving, training_flops_per_token
     from oelm.models.gpt import GPT, gpt_config
 
-    shape = dict(n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model, d_ff=args.d_ff)
+    shape = {"n_layer": args.n_layer, "n_head": args.n_head, "d_model": args.d_model, "d_ff": args.d_ff}
     tokens = batch * args.seq
     arms = []
     full_flops = None
@@ -855,7 +855,7 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
 
     cuda = args.device == "cuda"
     cfg = PRESETS[args.preset]
-    shape = dict(n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model, d_ff=cfg.d_ff, vocab_size=50257)
+    shape = {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "d_model": cfg.d_model, "d_ff": cfg.d_ff, "vocab_size": 50257}
     small = args.quick and not cuda
     if small:
         shape.update(CPU_QUICK)

@@ -20,7 +20,7 @@ import torch
 
 import oelm
 from oelm.data.cls import load_classification
-from oelm.integrations.trainer import OELMCallback
+from oelm.hf.trainer import OELMCallback
 from oelm.models.hf_cls import load_hf_classifier, load_hf_tokenizer
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "cls" / "sst2"

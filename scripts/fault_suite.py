@@ -29,9 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the shared fixtures and generated bad inputs
 
 from bad_input_cases import all_cases, run_case  # noqa: E402
-from train_utils import synthetic_lm_dir  # noqa: E402
-
 from oelm.training import checkpoint as ckpt  # noqa: E402
+from train_utils import synthetic_lm_dir  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OELM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
        "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -251,9 +250,9 @@ def bad_inputs(work: Path) -> dict:
     saved = {v: os.environ.pop(v, None) for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
     hub_times = []
     try:
-        import oelm.hub
+        import oelm.utils.hub
 
-        oelm.hub.hub_reachable.cache_clear()
+        oelm.utils.hub.hub_reachable.cache_clear()
         for case in [c for c in all_cases() if "offline" in c.id]:
             t = time.perf_counter()
             outcomes.append(run_case(case, root))

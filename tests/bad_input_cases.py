@@ -9,9 +9,9 @@ import io
 import json
 import shutil
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -197,7 +197,7 @@ def _train_lm_cases() -> list[Case]:
     for item in overrides:
         cases.append(Case(f"train-override-{item}", (lambda i: lambda r: _train(r, _lm(r), i))(item), outs=["run"]))
     for item in ["method_options.bogus=1", "method_options.qk_init=sideways", "method_options=3"]:
-        # method options are validated by oelm.methods (issue 11): out of the CI sample for now
+        # method options are validated by oelm.core.methods (issue 11): out of the CI sample for now
         cases.append(Case(f"train-override-{item}", (lambda i: lambda r: _train(r, _lm(r), "--method",
                                                                                "oelm-freeze", i))(item),
                           outs=["run"], ci=False))

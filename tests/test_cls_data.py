@@ -18,7 +18,7 @@ from oelm.data.cls import (
     load_classification,
     truncate_pair,
 )
-from oelm.errors import UserError
+from oelm.utils.errors import UserError
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "cls"
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from oelm.cli import main
-from oelm.errors import UserError
 from oelm.experiments.compare import apply_overrides, compare_spec, load_preset, preset_names
 from oelm.experiments.sweep import spec_from_dict
+from oelm.utils.errors import UserError
 
 
 def test_presets_ship_as_data_and_resolve_to_fair_sweeps(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     assert arms["baseline"]["noise"]["test_se"] > 0 and arms["oelm-freeze"]["power"]["n"] == 3
     # The gap's test-set noise, paired window by window over the same test windows.
     assert arms["oelm-freeze"]["paired_noise"]["test_size"] == arms["baseline"]["noise"]["test_size"]
-    assert 0 < arms["oelm-freeze"]["paired_noise"]["test_se"] and "Test-set noise in the gap" in last
+    assert arms["oelm-freeze"]["paired_noise"]["test_se"] > 0 and "Test-set noise in the gap" in last
     md = (out / "report" / "report.md").read_text().rstrip()
     assert md.endswith(report["groups"][0]["reading"])
     assert "--seeds" in md or not arms["oelm-freeze"]["power"]["underpowered"]

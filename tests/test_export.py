@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import oelm
-from oelm.audit import audit_model
 from oelm.cli import main
-from oelm.errors import UserError
-from oelm.export import hf_tokenizer, max_logit_diff, to_gpt2
+from oelm.core.audit import audit_model
+from oelm.hf.export import hf_tokenizer, max_logit_diff, to_gpt2
 from oelm.models.gpt import GPT, GPTClassifier, gpt_config
 from oelm.training.loop import train
+from oelm.utils.errors import UserError
 from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
 SHARED_GPT2 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tokenizers" / "gpt2"

@@ -15,9 +15,9 @@ from safetensors.torch import load_file
 from torch import nn
 
 from oelm.cli import main
-from oelm.errors import UserError
 from oelm.training import checkpoint as ckpt
 from oelm.training.loop import Trainer, train
+from oelm.utils.errors import UserError
 from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "oelm"
@@ -174,12 +174,12 @@ def test_every_train_flag_has_help() -> None:
 
 def test_offline_hub_name_fails_fast_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture) -> None:
-    import oelm.hub
+    import oelm.utils.hub
 
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
-    monkeypatch.setattr(oelm.hub, "hub_reachable", lambda timeout_s=1.5: False)
+    monkeypatch.setattr(oelm.utils.hub, "hub_reachable", lambda timeout_s=1.5: False)
     cases = [
         (["prepare", "lm", "someone/corpus", "--tokenizer", "byte", "--out", str(tmp_path / "a")], "local text file"),
         (["prepare", "lm", "builtin:python-docs", "--tokenizer", "someone/tok", "--out", str(tmp_path / "b")],
@@ -196,7 +196,7 @@ def test_offline_hub_name_fails_fast_with_the_fix(tmp_path: Path, monkeypatch: p
 
 
 def test_two_trainings_in_one_directory_one_refuses(tmp_path: Path) -> None:
-    from oelm.lock import dir_lock
+    from oelm.utils.lock import dir_lock
 
     data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
     run = tmp_path / "run"
@@ -210,12 +210,10 @@ def test_two_trainings_in_one_directory_one_refuses(tmp_path: Path) -> None:
 
 
 def test_sweep_lock_refuses_a_second_sweep_and_takes_over_a_stale_one(tmp_path: Path) -> None:
-    from oelm.lock import LOCK_NAME, dir_lock
+    from oelm.utils.lock import LOCK_NAME, dir_lock
 
-    with dir_lock(tmp_path, "sweep"):
-        with pytest.raises(UserError, match=r"another sweep \(pid \d+"):
-            with dir_lock(tmp_path, "sweep"):
-                pass
+    with dir_lock(tmp_path, "sweep"), pytest.raises(UserError, match=r"another sweep \(pid \d+"), dir_lock(tmp_path, "sweep"):
+        pass
     assert not (tmp_path / LOCK_NAME).exists()
     import socket
 

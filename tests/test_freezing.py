@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from oelm import apply_method, get_method, list_methods
-from oelm.audit import audit_model, verify_audit
-from oelm.errors import UserError
-from oelm.flops import executed_flops
-from oelm.freezing import optimizer_groups
+from oelm.core.audit import audit_model, verify_audit
+from oelm.core.flops import executed_flops
+from oelm.core.freezing import optimizer_groups
+from oelm.core.orthogonal import orthogonality_error
+from oelm.core.targets import find_targets
 from oelm.models.gpt import GPT, GPTClassifier, gpt_config
-from oelm.orthogonal import orthogonality_error
-from oelm.targets import find_targets
+from oelm.utils.errors import UserError
 
 VOCAB = 97
 
@@ -20,7 +20,7 @@ VOCAB = 97
 def _hf(name: str):
     import transformers as T
 
-    common = dict(vocab_size=VOCAB, num_labels=3, pad_token_id=0)
+    common = {"vocab_size": VOCAB, "num_labels": 3, "pad_token_id": 0}
     cfg = {
         "bert": lambda: T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **common),
         "roberta": lambda: T.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=80, **common),
@@ -227,7 +227,7 @@ def test_qk_init_is_validated_and_ignored_by_methods_that_leave_qk_alone():
 
 def test_peak_flops_are_given_for_bf16_and_fp16_compute_only(monkeypatch):
     """MFU is against dense bf16/fp16 tensor-core peaks: a float32 run gets none, and says why."""
-    from oelm import flops
+    from oelm.core import flops
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from oelm import apply_method
-from oelm.audit import audit_model, verify_audit
-from oelm.flops import executed_flops
-from oelm.fused import FusedRowsLinear, fused_qkv
+from oelm.core.audit import audit_model, verify_audit
+from oelm.core.flops import executed_flops
+from oelm.models.fused import FusedRowsLinear, fused_qkv
 from oelm.models.gpt import GPT, SelfAttention, gpt_config
 from oelm.training import checkpoint as ckpt
 

@@ -138,7 +138,7 @@ def test_fused_qkv_with_frozen_qk_on_cuda_matches_three_linears_without_host_syn
     the V block match three separate linears, Q/K get none, and a step through it never syncs."""
     import torch.nn.functional as F
 
-    from oelm.fused import fused_qkv
+    from oelm.models.fused import fused_qkv
 
     g = torch.Generator(device="cuda").manual_seed(0)
     d = 128

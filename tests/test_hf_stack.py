@@ -8,15 +8,15 @@ import pytest
 import torch
 
 import oelm
-from oelm.audit import audit_model, verify_audit
-from oelm.freezing import trainable_parameters
-from oelm.targets import find_targets
+from oelm.core.audit import audit_model, verify_audit
+from oelm.core.freezing import trainable_parameters
+from oelm.core.targets import find_targets
 from test_freezing import VOCAB, make
 
 
 def loss_of(model, x: torch.Tensor) -> torch.Tensor:
     """LM loss for our GPT (under PEFT too), classification loss for HF classifiers."""
-    from oelm.integrations import underlying
+    from oelm.hf.wrappers import underlying
 
     if isinstance(underlying(model), oelm.GPT):
         return model(x, x)[1]
@@ -51,7 +51,7 @@ def _trainer(model, out, callbacks, steps: int = 4):
 
 
 def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path):
-    from oelm.integrations.trainer import AUDIT_FILE, OELMCallback
+    from oelm.hf.trainer import AUDIT_FILE, OELMCallback
 
     model = make("bert")
     oelm.apply_method(model, "oelm-freeze", seed=0)
@@ -72,7 +72,7 @@ def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path):
 def test_trainer_callback_stops_a_run_that_moves_a_frozen_tensor(tmp_path):
     from transformers import TrainerCallback
 
-    from oelm.integrations.trainer import FreezeViolation, OELMCallback
+    from oelm.hf.trainer import FreezeViolation, OELMCallback
 
     class Nudge(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kw):
@@ -106,7 +106,7 @@ def test_accelerate_prepared_optimizer_passes_the_audit():
 @pytest.mark.parametrize("family", ["oelm-gpt", "bert", "gpt2"])
 def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
     peft = pytest.importorskip("peft", reason="PEFT test needs peft (pip install -e '.[test]')")
-    from oelm.integrations.peft import lora_problems, lora_target_modules
+    from oelm.hf.peft import lora_problems, lora_target_modules
 
     model = make(family)
     oelm.apply_method(model, "oelm-freeze", seed=0)
@@ -129,7 +129,7 @@ def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
     assert losses[-1] < losses[0] and any(not torch.equal(a, b) for a, b in zip(before, lora))
-    from oelm.integrations import underlying
+    from oelm.hf.wrappers import underlying
 
     assert verify_audit(underlying(wrapped), audit, optimizer=opt).ok
     assert not lora_problems(wrapped)
@@ -138,7 +138,7 @@ def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
 
 def test_lora_on_frozen_qk_is_reported():
     peft = pytest.importorskip("peft")
-    from oelm.integrations.peft import lora_problems, lora_target_modules
+    from oelm.hf.peft import lora_problems, lora_target_modules
 
     model = make("bert")
     oelm.apply_method(model, "oelm-freeze", seed=0)

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_report import make_run
 
 from oelm.cli import main
-from oelm.errors import UserError
 from oelm.experiments.leaderboard import pareto_front, write_leaderboard
+from oelm.utils.errors import UserError
+from test_report import make_run
 
 BASE = [10.0, 10.2, 9.9]
 # method -> (relative gap per seed, theoretical saving): lower test perplexity ranks first.

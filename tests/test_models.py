@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from oelm.errors import UserError
 from oelm.models.gpt import GPT, GPTClassifier, count_parameters, gpt_config
+from oelm.utils.errors import UserError
 
 
 def tiny(**kw):

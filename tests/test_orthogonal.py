@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from oelm import orthogonal as ortho
-from oelm.errors import UserError
+from oelm.core import orthogonal as ortho
+from oelm.utils.errors import UserError
 
 
 def gen(seed: int = 0) -> torch.Generator:

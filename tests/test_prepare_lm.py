@@ -11,7 +11,7 @@ import pytest
 from oelm.cli import main
 from oelm.data.lm import holdout_indices, load_lm_split, prepare_lm, read_meta, token_dtype
 from oelm.data.tokenizers import Tokenizer, load_tokenizer
-from oelm.errors import UserError
+from oelm.utils.errors import UserError
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 GPT2_SPEC = f"gpt2:{DATA / 'tokenizers' / 'gpt2'}"
@@ -155,7 +155,7 @@ def test_hub_source_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "validation": datasets.Dataset.from_dict({"text": ["val doc"]}),
     })
     calls = []
-    monkeypatch.setattr("oelm.hub.require_hub", lambda *a, **k: None)  # a fake hub, reachable
+    monkeypatch.setattr("oelm.data.lm.require_hub", lambda *a, **k: None)  # a fake hub, reachable
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or dsd)
     meta = prepare_lm("someone/corpus:cfg", "byte", tmp_path / "hub", workers=1, verbose=False)
     assert calls == [("someone/corpus", "cfg")] and meta["source"] == "someone/corpus:cfg"

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from oelm import apply_method
-from oelm.audit import audit_model, verify_audit
-from oelm.freezing import optimizer_groups
-from oelm.orthogonal import orthogonality_error
-from oelm.targets import find_targets
+from oelm.core.audit import audit_model, verify_audit
+from oelm.core.freezing import optimizer_groups
+from oelm.core.orthogonal import orthogonality_error
+from oelm.core.targets import find_targets
 
 pytestmark = pytest.mark.pretrained
 
@@ -34,7 +34,7 @@ def load(minilm_dir: Path):
 
 def test_minilm_orthogonalize_pretrained_keeps_row_spaces(minilm_dir):
     model = load(minilm_dir)
-    before = [(l.q.get().detach().clone(), l.k.get().detach().clone()) for l in find_targets(model).layers]
+    before = [(la.q.get().detach().clone(), la.k.get().detach().clone()) for la in find_targets(model).layers]
     apply_method(model, "oelm-freeze", seed=0, qk_init="orthogonalize")
     layers = find_targets(model).layers
     assert len(layers) == 6 and layers[0].n_heads == 12

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from oelm.data.synthetic import IGNORE, ProbeData, ProbeOptions, n_keys, split_generator, generate
-from oelm.errors import UserError
+from oelm.data.synthetic import IGNORE, ProbeData, ProbeOptions, generate, n_keys, split_generator
 from oelm.training.probe import answer_stats
+from oelm.utils.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -117,9 +117,9 @@ def _probe_config(out: Path, **over) -> dict:
 
 
 def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_path: Path) -> None:
-    from oelm.experiments.aggregate import compare
-    from oelm.experiments.records import load_runs
+    from oelm.reports.aggregate import compare
     from oelm.training.loop import train
+    from oelm.training.records import load_runs
 
     res = train(_probe_config(tmp_path / "run"))
     assert res["primary_metric"] == "test_answer_accuracy" and res["selection_metric"] == "val_answer_accuracy"

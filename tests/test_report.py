@@ -11,11 +11,12 @@ import yaml
 from scipy import stats as sps
 
 from oelm.cli import main
-from oelm.errors import UserError
-from oelm.experiments import records, stats
-from oelm.experiments.aggregate import compare
-from oelm.experiments.records import load_runs
-from oelm.experiments.report import write_report
+from oelm.reports import stats
+from oelm.reports.aggregate import compare
+from oelm.reports.report import write_report
+from oelm.training import records
+from oelm.training.records import load_runs
+from oelm.utils.errors import UserError
 
 # test perplexity and best_val_loss per (method, lr, seed); chosen LRs: baseline 1e-3, oelm 3e-3
 LM = {
@@ -227,7 +228,7 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
     assert paired.test_se == pytest.approx(0.01 * np.sqrt(2) / np.sqrt(400), rel=0.15)
     assert paired.seed_sd == pytest.approx(0.01, rel=0.3)  # the per-seed shift differs by 0.01
     assert unpaired.test_se > 20 * paired.test_se  # the per-arm SE is dominated by window difficulty
-    from oelm.experiments.reading import noise_text
+    from oelm.reports.reading import noise_text
 
     text = noise_text(group)
     assert "NOT small next to the standard deviation over seeds (" in text  # per arm: difficulty
@@ -247,8 +248,8 @@ def test_reading_says_where_the_validation_curves_cross(tmp_path: Path) -> None:
         make_run(tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=4.2 + 0.01 * seed, best_val_loss=1.45,
                  curve=[2.2, 1.85, 1.65, 1.45])
     group = compare(load_runs([tmp_path])).groups[0]
-    from oelm.experiments.aggregate import crossing
-    from oelm.experiments.reading import reading
+    from oelm.reports.aggregate import crossing
+    from oelm.reports.reading import reading
 
     arms = {a.method: a for a in group.arms}
     c = crossing(arms["oelm-freeze"], arms["baseline"], group)
@@ -273,7 +274,7 @@ def test_reading_flags_a_measured_saving_larger_than_the_flop_saving(tmp_path: P
                  mean_step_time=0.100, theoretical_saving=0.0)
         make_run(tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=4.1 + 0.01 * seed, best_val_loss=1.45,
                  mean_step_time=0.090, theoretical_saving=0.037)
-    from oelm.experiments.reading import reading
+    from oelm.reports.reading import reading
 
     text = reading(compare(load_runs([tmp_path])).groups[0])
     assert "0.90x the baseline's time" in text and "more than the FLOP saving" in text

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import oelm
-from oelm.audit import audit_model, verify_audit
-from oelm.errors import UserError
-from oelm.freezing import method_state
-from oelm.saving import RECORD_FILE, read_record
-from oelm.targets import find_targets
+from oelm.core.audit import audit_model, verify_audit
+from oelm.core.record import RECORD_FILE, read_record
+from oelm.core.state import method_state
+from oelm.core.targets import find_targets
 from oelm.training.loop import train
+from oelm.utils.errors import UserError
 from test_freezing import FAMILIES, VOCAB, make
 from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
@@ -62,7 +62,7 @@ def test_layer_options_and_a_schedule_phase_round_trip(method, tmp_path):
     model = make("bert").eval()
     oelm.apply_method(model, method, seed=1)
     if method == "oelm-unfreeze":  # the schedule's switch happened before saving
-        from oelm.freezing import unfreeze_projection
+        from oelm.core.freezing import unfreeze_projection
 
         for layer in find_targets(model).layers:
             unfreeze_projection(layer.q)
@@ -193,8 +193,8 @@ def test_from_pretrained_in_another_dtype_needs_verify_false(tmp_path):
 
 @pytest.mark.parametrize("method", ["oelm-unfreeze", "oelm-lowrank"])
 def test_load_model_of_runs_with_a_schedule_or_an_adapter(method, tmp_path):
-    from oelm.saving import _model_from_meta
-    from oelm.training.checkpoint import apply_recorded_method, load_weights, read_metadata
+    from oelm.training.checkpoint import load_weights, read_metadata
+    from oelm.training.runs import _model_from_meta
 
     cfg = tiny_config(synthetic_lm_dir(tmp_path / "data", n_train=2000), tmp_path / "run", method=method,
                       steps=8, eval_every=4, checkpoint_every=4, warmup=1)
@@ -203,7 +203,8 @@ def test_load_model_of_runs_with_a_schedule_or_an_adapter(method, tmp_path):
     model = oelm.load_model(tmp_path / "run", which="latest")
     path = tmp_path / "run" / "checkpoints" / "step_0000008" / "model.safetensors"
     reference = _model_from_meta(read_metadata(path), path)
-    apply_recorded_method(reference, read_metadata(path))
+    meta = read_metadata(path)
+    oelm.apply_method(reference, meta["method"], seed=int(meta["method_seed"]), **json.loads(meta["method_options"]))
     load_weights(reference, path)
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
     assert torch.equal(model(x)[0], reference.eval()(x)[0])

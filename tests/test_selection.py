@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oelm.experiments import records
-from oelm.experiments.report import write_report
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
+from oelm.reports.report import write_report
+from oelm.training import records
 from test_report import make_run
 from test_sweep import TINY
 

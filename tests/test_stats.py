@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from oelm.experiments import stats
+from oelm.reports import stats
 
 
 def test_summary_of_three_values_matches_hand_computation() -> None:
@@ -70,7 +70,7 @@ def test_metric_direction() -> None:
 # two-sided alpha 0.05, power 0.8) -----------------------------------------------------------
 @pytest.mark.parametrize("n, d", [(10, 0.9960), (20, 0.6604), (30, 0.5292)])
 def test_min_detectable_effect_size_matches_reference_tables(n: int, d: float) -> None:
-    from oelm.experiments.stats import min_detectable_effect_size, paired_power
+    from oelm.reports.stats import min_detectable_effect_size, paired_power
 
     assert min_detectable_effect_size(n) == pytest.approx(d, abs=5e-4)
     assert paired_power(d, n) == pytest.approx(0.8, abs=2e-3)
@@ -78,7 +78,7 @@ def test_min_detectable_effect_size_matches_reference_tables(n: int, d: float) -
 
 @pytest.mark.parametrize("d, n", [(0.2, 199), (0.5, 34), (0.8, 15), (1.0, 10)])
 def test_seeds_needed_matches_reference_tables(d: float, n: int) -> None:
-    from oelm.experiments.stats import paired_power, seeds_needed
+    from oelm.reports.stats import paired_power, seeds_needed
 
     assert seeds_needed(d) == n
     assert paired_power(d, n) >= 0.8 > paired_power(d, n - 1)
@@ -88,7 +88,7 @@ def test_mde_has_the_promised_power_by_simulation() -> None:
     """At the MDE of 5 seeds, a simulated paired t-test rejects about 80% of the time."""
     from scipy import stats as sps
 
-    from oelm.experiments.stats import min_detectable_effect_size
+    from oelm.reports.stats import min_detectable_effect_size
 
     n, sims = 5, 20000
     d = min_detectable_effect_size(n)
@@ -98,7 +98,7 @@ def test_mde_has_the_promised_power_by_simulation() -> None:
 
 
 def test_power_analysis_flags_an_observed_gap_below_the_mde() -> None:
-    from oelm.experiments.stats import min_detectable_effect_size, power_analysis
+    from oelm.reports.stats import min_detectable_effect_size, power_analysis
 
     gaps = [2.0, -1.0, 1.5]  # mean 0.83%, SD 1.61%
     pw = power_analysis(gaps)

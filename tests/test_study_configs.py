@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from oelm.errors import UserError
 from oelm.experiments.resolve import resolve_raw
-from oelm.experiments.study import StudyNumbers
-from oelm.io import read_yaml
+from oelm.reports.study_numbers import StudyNumbers
 from oelm.training.config import make_config
+from oelm.utils.errors import UserError
+from oelm.utils.io import read_yaml
 
 STUDY = Path(__file__).resolve().parents[1] / "configs" / "study"
 CONFIGS = sorted(p for p in STUDY.glob("*.yaml") if p.name != "study_numbers.yaml")

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oelm.errors import UserError
-from oelm.experiments.records import load_runs
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import load_spec, spec_from_dict
+from oelm.training.records import load_runs
+from oelm.utils.errors import UserError
 
 TINY = {
     "task": "lm", "model": "gpt-tiny", "steps": 6, "batch_size": 2, "seq_len": 32, "warmup": 1,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from oelm.data.tokenizers import EOT_TEXT, load_tokenizer
-from oelm.errors import UserError
+from oelm.utils.errors import UserError
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 GPT2_DIR = DATA / "tokenizers" / "gpt2"

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from oelm.errors import UserError
 from oelm.training import checkpoint as ckpt
+from oelm.utils.errors import UserError
 
 
 class Tied(nn.Module):

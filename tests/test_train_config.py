@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from oelm.cli import main
-from oelm.errors import UserError
 from oelm.training.config import apply_overrides, make_config
 from oelm.training.loop import train
+from oelm.utils.errors import UserError
 from train_utils import synthetic_lm_dir, tiny_config
 
 

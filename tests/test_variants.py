@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from oelm import apply_method
-from oelm.adapters import iter_adapters
-from oelm.audit import audit_model, fingerprint, verify_audit
-from oelm.errors import UserError
-from oelm.flops import theoretical_saving
-from oelm.freezing import optimizer_groups, sync_optimizer
-from oelm.methods import get_method, list_methods, validate_method_options
+from oelm.core.adapters import iter_adapters
+from oelm.core.audit import audit_model, fingerprint, verify_audit
+from oelm.core.flops import theoretical_saving
+from oelm.core.freezing import optimizer_groups, sync_optimizer
+from oelm.core.methods import get_method, list_methods, validate_method_options
+from oelm.core.schedules import make_schedule
 from oelm.models.gpt import GPT, gpt_config
-from oelm.schedules import make_schedule
+from oelm.utils.errors import UserError
 
 VOCAB, D, H, L, T = 50, 32, 4, 2, 16
 QK = D * D  # one Q or K weight of our GPT (bias-free)
@@ -84,7 +84,7 @@ def test_variant_trains_frozen_stays_added_moves_counts_exact(method, options, f
 
 
 def get_adapter_roles(method: str) -> tuple[str, ...]:
-    from oelm.adapters import adapter_class
+    from oelm.core.adapters import adapter_class
 
     m = get_method(method)
     n_params = {"temp": 1, "gain": 1, "qknorm": 1, "lowrank": 2, "qbias": 1}[m.adapter]
@@ -176,7 +176,7 @@ def test_theoretical_saving_covers_adapters_schedules_and_layer_subsets():
     assert saving("oelm-freeze-q") == pytest.approx(full / 2)
     model = tiny_gpt()
     apply_method(model, "oelm-lowrank", seed=0, rank=2)
-    from oelm.flops import executed_flops
+    from oelm.core.flops import executed_flops
 
     x = torch.randint(0, VOCAB, (2, T))
     ref = tiny_gpt()
@@ -203,7 +203,7 @@ def _hf_lm(family: str):
     import transformers as tf
 
     torch.manual_seed(0)
-    common = dict(vocab_size=VOCAB, bos_token_id=1, eos_token_id=1)
+    common = {"vocab_size": VOCAB, "bos_token_id": 1, "eos_token_id": 1}
     if family == "gpt2":
         cfg = tf.GPT2Config(n_embd=D, n_layer=L, n_head=H, n_positions=T, **common)
     else:

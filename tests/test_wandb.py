@@ -8,9 +8,9 @@ import types
 
 import pytest
 
-from oelm.errors import UserError
 from oelm.training.config import make_config
 from oelm.training.loop import train
+from oelm.utils.errors import UserError
 from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
 

@@ -22,14 +22,14 @@ _LAZY = {
     "GPT": "oelm.models.gpt",
     "GPTClassifier": "oelm.models.gpt",
     "GPTConfig": "oelm.models.gpt",
-    "apply_method": "oelm.freezing",
-    "get_method": "oelm.methods",
-    "list_methods": "oelm.methods",
-    "audit_model": "oelm.audit",
-    "verify_audit": "oelm.audit",
-    "from_pretrained": "oelm.saving",
-    "load_model": "oelm.saving",
-    "save_pretrained": "oelm.saving",
+    "apply_method": "oelm.core.freezing",
+    "get_method": "oelm.core.methods",
+    "list_methods": "oelm.core.methods",
+    "audit_model": "oelm.core.audit",
+    "verify_audit": "oelm.core.audit",
+    "from_pretrained": "oelm.hf.saving",
+    "load_model": "oelm.training.runs",
+    "save_pretrained": "oelm.hf.saving",
 }
 
 

@@ -26,7 +26,8 @@ from oelm.data.cls_sources import (
     read_table,
     require_files,
 )
-from oelm.errors import UserError
+from oelm.utils.errors import UserError
+from oelm.utils.hub import require_hub
 
 __all__ = [
     "DATASETS",
@@ -125,7 +126,6 @@ def _load_registered(spec: DatasetSpec, data_dir: Path | None, hub_loader: Calla
                        spec.eval_split, {})
     wanted = _plan_splits(spec.hub_plan) | {spec.eval_split}
     if hub_loader is None:  # the real hub (tests pass their own loader)
-        from oelm.hub import require_hub
 
         files = ", ".join(f for f, _ in spec.local_files.values())
         require_hub(spec.hub[0], "dataset", f"pass --data-dir with the official files ({files})")

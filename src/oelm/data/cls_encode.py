@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from oelm.data.cls_sources import Example
-from oelm.errors import UserError
+from oelm.utils.errors import UserError
 
 # Name of the dedicated separator appended to our GPT tokenizers' vocabularies. Only its id is
 # ever inserted between the two texts; the literal string is never tokenized.

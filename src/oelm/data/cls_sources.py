@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oelm.errors import UserError
+from oelm.utils.errors import UserError
 
 NLI_LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")  # HF glue/xnli order
 

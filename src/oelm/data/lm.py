@@ -5,17 +5,23 @@ from __future__ import annotations
 import os
 import re
 import sys
+import sysconfig
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from pydoc_data.topics import topics
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
+from oelm.data.cls_sources import iter_jsonl
+from oelm.data.tales import tales
 from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
-from oelm.errors import UserError
-from oelm.io import atomic_write_json
+from oelm.utils.errors import UserError
+from oelm.utils.hub import require_hub
+from oelm.utils.io import atomic_write_json, read_json, read_json_object
 
 SPLITS = ("train", "val", "test")
 BUILTIN_SOURCES = ("builtin:python-docs", "builtin:python-stdlib", "builtin:tales")
@@ -52,7 +58,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def read_meta(data_dir: str | os.PathLike) -> dict:
     """Read and check DIR/meta.json written by `oelm prepare lm` (a bad file is a UserError)."""
-    from oelm.io import read_json_object
 
     path = Path(data_dir) / "meta.json"
     fix = f"re-run `oelm prepare lm SOURCE --tokenizer TOK --out {data_dir} --overwrite`"
@@ -155,7 +160,6 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         return
     what = ""
     if (out / "meta.json").is_file():
-        from oelm.io import read_json
 
         meta = read_json(out / "meta.json") or {}
         meta = meta if isinstance(meta, dict) else {}
@@ -215,11 +219,9 @@ def _local_docs(kind: str, path: Path, text_field: str, max_docs: int | None) ->
 def _builtin_docs(name: str) -> list[str]:
     """Documents of a corpus that ships with Python itself or with oelm (offline everywhere)."""
     if name.endswith("tales"):
-        from oelm.data.tales import tales
 
         return tales(TALES, seed=0)
     if name.endswith("python-stdlib"):
-        import sysconfig
 
         docs, total = [], 0
         for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
@@ -230,7 +232,6 @@ def _builtin_docs(name: str) -> list[str]:
                 docs.append(text)
                 total += len(text)
         return list(dict.fromkeys(docs))
-    from pydoc_data.topics import topics
 
     # Some topics share one text: drop exact repeats so no document sits in two splits.
     texts = (topics[k].strip() for k in sorted(topics))
@@ -314,7 +315,6 @@ def _wikitext_articles(text: str) -> list[str]:
 
 def _jsonl_docs(path: Path, text_field: str) -> list[str]:
     """The text field of every JSON line."""
-    from oelm.data.cls_sources import iter_jsonl
 
     docs = []
     for n, record in enumerate(iter_jsonl(path), start=1):
@@ -372,10 +372,9 @@ def _holdout_info(fraction: float, seed: int, n_val: int, n_total: int) -> dict:
 def _hub_splits(name: str, config: str | None, text_field: str, max_docs: int | None,
                 fraction: float, seed: int) -> tuple[dict, dict, dict | None]:
     """Load a Hugging Face dataset; map its splits to train/val/test; hold out val if needed."""
-    from oelm.hub import require_hub
 
     require_hub(name, "dataset", "use a local text file, folder or .jsonl instead (oelm prepare lm PATH ...)")
-    import datasets
+    import datasets  # heavy optional dependency: imported on use
 
     try:
         dsd = datasets.load_dataset(name, config) if config else datasets.load_dataset(name)

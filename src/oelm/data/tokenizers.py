@@ -5,10 +5,14 @@ from __future__ import annotations
 import base64
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from oelm.errors import UserError
+from tiktoken_ext.openai_public import r50k_pat_str
+
+from oelm.utils.errors import UserError
+from oelm.utils.hub import require_hub
 
 EOT_TEXT = "<|endoftext|>"
 
@@ -118,7 +122,7 @@ class HFTokenizer(Tokenizer):
     """A Hugging Face `tokenizers.Tokenizer` (also the backend of a fast AutoTokenizer)."""
 
     def __init__(self, backend: Any, spec: str, name: str, eot_id: int) -> None:
-        from tokenizers import Tokenizer as RustTokenizer
+        from tokenizers import Tokenizer as RustTokenizer  # heavy optional dependency: imported on use
 
         # Work on a private copy: encode special-token strings as ordinary text, and never
         # truncate or pad (a tokenizer.json may carry those settings).
@@ -167,7 +171,7 @@ def _from_local_path(path: Path, spec: str) -> Tokenizer:
 
 def _gpt2_from_hub() -> Tokenizer:
     """GPT-2 BPE through tiktoken, which downloads (and caches) OpenAI's files."""
-    import tiktoken
+    import tiktoken  # heavy optional dependency: imported on use
 
     try:
         encoding = tiktoken.get_encoding("gpt2")
@@ -199,8 +203,8 @@ def _gpt2_from_files(path: Path, spec: str) -> Tokenizer:
 
 def _bpe_from_vocab_merges(folder: Path, spec: str) -> Tokenizer:
     """Byte-level BPE with GPT-2 semantics (no prefix space, GPT-2 split regex)."""
-    from tokenizers import Tokenizer as RustTokenizer
-    from tokenizers import decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer  # heavy optional dependency: imported on use
+    from tokenizers import decoders, models, pre_tokenizers  # heavy optional dependency: imported on use
 
     try:
         backend = RustTokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt")))
@@ -216,8 +220,7 @@ def _bpe_from_vocab_merges(folder: Path, spec: str) -> Tokenizer:
 
 def _tiktoken_from_file(path: Path, spec: str) -> Tokenizer:
     """A tiktoken Encoding from a local rank file, GPT-2 split pattern, EOT after the last rank."""
-    import tiktoken
-    from tiktoken_ext.openai_public import r50k_pat_str
+    import tiktoken  # heavy optional dependency: imported on use
 
     ranks = _read_tiktoken_ranks(path)
     eot_id = max(ranks.values()) + 1
@@ -251,7 +254,6 @@ def _read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
 
 def _from_hub_name(name: str) -> Tokenizer:
     """A Hugging Face hub tokenizer (cached or downloaded)."""
-    from oelm.hub import require_hub
 
     require_hub(name, "model", "pass a local tokenizer folder (with tokenizer.json) or --tokenizer byte")
     try:
@@ -262,7 +264,7 @@ def _from_hub_name(name: str) -> Tokenizer:
 
 def _from_auto_tokenizer(name_or_path: str, spec: str) -> Tokenizer:
     """Wrap transformers.AutoTokenizer; end-of-text is the eos token, else the sep token."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy optional dependency: imported on use
 
     try:
         hf = AutoTokenizer.from_pretrained(name_or_path)

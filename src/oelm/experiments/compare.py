@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from oelm.errors import UserError
-from oelm.training.config import format_validation
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import spec_from_dict
+from oelm.reports.reading import reading_lines
+from oelm.training.config import format_validation, load_yaml
+from oelm.utils.errors import UserError
 
 PRESET_DIR = Path(__file__).with_name("presets")
 DEFAULT_PRESET = "quick"
@@ -63,7 +64,6 @@ def preset_names() -> list[str]:
 
 def load_preset(name: str | Path) -> ComparePreset:
     """A shipped preset by name, or a preset YAML file by path; UserError naming the problem."""
-    from oelm.training.config import load_yaml
 
     path = Path(name)
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
@@ -151,10 +151,8 @@ def run_compare(preset: ComparePreset, out: str | Path | None = None, progress: 
                 extend: str | None = None) -> SweepOutcome:
     """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report.
 
-    report.md ends with the plain-language reading (see `oelm.experiments.reading`).
+    report.md ends with the plain-language reading (see `oelm.reports.reading`).
     """
-    from oelm.errors import UserError
-    from oelm.experiments.reading import reading_lines
 
     if (parallel is not None and parallel < 1) or (threads is not None and threads < 1):
         raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")

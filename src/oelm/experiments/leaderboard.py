@@ -10,8 +10,8 @@ the Pareto front of gap against compute saved. Deterministic: no timestamps, sor
 
 from __future__ import annotations
 
+import io
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,12 +19,13 @@ from typing import Any
 
 import yaml
 
-from oelm.errors import UserError
-from oelm.experiments import stats
-from oelm.experiments.aggregate import BASELINE, Arm, Group, compare
-from oelm.experiments.records import INCOMPLETE, RunRecord, load_runs
-from oelm.experiments.report import NA, _pct_scale, _significant, fmt_int, fmt_p, fmt_summary, saving_fraction
-from oelm.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from oelm.experiments.sweep import SweepSpec
+from oelm.reports import stats
+from oelm.reports.aggregate import BASELINE, Arm, Group, compare
+from oelm.reports.tables import NA, fmt_int, fmt_p, fmt_summary, pct_scale, saving_fraction, significant
+from oelm.training.records import INCOMPLETE, RunRecord, load_runs
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 
 REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
 
@@ -115,7 +116,6 @@ def step_ratio(arm: Arm, base: Arm | None) -> stats.Summary:
 
 def _planned(roots: Sequence[str | Path], seeds: set[int] | None = None) -> dict[str, set[str]]:
     """Method -> run directories that a stored SWEEP/sweep.yaml plans (of `seeds`, when given)."""
-    from oelm.experiments.sweep import SweepSpec
 
     planned: dict[str, set[str]] = {}
     for root in roots:
@@ -331,7 +331,7 @@ def _mde(arm: Arm) -> str:
     pw = arm.power
     if pw is None or pw.mde is None:
         return f"n/a ({pw.n if pw else 0} paired seeds)"
-    if pw.underpowered and not _significant(arm):
+    if pw.underpowered and not significant(arm):
         return f"±{pw.mde:.2f}%: **underpowered below {pw.mde:.2f}%**"
     return f"±{pw.mde:.2f}%"
 
@@ -364,7 +364,7 @@ def _gap_cell(e: Entry, baseline: str | None) -> str:
 def _table(board: Board) -> list[str]:
     """Markdown rows of the ranked table."""
     g = board.group
-    scale = _pct_scale(g)
+    scale = pct_scale(g)
     direction = "higher" if g.higher_is_better else "lower"
     head = ["rank", "method", "lr (chosen on val)",
             f"{g.primary_metric}: mean ± 95% CI (n seeds), {direction} is better",
@@ -389,7 +389,7 @@ def _unranked(board: Board, not_started: Sequence[str]) -> list[str]:
     """Methods listed apart: too few seeds or missing learning rates."""
     if not board.unranked and not not_started:
         return []
-    scale = _pct_scale(board.group)
+    scale = pct_scale(board.group)
     lines = ["### Incomplete (listed, not ranked)", "",
              "Fewer seeds than the other methods, or settings of the LR grid not finished: their "
              "numbers are not comparable yet.", "",
@@ -500,10 +500,10 @@ def to_json(boards: Sequence[Board], not_started: Sequence[str], command: str,
 
 def plot(boards: Sequence[Board], path: Path, target: Target = Target()) -> Path:
     """pareto.png: gap (paired interval as error bars) against theoretical saving, front drawn."""
-    import matplotlib
+    import matplotlib  # heavy optional dependency: imported on use
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy optional dependency: imported on use
 
     n = max(1, len(boards))
     fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 4.6), squeeze=False)
@@ -512,7 +512,6 @@ def plot(boards: Sequence[Board], path: Path, target: Target = Target()) -> Path
     if not boards:
         axes[0][0].text(0.5, 0.5, "no finished runs", ha="center", va="center")
     fig.tight_layout()
-    import io
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})  # no version stamp
@@ -564,9 +563,3 @@ def write_leaderboard(paths: Sequence[str | Path], out: str | Path, baseline: st
     atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))
     atomic_write_text(out_dir / "leaderboard.md", render(boards, not_started, command, len(runs), target))
     return out_dir / "leaderboard.md", boards
-
-
-if __name__ == "__main__":  # `python -m oelm.experiments.leaderboard SWEEP_DIR... --out DIR`
-    from oelm.cli import main
-
-    sys.exit(main(["leaderboard", *sys.argv[1:]]))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from oelm.errors import UserError
+from oelm.data.lm import prepare_lm, read_meta
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_json
 
 _FILE_NAMES = {"train": "train.txt", "val": "valid.txt", "test": "test.txt"}
 _KWARGS = {"config", "val_fraction", "test_fraction", "seed", "max_docs", "text_field"}
@@ -32,7 +35,6 @@ def _stage_files(files: dict[str, str], staging: Path) -> Path:
 
 def wait_for_file(path: Path, timeout_s: float, poll_s: float = 1.0) -> None:
     """Non-zero ranks wait for rank 0 to prepare the data, but not forever (rank 0 may have failed)."""
-    import time
 
     deadline = time.monotonic() + timeout_s
     while not path.is_file():
@@ -62,7 +64,6 @@ def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool =
     out = Path(data_dir)
     if (out / "meta.json").is_file():
         return out
-    from oelm.data.lm import prepare_lm
 
     unknown = set(recipe) - _RECIPE_KEYS
     if unknown:
@@ -81,8 +82,6 @@ def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool =
 
 def _rename_source(data_dir: Path, name: str) -> None:
     """Record a readable dataset name in meta.json (reports group and title tables by it)."""
-    from oelm.data.lm import read_meta
-    from oelm.io import atomic_write_json
 
     meta = read_meta(data_dir)
     meta["source_files"], meta["source"] = meta["source"], name
@@ -91,7 +90,6 @@ def _rename_source(data_dir: Path, name: str) -> None:
 
 def data_summary(data_dir: str | Path) -> str:
     """One line describing a prepared LM directory (source, tokenizer, split sizes)."""
-    from oelm.data.lm import read_meta
 
     meta = read_meta(data_dir)
     splits = ", ".join(f"{k} {v:,}" for k, v in meta["splits"].items())

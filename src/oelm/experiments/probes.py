@@ -18,8 +18,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from oelm.experiments.aggregate import Arm, Group, compare
-from oelm.experiments.records import load_runs
+from oelm.data.synthetic import ProbeData, ProbeOptions
+from oelm.reports.aggregate import Arm, Group, compare
+from oelm.reports.plots import plt
+from oelm.training.records import load_runs
+from oelm.training.sample import load_run_model
 
 CURVE_STEPS = (100, 200, 400, 800)  # validation accuracy shown at these steps when logged
 
@@ -72,8 +75,6 @@ def head_scores(maps: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) 
 
 def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]] | None:
     """head_scores of a finished induction run's best weights on its test set (None if n/a)."""
-    from oelm.data.synthetic import ProbeData, ProbeOptions
-    from oelm.training.sample import load_run_model
 
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     opts = results.get("probe_options")
@@ -101,8 +102,6 @@ def query_rank_accuracy(logits: torch.Tensor, y: torch.Tensor) -> list[float]:
 
 def run_query_accuracy(run_dir: Path) -> list[float] | None:
     """query_rank_accuracy of a finished MQAR run's best weights on its test set (None if n/a)."""
-    from oelm.data.synthetic import ProbeData, ProbeOptions
-    from oelm.training.sample import load_run_model
 
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     opts = results.get("probe_options")
@@ -237,7 +236,6 @@ def scaling_plot(groups: Sequence[Group], out: Path, kind: str = "mqar") -> Path
 
     Two panels; a line needs at least two difficulties along its axis. None when nothing to plot.
     """
-    from oelm.experiments.plots import plt
 
     pts: dict[str, list[tuple[int, int, float, list[float]]]] = {}
     for g in groups:

@@ -11,10 +11,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from oelm.errors import UserError
 from oelm.experiments.study import META_KEYS, SCALES_KEY, apply_scale, deep_merge, split_study_config
-from oelm.io import read_yaml
 from oelm.training.config import TrainConfig, apply_overrides, make_config
+from oelm.utils.errors import UserError
+from oelm.utils.io import read_yaml
 
 Source = str | os.PathLike | dict[str, Any] | None
 

@@ -13,12 +13,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
-from oelm.errors import UserError
-from oelm.io import read_yaml
-from oelm.experiments.aggregate import Comparison
+from oelm.data.lm import read_meta
+from oelm.experiments.prepare import data_summary, ensure_lm_data
 from oelm.experiments.sweep import RunSpec, SweepSpec
+from oelm.reports.aggregate import Comparison
+from oelm.reports.report import write_report
+from oelm.training.distributed import resolve_device
+from oelm.training.loop import train
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_yaml, read_yaml
+from oelm.utils.lock import dir_lock
 
 
 @dataclass
@@ -63,7 +70,6 @@ def _merge_stored(spec: SweepSpec) -> dict:
 
 def _write_spec(spec: SweepSpec) -> None:
     """Write SWEEP/sweep.yaml atomically."""
-    from oelm.io import atomic_write_yaml
 
     atomic_write_yaml(spec.out / "sweep.yaml", _merge_stored(spec))
 
@@ -72,8 +78,6 @@ def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
     """Build the LM data directory from the recipe when it is missing."""
     if spec.base.get("task", "lm") != "lm":
         return
-    from oelm.data.lm import read_meta
-    from oelm.experiments.prepare import data_summary, ensure_lm_data
 
     data = Path(spec.base["data"])
     if not spec.prepare:
@@ -86,7 +90,6 @@ def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
 
 def _run_inline(run: RunSpec, progress: bool) -> None:
     """Train one run in this process (the loop resumes or reuses what the directory holds)."""
-    from oelm.training.loop import train
 
     train({**run.config, "progress": progress})
 
@@ -126,7 +129,6 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
     if not threads:
         yield
         return
-    import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -203,7 +205,6 @@ def run_sweep(
     """
     if parallel < 1 or (threads is not None and threads < 1):
         raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
-    from oelm.lock import dir_lock
 
     with dir_lock(spec.out, "sweep"):
         return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
@@ -213,7 +214,6 @@ def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: 
                 on_report: Callable[[Comparison], None] | None, threads: int | None,
                 epilogue: Callable[[Comparison], list[str]] | None = None) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
-    from oelm.training.distributed import resolve_device
 
     start = time.perf_counter()
     runs = spec.selected_runs()
@@ -236,7 +236,6 @@ def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: 
     for run, err in outcome.failed:
         print(f"run failed: {run.label}: {err.strip().splitlines()[-1]}", file=sys.stderr)
     if report:
-        from oelm.experiments.report import write_report
 
         outcome.report, outcome.comparison = write_report(
             [spec.out / "runs"], spec.out / "report", spec.baseline, spec.study_numbers,

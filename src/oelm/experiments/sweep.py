@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from oelm.errors import UserError
+from oelm.core.methods import get_method
+from oelm.experiments.resolve import resolve_config, resolve_raw
 from oelm.experiments.study import deep_merge
 from oelm.training.config import load_yaml
+from oelm.training.rundir import run_finished
+from oelm.utils.errors import UserError
 
 # Fields a sweep sets per run; the spec may not put them in `grid` or `overrides`.
 PER_RUN = ("method", "lr", "seed", "out", "resume", "overwrite", "data_seed")
@@ -42,7 +44,6 @@ class RunSpec:
 
     def finished(self) -> bool:
         """Whether the run directory holds a finished run (the one rule, in training.rundir)."""
-        from oelm.training.rundir import run_finished
 
         return run_finished(self.run_dir)
 
@@ -131,7 +132,6 @@ def _seeds(value: Any) -> list[int]:
 
 def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, Any]]:
     """methods: {name: {lr: [..], method_options: {..}}} (or a list of names using the base lr)."""
-    from oelm.methods import get_method
 
     if isinstance(raw, list):
         raw = {name: {} for name in raw}
@@ -157,7 +157,6 @@ def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, An
 
 def _base_config(raw: dict[str, Any], spec_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TrainConfig dict, meta) from `base:` (a study config, relative to the spec) or `config:`."""
-    from oelm.experiments.resolve import resolve_raw
 
     if "base" in raw:
         path = Path(raw["base"])
@@ -231,7 +230,6 @@ def _check_methods(raw: Any, names: Sequence[str], path: Path) -> list[str]:
 
 def validate(spec: SweepSpec) -> None:
     """Validate every run's config and check that the arms differ only where they may."""
-    from oelm.experiments.resolve import resolve_config
 
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"seeds repeat: {spec.seeds}; list each seed once")

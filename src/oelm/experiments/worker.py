@@ -7,15 +7,17 @@ import os
 import sys
 import traceback
 
+import torch
+
+from oelm.training.loop import train
+
 
 def main(argv: list[str]) -> int:
     """Train each run (a JSON TrainConfig dict per file) in order; a failure does not stop the rest."""
-    import torch
 
     threads = int(os.environ.get("OELM_THREADS", "0"))
     if threads > 0:  # N workers share the machine's cores instead of each grabbing all of them
         torch.set_num_threads(threads)
-    from oelm.training.loop import train
 
     failed = 0
     for path in argv:

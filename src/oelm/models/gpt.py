@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oelm.errors import UserError
-from oelm.fused import fused_qkv
+from oelm.models.fused import fused_qkv
 from oelm.models.loss import linear_cross_entropy
+from oelm.utils.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def gpt_config(preset: str, **overrides) -> GPTConfig:
 class SelfAttention(nn.Module):
     """Multi-head attention with separate bias-free Q/K/V/O parameters (so Q/K can be frozen alone).
 
-    Q, K and V are computed in one GEMM (`oelm.fused.fused_qkv`) that spends weight-gradient
+    Q, K and V are computed in one GEMM (`oelm.models.fused.fused_qkv`) that spends weight-gradient
     FLOPs only on the blocks that require grad; `fused = False` runs three separate projections.
     Takes and returns the flattened residual stream [B*T, D] (see `Backbone`).
     """
@@ -114,7 +114,7 @@ class SelfAttention(nn.Module):
         return _dropout(self.o_proj(y.transpose(1, 2).reshape(n, d)), self.dropout, self.training)
 
     def _adapt(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.adapters) to q, k [B, T, H, Dh].
+        """Apply a method's adapters (`oelm_adapter` on q_proj / k_proj, see oelm.core.adapters) to q, k [B, T, H, Dh].
 
         An adapter sees the projection's input and output as [B, T, D] views, the shapes it has on
         any model (a reduction over the leading dims, e.g. a gain's gradient, then sums in the same order).

@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from packaging.version import Version
 from torch import nn
 
-from oelm.errors import UserError
+from oelm.models.gpt import PRESETS
+from oelm.utils.errors import UserError
+from oelm.utils.hub import require_hub
 
 # Model names that resolve to a folder inside an installed package (works offline).
 MINILM_ALIASES = ("minilm", "all-minilm-l6-v2")
@@ -26,7 +29,6 @@ def minilm_path() -> Path | None:
 
 def is_gpt_preset(model: str) -> bool:
     """True when `model` names one of our GPT presets rather than a Hugging Face model."""
-    from oelm.models.gpt import PRESETS
 
     return model in PRESETS
 
@@ -48,7 +50,6 @@ def resolve_hf_source(model: str) -> str:
                 "folder with config.json, weights and tokenizer files"
             )
         return str(path)
-    from oelm.hub import require_hub
 
     require_hub(model, "model", "pass a local model folder (config.json, weights, tokenizer files)"
                 + (" or --model minilm (offline)" if minilm_path() else ""))
@@ -57,8 +58,7 @@ def resolve_hf_source(model: str) -> str:
 
 def dtype_kwarg(dtype: torch.dtype, version: str | None = None) -> dict[str, torch.dtype]:
     """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
-    import transformers
-    from packaging.version import Version
+    import transformers  # heavy optional dependency: imported on use
 
     current = Version(version or transformers.__version__)
     return {"dtype": dtype} if current >= Version("4.56") else {"torch_dtype": dtype}
@@ -66,7 +66,7 @@ def dtype_kwarg(dtype: torch.dtype, version: str | None = None) -> dict[str, tor
 
 def load_hf_classifier(model: str, num_labels: int, label_names: list[str] | None = None) -> nn.Module:
     """AutoModelForSequenceClassification with num_labels (a new head), float32 weights."""
-    import transformers
+    import transformers  # heavy optional dependency: imported on use
 
     source = resolve_hf_source(model)
     kwargs: dict[str, Any] = {"num_labels": num_labels}
@@ -91,7 +91,7 @@ def ensure_pad_token_id(config: Any) -> None:
 
 def load_hf_tokenizer(model: str) -> Any:
     """The model's own (fast) tokenizer, with a pad token guaranteed."""
-    import transformers
+    import transformers  # heavy optional dependency: imported on use
 
     try:
         tok = transformers.AutoTokenizer.from_pretrained(resolve_hf_source(model))

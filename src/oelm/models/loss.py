@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from oelm.fused import compute_dtype
+from oelm.models.fused import compute_dtype
 
 # Rows per chunk: as many as keep one chunk's float32 logits under this many bytes. One chunk
 # covers the CPU shapes and gpt-medium-512 at batch 8 (the weight gradient is then one GEMM);

@@ -15,8 +15,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
-from oelm.errors import UserError
-from oelm.io import atomic_write_text
+from oelm.core.state import method_state
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_text
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
@@ -107,22 +108,9 @@ def restore_best(ckpt_root: Path, step_dir: Path, best_step: int | None) -> None
 
 def method_record(model: torch.nn.Module) -> dict[str, Any]:
     """The applied method, its validated options and seed, for weight-file metadata ({} if none)."""
-    from oelm.freezing import method_state
 
     state = method_state(model)
     return state.record() if state is not None else {}
-
-
-def apply_recorded_method(model: torch.nn.Module, metadata: dict[str, str]) -> None:
-    """Re-apply the method recorded in a weight file's metadata, so its added tensors exist to load."""
-    from oelm.freezing import apply_method
-
-    method = metadata.get("method")
-    if not method:
-        return
-    options = json.loads(metadata.get("method_options", "{}"))
-    seed = int(metadata.get("method_seed", metadata.get("seed", "0")))
-    apply_method(model, method, seed=seed, **options)
 
 
 def list_steps(ckpt_root: Path) -> list[tuple[int, Path]]:

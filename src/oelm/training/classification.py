@@ -13,12 +13,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from oelm.core.flops import theoretical_saving
 from oelm.data.cls import ClassificationData, PadCollator, encode_pairs, gpt_separator_id, load_classification
-from oelm.errors import UserError
+from oelm.data.tokenizers import load_tokenizer
+from oelm.models.gpt import GPTClassifier
+from oelm.models.hf_cls import is_gpt_preset, load_hf_classifier, load_hf_tokenizer, resolve_hf_source
 from oelm.training import metrics as M
 from oelm.training.config import ClassificationOptions, TrainConfig
 from oelm.training.distributed import all_reduce_sum, all_reduce_tensor
 from oelm.training.task import Batch, Task, checked_gpt_config
+from oelm.utils.errors import UserError
 
 SPLITS = {"val": "validation", "test": "heldout"}
 
@@ -60,7 +64,6 @@ class ClassificationTask(Task):
     # ---- setup -------------------------------------------------------------------------------
     def validate(self) -> None:
         """Load and encode the data, resolve the model and tokenizer, set an epoch budget if asked."""
-        from oelm.models.hf_cls import is_gpt_preset
 
         self.hf = not is_gpt_preset(self.cfg.model)
         self._check_options()
@@ -113,7 +116,6 @@ class ClassificationTask(Task):
         return data
 
     def _setup_gpt(self) -> None:
-        from oelm.data.tokenizers import load_tokenizer
         self.tokenizer = load_tokenizer(self.opts.tokenizer)
         if self.data.is_pair:
             gpt_separator_id(self.tokenizer)  # grows the vocabulary before the model is sized
@@ -133,7 +135,6 @@ class ClassificationTask(Task):
         self.collate = PadCollator(self.tokenizer.eot_id, self.opts.padding_side)
 
     def _setup_hf(self) -> None:
-        from oelm.models.hf_cls import load_hf_tokenizer, resolve_hf_source
 
         if self.cfg.model_overrides:
             raise UserError("model_overrides apply to our GPT presets only; drop them for HF models")
@@ -174,12 +175,10 @@ class ClassificationTask(Task):
     def build_model(self) -> nn.Module:
         """GPTClassifier sized to the tokenizer, or the HF model with a new num_labels head."""
         if self.hf:
-            from oelm.models.hf_cls import load_hf_classifier
 
             model = load_hf_classifier(self.cfg.model, self.data.num_labels, self.data.label_names)
             model.config.pad_token_id = self.collate.pad_id
             return model
-        from oelm.models.gpt import GPTClassifier
 
         return GPTClassifier(self.model_cfg, self.data.num_labels, causal=self.opts.causal)
 
@@ -341,7 +340,6 @@ class ClassificationTask(Task):
 
     def flops_saving(self, model: nn.Module) -> float | None:
         """Theoretical training-FLOP saving of the method, at the maximum sequence length."""
-        from oelm.flops import theoretical_saving
 
         return theoretical_saving(model, self.max_length)
 

@@ -18,9 +18,12 @@ from pydantic import (
     model_validator,
 )
 
+from oelm.core.methods import list_methods, validate_method_options
 from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 section 4)
-from oelm.errors import UserError
-from oelm.io import read_yaml
+from oelm.models.gpt import PRESETS
+from oelm.training.wandb import require_wandb
+from oelm.utils.errors import UserError
+from oelm.utils.io import read_yaml
 
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
 # differ from the stored one in these without being "a different run".
@@ -127,7 +130,6 @@ class TrainConfig(BaseModel):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
-        from oelm.methods import list_methods
 
         names = [_method_name(m) for m in list_methods()]
         if value not in names:
@@ -138,7 +140,6 @@ class TrainConfig(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str, info: ValidationInfo) -> str:
-        from oelm.models.gpt import PRESETS
 
         # Classification also takes Hugging Face names/folders, resolved by that task's validate().
         if value not in PRESETS and info.data.get("task") != "classification":
@@ -155,7 +156,6 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        from oelm.methods import validate_method_options
 
         validate_method_options(self.method, self.method_options)  # typos fail before any run dir
         if self.resume and self.overwrite:
@@ -163,7 +163,6 @@ class TrainConfig(BaseModel):
         if self.compile_mode is not None and not self.compile:
             raise ValueError(f"compile_mode={self.compile_mode!r} needs compile=true; set both")
         if self.wandb:
-            from oelm.integrations.wandb import require_wandb
 
             require_wandb()
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:

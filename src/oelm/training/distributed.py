@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from oelm.utils.errors import UserError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -34,7 +36,6 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         name = f"cuda:{local_rank}"
-    from oelm.errors import UserError
 
     try:
         device = torch.device(name)

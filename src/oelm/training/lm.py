@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -10,14 +11,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from oelm.errors import UserError
+from oelm.core.flops import theoretical_saving, training_flops_per_token
+from oelm.data.lm import load_lm_split, read_meta
+from oelm.models.gpt import GPT
 from oelm.training.distributed import all_reduce_tensor
-from oelm.training.task import Batch, Task
+from oelm.training.task import Batch, Task, checked_gpt_config
+from oelm.utils.errors import UserError
 
 
 def read_lm_meta(data_dir: Path) -> dict[str, Any]:
     """meta.json of an LM data directory, with a clear error when it is not one."""
-    from oelm.data.lm import read_meta
 
     if not data_dir.is_dir():
         raise UserError(f"data directory {str(data_dir)!r} does not exist; create it with `oelm prepare lm`")
@@ -56,7 +59,6 @@ class LMTask(Task):
 
     def validate(self) -> None:
         """Check the data directory, vocabulary and sequence length against the model."""
-        from oelm.training.task import checked_gpt_config
 
         self.meta = read_lm_meta(self.data_dir)
         overrides = {"vocab_size": self.meta["vocab_size"], **self.cfg.model_overrides}
@@ -74,7 +76,6 @@ class LMTask(Task):
                 f"(block_size {self.model_cfg.block_size}); lower --seq-len or set "
                 f"model_overrides.block_size={self.seq_len}"
             )
-        from oelm.data.lm import load_lm_split
 
         for split in ("train", "val", "test"):
             if split not in self.meta["splits"]:
@@ -92,7 +93,6 @@ class LMTask(Task):
 
     def build_model(self) -> nn.Module:
         """A GPT for the preset with the data's vocabulary."""
-        from oelm.models.gpt import GPT
 
         return GPT(self.model_cfg)
 
@@ -193,7 +193,6 @@ class LMTask(Task):
 
     def model_metadata(self) -> dict[str, Any]:
         """GPT config and tokenizer spec, so `oelm sample` needs only the weights file."""
-        import dataclasses
 
         return {
             "gpt_config": dataclasses.asdict(self.model_cfg),
@@ -202,15 +201,13 @@ class LMTask(Task):
         }
 
     def flops_per_step(self, model: nn.Module) -> float | None:
-        """Training FLOPs of one optimizer step (all ranks) from oelm.flops."""
-        from oelm.flops import training_flops_per_token
+        """Training FLOPs of one optimizer step (all ranks) from oelm.core.flops."""
 
         per_token = training_flops_per_token(model, self.seq_len)
         return float(per_token) * self.cfg.batch_size * self.seq_len * self.cfg.grad_accum * self.dist.world
 
     def flops_saving(self, model: nn.Module) -> float | None:
         """Theoretical fraction of training FLOPs the method saves."""
-        from oelm.flops import theoretical_saving
 
         return float(theoretical_saving(model, self.seq_len))
 

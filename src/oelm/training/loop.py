@@ -10,27 +10,31 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from oelm.audit import AuditCheck, verify_audit
-from oelm.errors import UserError
+from oelm import apply_method, audit_model
+from oelm.core.audit import AuditCheck, verify_audit
+from oelm.core.freezing import optimizer_groups, scale_group_lrs, sync_optimizer
+from oelm.core.schedules import make_schedule
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
+from oelm.training.records import TEST_ITEMS_FILE
+from oelm.training.results import RunFacts, build_results, build_timing
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
-from oelm.experiments.records import TEST_ITEMS_FILE
-from oelm.io import atomic_write_json, atomic_write_text
 from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
-from oelm.training.report import RunFacts, build_results, build_timing
+from oelm.training.wandb import FanOut, WandbLogger
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_json, atomic_write_text
+from oelm.utils.lock import dir_lock
 
 
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
     """Train one run described by config (+ key=value overrides); return its results.json dict."""
-    from contextlib import nullcontext
 
-    from oelm.lock import dir_lock
 
     cfg = make_config(config, overrides)
     owns_group = not (tdist.is_available() and tdist.is_initialized())
@@ -130,9 +134,6 @@ class Trainer:
         return self._finish()
 
     def _build(self) -> None:
-        from oelm import apply_method, audit_model
-        from oelm.freezing import optimizer_groups, scale_group_lrs
-        from oelm.schedules import make_schedule
 
         # Seed before building so tensors a method leaves alone are identical across methods.
         torch.manual_seed(self.cfg.seed)
@@ -162,19 +163,17 @@ class Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model: nn.Module = self.eval_model
         if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DDP(self.eval_model, device_ids=ids)
 
-    # ---- method schedule (oelm.schedules): switches by step, restored exactly on resume ------
+    # ---- method schedule (oelm.core.schedules): switches by step, restored exactly on resume ------
     def _schedule_step(self) -> None:
         """Switch the method's schedule when its step comes, then refill optimizer and DDP."""
         if self.schedule is not None and self.schedule.update(self.step, self.audit):
             self._sync_trainable()
 
     def _sync_trainable(self) -> None:
-        from oelm.freezing import sync_optimizer
 
         sync_optimizer(self.optimizer, self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay)
         self._wrap_trainable()
@@ -218,7 +217,6 @@ class Trainer:
         tb_dir = self.run_dir / "tb" if main and self.cfg.tensorboard else None
         self.tb = TensorBoard(tb_dir, purge_step=self.step + 1 if resumed else None)
         if main and self.cfg.wandb:
-            from oelm.integrations.wandb import FanOut, WandbLogger
 
             self.tb = FanOut(self.tb, WandbLogger(self.run_dir, self.cfg.model_dump(mode="json"), self.cfg.wandb_project))
         if main:

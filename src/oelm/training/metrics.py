@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 import torch
 
-ArrayLike = Union[Sequence[int], np.ndarray, torch.Tensor]
+ArrayLike = Sequence[int] | np.ndarray | torch.Tensor
 
 # A run whose accuracy is at most this far above the majority-class rate learned nothing usable.
 COLLAPSE_MARGIN = 0.02

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from oelm.data.synthetic import IGNORE, ProbeData, ProbeOptions
-from oelm.errors import UserError
 from oelm.training.distributed import all_reduce_sum
 from oelm.training.lm import LMTask, _perplexity
-from oelm.training.task import Batch
+from oelm.training.task import Batch, checked_gpt_config
+from oelm.utils.errors import UserError
 
 
 def answer_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[int, int, int, int]:
@@ -43,7 +43,6 @@ class ProbeTask(LMTask):
 
     def validate(self) -> None:
         """Check the probe options against the model; build the val/test sets."""
-        from oelm.training.task import checked_gpt_config
 
         if self.opts is None:
             raise UserError("task probe needs `probe: {kind: mqar|induction, ...}` (or probe.kind=induction)")

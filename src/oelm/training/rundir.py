@@ -9,11 +9,11 @@ from typing import Any
 
 import yaml
 
-from oelm.errors import UserError
-from oelm.lock import LOCK_NAME
 from oelm.training.checkpoint import latest_checkpoint
 from oelm.training.config import RUNTIME_FIELDS, TrainConfig
-from oelm.io import read_json
+from oelm.utils.errors import UserError
+from oelm.utils.io import read_json
+from oelm.utils.lock import LOCK_NAME
 
 
 def is_finished(results: Any) -> bool:

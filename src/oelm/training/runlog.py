@@ -1,4 +1,4 @@
-"""Run-directory streams: metrics.jsonl, TensorBoard, and the git commit (atomic files: oelm.io)."""
+"""Run-directory streams: metrics.jsonl, TensorBoard, and the git commit (atomic files: oelm.utils.io)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from oelm.io import clean_json
+from oelm.utils.io import clean_json
 
 
 class MetricsLog:
@@ -24,10 +24,10 @@ class MetricsLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Line-buffered so that `tail -f` and a crash both see whole lines up to the last step.
         if truncate_to is None:
-            self._fh = open(path, "w", buffering=1)
+            self._fh = open(path, "w", buffering=1)  # noqa: SIM115  (held open for the run; close() closes it)
         else:
             # Lines written after the checkpoint we resume from are replayed; drop them.
-            self._fh = open(path, "a+", buffering=1)
+            self._fh = open(path, "a+", buffering=1)  # noqa: SIM115  (as above)
             self._fh.truncate(truncate_to)
             self._fh.seek(truncate_to)
 
@@ -57,7 +57,7 @@ class TensorBoard:
     def __init__(self, logdir: Path | None, purge_step: int | None = None) -> None:
         self._writer = None
         if logdir is not None:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # heavy optional dependency: imported on use
 
             # purge_step drops events logged after the checkpoint a resumed run restarts from.
             self._writer = SummaryWriter(str(logdir), purge_step=purge_step)

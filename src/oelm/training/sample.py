@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
-from oelm.errors import UserError
+from oelm.data.tokenizers import load_tokenizer
+from oelm.models.gpt import GPT
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
+from oelm.training.runs import load_model
+from oelm.utils.errors import UserError
 
 
-def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu"):
-    """(GPT in eval mode, tokenizer spec) from a run's checkpoint; the weights file is self-describing.
-
-    The recorded method is re-applied before loading, so tensors it added (adapters) load too.
-    """
-    from oelm.models.gpt import GPT, GPTConfig
-    from oelm.training.checkpoint import apply_recorded_method, load_weights
-
-    path = resolve_checkpoint(Path(run_dir), checkpoint)
-    meta = read_metadata(path)
-    if "gpt_config" not in meta:
-        raise UserError(f"{str(path)!r} is not a language-model checkpoint (no gpt_config); sample needs an LM run")
-    model = GPT(GPTConfig(**json.loads(meta["gpt_config"])))
-    apply_recorded_method(model, meta)
-    load_weights(model, path)
-    return model.to(resolve_device(device)).eval(), meta.get("tokenizer", "")
+def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu") -> tuple[GPT, str]:
+    """(GPT in eval mode, tokenizer spec) of a language-model run, through the one run loader
+    (`oelm.training.runs.load_model`: method re-applied, freeze audit verified)."""
+    which = "latest" if checkpoint == "last" else checkpoint
+    model = load_model(run_dir, which=which, device=device)
+    if not isinstance(model, GPT):
+        raise UserError(f"{str(run_dir)!r} is not a language-model run ({type(model).__name__}); sample needs an LM run")
+    path = resolve_checkpoint(Path(run_dir), "last" if which == "latest" else which)
+    return model, read_metadata(path).get("tokenizer", "")
 
 
 def sample(
@@ -41,7 +36,6 @@ def sample(
     device: str = "cpu",
 ) -> str:
     """Continue `prompt` by `tokens` tokens (temperature 0 = greedy); returns prompt + continuation."""
-    from oelm.data.tokenizers import load_tokenizer
 
     if tokens < 1:
         raise UserError(f"--tokens must be at least 1, got {tokens}")

@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from oelm.errors import UserError
+from oelm.models.gpt import gpt_config
 from oelm.training.config import TrainConfig
 from oelm.training.distributed import DistInfo
+from oelm.utils.errors import UserError
 
 # config `task` -> "module:Class"; a new task is a new entry plus a Task subclass.
 TASKS: dict[str, str] = {
@@ -114,13 +115,12 @@ class Task(ABC):
         """The data position, stored in checkpoints."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027  (optional hook: stateless tasks keep it)
         """Restore the data position from a checkpoint."""
 
 
 def checked_gpt_config(preset: str, overrides: dict[str, Any]) -> Any:
     """gpt_config(preset, **overrides) with a bad override value turned into one UserError."""
-    from oelm.models.gpt import gpt_config
 
     try:
         return gpt_config(preset, **overrides)

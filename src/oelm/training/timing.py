@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+
 class StepTimer:
     """Times training steps; on CUDA with events resolved lazily (no per-step synchronize)."""
 
@@ -103,8 +104,8 @@ def peak_memory(device: torch.device) -> tuple[int | None, str]:
     return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
 
 
-# What the FLOPs behind MFU count (oelm.flops): every matmul, the LM head and attention included.
-MFU_COUNTS = "matmul FLOPs of forward+backward incl. LM head and attention core (oelm.flops)"
+# What the FLOPs behind MFU count (oelm.core.flops): every matmul, the LM head and attention included.
+MFU_COUNTS = "matmul FLOPs of forward+backward incl. LM head and attention core (oelm.core.flops)"
 
 
 def mfu_fields(flops_per_step: float | None, stats: dict[str, Any], peak: float | None,

@@ -1,0 +1,26 @@
+"""`oelm export RUN_DIR --to hf OUT_DIR`: a trained GPT as a standard Hugging Face folder."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `export` subcommand."""
+    p = subparsers.add_parser("export", help="write a trained GPT run as a Hugging Face GPT2LMHeadModel folder")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--to", choices=["hf"], required=True, help="target format (hf: GPT2LMHeadModel)")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="new (or empty) folder to write")
+    p.add_argument("--checkpoint", default="best", help="best, latest, or a step number")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export and print what was written, the logit check and the tokenizer note."""
+    from oelm.hf.export import export_hf
+
+    report = export_hf(args.run_dir, args.out_dir, which=args.checkpoint)
+    print(f"wrote {report['architecture']} to {report['out_dir']}")
+    print(f"max |logit difference| vs oelm.load_model on random input: {report['max_abs_logit_diff']:.2e}")
+    print(report["tokenizer"])
+    return 0

@@ -1,0 +1,36 @@
+"""`oelm report RUN_OR_SWEEP_DIR... [--out DIR]`: tables and figures from stored run records."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `report` subcommand."""
+    p = subparsers.add_parser(
+        "report",
+        help="write report.md (+ PNGs) from stored run or sweep directories",
+        description="Read only stored run records (results.json, metrics.jsonl) and write "
+        "report.md, report.json and figures: mean ± 95%% CI over seeds, LR chosen on "
+        "validation, gaps and paired tests vs the baseline, collapsed/incomplete runs listed.",
+    )
+    p.add_argument("paths", nargs="+", help="run directories or sweep directories (searched recursively)")
+    p.add_argument("--out", default=None, help="output directory (default: FIRST_PATH/report)")
+    p.add_argument("--baseline", default="baseline", help="method the others are compared to")
+    p.add_argument(
+        "--study-numbers",
+        default=None,
+        help="YAML of the original study's reported figures (e.g. configs/study/study_numbers.yaml)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the report and print where it is."""
+    from oelm.reports.report import write_report
+
+    path, comparison = write_report(args.paths, args.out, args.baseline, args.study_numbers)
+    print(f"{len(comparison.groups)} table(s) from {comparison.n_runs} run(s) -> {path}")
+    if comparison.incomplete:
+        print(f"{len(comparison.incomplete)} incomplete run(s) listed, not averaged")
+    return 0

@@ -1,1 +1,0 @@
-"""Subcommands of the `oelm` CLI; each module is a few lines over a library function."""

@@ -1,0 +1,204 @@
+"""Apply a method (a record from `oelm.core.methods`) to any supported model through its targets.
+
+Freezing means `requires_grad=False`: autograd then computes no weight gradient for the tensor,
+optimizers built from trainable parameters never hold it (so no state and no weight decay), and
+DDP does not all-reduce it. No gradient masks or hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from oelm.core import orthogonal as ortho
+from oelm.core.adapters import adapter_class, make_adapter
+from oelm.core.methods import PRETRAINED_QK, Method, get_method, select_layers, validate_method_options
+from oelm.core.record import install_save_hook
+from oelm.core.state import STATE_ATTR, MethodState
+from oelm.core.targets import LayerTargets, Proj, attach_adapter, find_targets, layer_depths, unwrap
+from oelm.utils.errors import UserError
+
+
+def _new_qk(method: Method, layer: LayerTargets, role: str, proj: Proj, seed: int, qk_init: str | None) -> tuple[torch.Tensor | None, str]:
+    """The new [out, in] weight for Q or K (None = keep) and the name of the init used."""
+    n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
+    n_rows, d_in = proj.shape_out_in
+    if qk_init == "keep":
+        return None, "pretrained"
+    if qk_init == "orthogonalize":
+        if method.qk_init == "global-orthogonal":
+            return ortho.orthogonalize_pretrained(proj.get(), 1), "orthogonalized-pretrained-global"
+        return ortho.orthogonalize_pretrained(proj.get(), n_heads), "orthogonalized-pretrained"
+    gen = ortho.make_generator(seed, layer.index, role, method.qk_init)
+    if method.qk_init == "headwise-orthogonal":
+        return ortho.headwise_orthogonal(n_heads, n_rows // n_heads, d_in, gen), method.qk_init
+    if method.qk_init == "global-orthogonal":
+        return ortho.global_orthogonal(n_rows, d_in, gen), method.qk_init
+    if method.qk_init == "normal":
+        return ortho.normal(n_rows, d_in, gen, method.normal_std), f"normal(std={method.normal_std})"
+    return ortho.scaled_random(n_rows, d_in, gen), method.qk_init
+
+
+def _check_qk_init(method: Method, qk_init: str | None) -> None:
+    if qk_init is not None and qk_init not in PRETRAINED_QK:
+        raise UserError(f"qk_init must be one of {PRETRAINED_QK}, got {qk_init!r}")
+    # Methods that leave Q/K alone (baseline, ffn-only) ignore qk_init, so one sweep config
+    # can set it for every arm.
+    if qk_init in (None, "reinit") or not method.changes_qk:
+        return
+    if qk_init == "orthogonalize" and method.qk_init not in ("headwise-orthogonal", "global-orthogonal"):
+        raise UserError(
+            f"qk_init='orthogonalize' needs an orthogonal method, but {method.name!r} uses "
+            f"{method.qk_init!r}; use qk_init='reinit' or 'keep'"
+        )
+
+
+def freeze_projection(proj: Proj) -> None:
+    """Take a projection's weight and bias out of the optimization."""
+    for _, p in proj.params():
+        p.requires_grad_(False)
+        p.grad = None
+
+
+def unfreeze_projection(proj: Proj) -> None:
+    """Put a projection's weight and bias back into the optimization."""
+    for _, p in proj.params():
+        p.requires_grad_(True)
+
+
+def _init_qk(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None) -> None:
+    for role, proj in (("q", layer.q), ("k", layer.k)):
+        if role not in m.init:
+            continue
+        new, init = _new_qk(m, layer, role, proj, seed, qk_init)
+        if new is not None:
+            proj.set(new)
+        state.inits[f"{proj.name}.weight"] = init
+        # A late-freeze schedule trains them first: no orthogonality claim at the start.
+        if role in m.freeze and "orthogonal" in init and m.schedule != "late-freeze":
+            n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
+            state.orthogonal_heads[proj.name] = n_heads
+            if new is not None and proj.weight.device.type == "meta":
+                err = ortho.orthogonality_error(new.to(proj.weight.dtype), n_heads)
+                state.meta_orthogonality[proj.name] = err
+
+
+def _attach_adapters(m: Method, layer: LayerTargets, state: MethodState, seed: int) -> None:
+
+    roles = adapter_class(m.adapter).roles
+    extra = {k: v for k, v in state.options.items() if k not in ("qk_init", "layers")}
+    for role, proj in (("q", layer.q), ("k", layer.k)):
+        if role not in roles:
+            continue
+        n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
+        n_rows, d_in = proj.shape_out_in
+        gen = ortho.make_generator(seed, layer.index, role, m.adapter)
+        adapter = make_adapter(m.adapter, n_heads, n_rows // n_heads, d_in, proj.weight, gen, extra)
+        attach_adapter(proj, adapter)
+
+
+def _apply_to_layer(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None) -> None:
+    if m.changes_qk:
+        _init_qk(m, layer, state, seed, qk_init)
+    for i, proj in enumerate(layer.ffn):
+        if m.ffn_init == "orthogonal":
+            gen = ortho.make_generator(seed, layer.index, "ffn", i)
+            proj.set(ortho.global_orthogonal(*proj.shape_out_in, gen))
+            state.inits[f"{proj.name}.weight"] = "global-orthogonal"
+    for role, proj in layer.by_role():
+        if role not in m.freeze:
+            continue
+        if m.schedule is not None:
+            state.scheduled.append(proj.name)
+        if m.schedule != "late-freeze":  # late-freeze starts trainable
+            freeze_projection(proj)
+    if m.adapter is not None:
+        _attach_adapters(m, layer, state, seed)
+
+
+def apply_method(
+    model: nn.Module, method: str | Method, seed: int = 0, qk_init: str | None = None, **options: Any
+) -> MethodState:
+    """Initialize, freeze and extend `model` in place as `method` says (options: method_options).
+
+    qk_init (pretrained models): None/"reinit" = the method's own init, "orthogonalize" = QR of
+    each pretrained head block (keeps its row space), "keep" = pretrained weights as they are.
+    """
+    m = get_method(method)
+    if qk_init is not None:
+        options["qk_init"] = qk_init
+    opts = validate_method_options(m, options)
+    qk_init = opts["qk_init"]
+    _check_qk_init(m, qk_init)
+    base = unwrap(model)
+    if hasattr(base, STATE_ATTR):
+        raise UserError("a method was already applied to this model; build a fresh model first")
+    targets = find_targets(base)
+    layers = select_layers(opts["layers"], len(targets.layers))
+    state = MethodState(m, seed, qk_init, targets.family, opts, layers)
+    if m.schedule is not None:
+        f = opts["f"]
+        state.scheduled_frozen_fraction = 1.0 - f if m.schedule == "late-freeze" else f
+    for layer in targets.layers:
+        if layer.index in layers:
+            _apply_to_layer(m, layer, state, seed, qk_init)
+    # Key inits by the real parameter names (GPT-2's split Q is `c_attn.q_weight`, not `c_attn.q.weight`).
+    names = {id(p): n for n, p in base.named_parameters()}
+    real = {f"{proj.name}.weight": names[id(proj.weight)] for layer in targets.layers for _, proj in layer.by_role()}
+    state.inits = {real.get(k, k): v for k, v in state.inits.items()}
+    state.targets = targets
+    setattr(base, STATE_ATTR, state)
+    install_save_hook(base)  # HF save_pretrained then writes oelm_method.json too
+    return state
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters an optimizer should hold: exactly those with requires_grad."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def optimizer_groups(model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0) -> list[dict]:
+    """AdamW groups: decay on trainable tensors with ndim >= 2, none on the rest; frozen excluded.
+
+    layer_lr_decay < 1 scales the learning rate by decay**(n_layers + 1 - depth) (embeddings at
+    depth 0, layer i at i + 1, head and final norm at full LR), one group pair per depth (key
+    "lr_scale"). The group structure depends on all parameters, not on which are trainable, so
+    a schedule can refill the same groups (`sync_optimizer`).
+    """
+    if layer_lr_decay == 1.0:
+        return [
+            {"params": [p for p in model.parameters() if p.requires_grad and p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in model.parameters() if p.requires_grad and p.ndim < 2], "weight_decay": 0.0},
+        ]
+    depths, n = layer_depths(model)
+    groups: dict[tuple[int, bool], dict] = {}
+    for p in model.parameters():
+        key = (depths[id(p)], p.ndim >= 2)
+        g = groups.setdefault(key, {"params": [], "weight_decay": weight_decay if key[1] else 0.0,
+                                    "lr_scale": layer_lr_decay ** (n + 1 - key[0])})
+        if p.requires_grad:
+            g["params"].append(p)
+    return [groups[k] for k in sorted(groups)]
+
+
+def scale_group_lrs(groups: list[dict], lr: float) -> list[dict]:
+    """Set each group's lr to lr * its lr_scale (groups without a scale keep the optimizer's lr)."""
+    for g in groups:
+        if "lr_scale" in g:
+            g["lr"] = lr * g["lr_scale"]
+    return groups
+
+
+def sync_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, weight_decay: float,
+                   layer_lr_decay: float = 1.0) -> None:
+    """Refill the optimizer's groups with the currently trainable parameters; drop others' state."""
+    fresh = optimizer_groups(model, weight_decay, layer_lr_decay)
+    if len(fresh) != len(optimizer.param_groups):
+        raise RuntimeError("optimizer groups changed structure; build them with optimizer_groups")
+    for group, new in zip(optimizer.param_groups, fresh):
+        group["params"] = new["params"]
+    held = {id(p) for g in fresh for p in g["params"]}
+    for p in [p for p in optimizer.state if id(p) not in held]:
+        del optimizer.state[p]

@@ -1,0 +1,257 @@
+"""The method registry: each method is a small record of data, applied by `oelm.core.freezing`.
+
+A record says which roles (q, k, v, o, ffn) are initialized how and frozen, on which layers, on
+what schedule, and which adapter (a small trainable module from `oelm.core.adapters`) it adds. Its
+typed options (with defaults) are validated by `validate_method_options` before any run starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from oelm.core.adapters import adapter_class
+from oelm.utils.errors import UserError
+
+QK_INITS = ("default", "headwise-orthogonal", "global-orthogonal", "normal", "scaled-random")
+FFN_INITS = ("default", "orthogonal")
+ROLES = ("q", "k", "v", "o", "ffn")
+# How Q/K of a *pretrained* model are treated when the method re-initializes them.
+PRETRAINED_QK = ("reinit", "orthogonalize", "keep")
+LAYER_SELECTIONS = ("all", "lower-half", "upper-half", "every-other")
+# late-freeze: the frozen roles train until step f*steps, then freeze; unfreeze: the reverse.
+SCHEDULES = ("late-freeze", "unfreeze")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One typed method option: name, default, type and (optional) choices or bounds."""
+
+    name: str
+    default: Any
+    kind: str  # "int" | "float" | "str" | "layers"
+    help: str
+    choices: tuple[str, ...] | None = None
+    low: float | None = None  # inclusive
+    high: float | None = None  # inclusive
+
+    def coerce(self, method: str, value: Any) -> Any:
+        """The value converted to this option's type, or a UserError naming the fix."""
+        where = f"method {method!r}: method_options.{self.name}"
+        if self.kind == "layers":
+            return _coerce_layers(where, value)
+        if value is None and self.default is None:
+            return None
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+        }[self.kind]
+        if not ok:
+            raise UserError(f"{where} must be {self.kind}, got {value!r} ({self.help})")
+        value = float(value) if self.kind == "float" else value
+        if self.choices is not None and value not in self.choices:
+            raise UserError(f"{where} must be one of {list(self.choices)}, got {value!r}")
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise UserError(f"{where} must lie in [{self.low}, {self.high}], got {value!r}")
+        return value
+
+
+def _coerce_layers(where: str, value: Any) -> str | list[int]:
+    """A layer selection name or a sorted list of distinct indices."""
+    if isinstance(value, str) and value in LAYER_SELECTIONS:
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return sorted(set(value))
+    raise UserError(f"{where} must be one of {list(LAYER_SELECTIONS)} or a list of layer indices, got {value!r}")
+
+
+# Options every method takes.
+COMMON_OPTIONS = (
+    Option("qk_init", None, "str", "pretrained models: how their Q/K meet the method's init", PRETRAINED_QK),
+    Option("layers", "all", "layers", "the layers the method touches: all, lower-half, upper-half, every-other or [i, ...]"),
+)
+F_OPTION = Option("f", 0.5, "float", "fraction of the steps at which the schedule switches", low=0.0, high=1.0)
+ON_FREEZE_OPTION = Option(
+    "on_freeze", "keep", "str", "at the freeze step: keep the learned Q/K or re-orthogonalize each head",
+    ("keep", "reorthogonalize"),
+)
+RANK_OPTION = Option("rank", 8, "int", "rank r of the trainable update x A^T B^T", low=1)
+
+
+@dataclass(frozen=True)
+class Method:
+    """How roles are initialized and frozen, where, when, and what small module is added."""
+
+    name: str
+    summary: str
+    qk_init: str = "default"
+    freeze: frozenset[str] = frozenset()  # roles out of the optimization (q, k, v, o, ffn)
+    init: frozenset[str] = frozenset({"q", "k"})  # the roles qk_init re-initializes
+    ffn_init: str = "default"
+    layers: str | tuple[int, ...] = "all"  # default of the `layers` option
+    adapter: str | None = None  # an adapter kind of oelm.core.adapters, on the projections its class names
+    schedule: str | None = None  # kind in SCHEDULES, acting on the roles in `freeze`
+    options: tuple[Option, ...] = ()  # method-specific options (beyond COMMON_OPTIONS)
+    normal_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.qk_init in QK_INITS, f"qk_init {self.qk_init!r} not in {QK_INITS}"),
+            (self.ffn_init in FFN_INITS, f"ffn_init {self.ffn_init!r} not in {FFN_INITS}"),
+            (set(self.freeze) <= set(ROLES), f"freeze {sorted(self.freeze)} not within {ROLES}"),
+            (set(self.init) <= {"q", "k"}, f"init {sorted(self.init)} not within ('q', 'k')"),
+            (self.schedule in (None, *SCHEDULES), f"schedule {self.schedule!r} not in {SCHEDULES}"),
+            (not self.schedule or self.freeze, "a schedule needs roles in `freeze` to act on"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise UserError(f"method {self.name!r}: {msg}")
+        object.__setattr__(self, "freeze", frozenset(self.freeze))
+        object.__setattr__(self, "init", frozenset(self.init))
+
+    @property
+    def changes_qk(self) -> bool:
+        return self.qk_init != "default"
+
+    @property
+    def freeze_qk(self) -> bool:
+        """Whether Q or K is (at some point) frozen."""
+        return bool(self.freeze & {"q", "k"})
+
+    @property
+    def freeze_ffn(self) -> bool:
+        return "ffn" in self.freeze
+
+    def all_options(self) -> tuple[Option, ...]:
+        """Every option this method takes: the common ones (with this record's defaults), then its own."""
+        common = tuple(
+            Option(o.name, list(self.layers) if isinstance(self.layers, tuple) else self.layers, o.kind, o.help)
+            if o.name == "layers" else o
+            for o in COMMON_OPTIONS
+        )
+        return common + self.options
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["freeze"], d["init"] = sorted(self.freeze), sorted(self.init)
+        d["options"] = {o.name: o.default for o in self.all_options()}
+        return d
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register_method(method: Method, overwrite: bool = False) -> Method:
+    """Add a method to the registry (a new variant is a new record, not new model code)."""
+    if method.name in _REGISTRY and not overwrite:
+        raise UserError(f"method {method.name!r} is already registered")
+    _REGISTRY[method.name] = method
+    return method
+
+
+HW = "headwise-orthogonal"
+QK = frozenset({"q", "k"})
+for _m in (
+    # The study's methods.
+    Method("baseline", "full training: default init, everything trainable"),
+    Method("oelm-freeze", "head-wise orthogonal Q/K, frozen", HW, QK),
+    Method("oelm-random", "random normal N(0, 0.02) Q/K, frozen (the study's ablation)", "normal", QK),
+    Method(
+        "oelm-random-scaled",
+        "unit-norm random rows for Q/K, frozen: same scale as orthogonal, no orthogonality",
+        "scaled-random",
+        QK,
+    ),
+    Method("oelm-global", "globally orthogonal Q/K (one QR per matrix), frozen", "global-orthogonal", QK),
+    Method("oelm-nofreeze", "head-wise orthogonal Q/K init, trainable", HW),
+    Method("oelm-qk-ffn", "head-wise orthogonal Q/K and orthogonal FFN, all frozen", HW, QK | {"ffn"}, ffn_init="orthogonal"),
+    Method("ffn-only", "FFN frozen at its default init, Q/K trainable", freeze=frozenset({"ffn"})),
+    # Role subsets.
+    Method("oelm-freeze-q", "head-wise orthogonal Q, frozen; K default init, trainable", HW, {"q"}, {"q"}),
+    Method("oelm-freeze-k", "head-wise orthogonal K, frozen; Q default init, trainable", HW, {"k"}, {"k"}),
+    # Trainable additions on frozen orthogonal Q/K.
+    Method("oelm-temp", "oelm-freeze + a trainable logit temperature per head (n_head per layer)", HW, QK, adapter="temp"),
+    Method("oelm-gain", "oelm-freeze + a trainable gain per Q dimension (d_model per layer)", HW, QK, adapter="gain"),
+    Method("oelm-qknorm", "oelm-freeze + per-head RMSNorm on q and k with trainable gains", HW, QK, adapter="qknorm"),
+    Method(
+        "oelm-lowrank", "oelm-freeze + a trainable rank-r update of each frozen Q/K (B zero-init)", HW, QK,
+        adapter="lowrank", options=(RANK_OPTION,),
+    ),
+    Method("oelm-qbias", "oelm-freeze + a trainable bias on Q (d_model per layer, init 0)", HW, QK, adapter="qbias"),
+    # Schedules.
+    Method(
+        "oelm-late-freeze", "orthogonal Q/K train for the first fraction f of steps, then freeze", HW, QK,
+        schedule="late-freeze", options=(F_OPTION, ON_FREEZE_OPTION),
+    ),
+    # The same schedule switched early: Q/K learn their patterns in the first fifth of training,
+    # then freeze, so the method keeps 80% of oelm-freeze's Q/K weight-gradient saving.
+    Method(
+        "oelm-early-freeze", "orthogonal Q/K train for the first fraction f (0.2) of steps, then freeze", HW, QK,
+        schedule="late-freeze", options=(replace(F_OPTION, default=0.2), ON_FREEZE_OPTION),
+    ),
+    Method(
+        "oelm-unfreeze", "frozen orthogonal Q/K become trainable from fraction f of the steps", HW, QK,
+        schedule="unfreeze", options=(F_OPTION,),
+    ),
+    # Layer subsets.
+    Method("oelm-lower-half", "frozen orthogonal Q/K in the lower half of the layers only", HW, QK, layers="lower-half"),
+    Method("oelm-upper-half", "frozen orthogonal Q/K in the upper half of the layers only", HW, QK, layers="upper-half"),
+    Method("oelm-alternate", "frozen orthogonal Q/K in every other layer (0, 2, ...)", HW, QK, layers="every-other"),
+):
+    register_method(_m)
+
+
+def get_method(name: str | Method) -> Method:
+    """Look up a registered method by name (a Method passes through)."""
+    if isinstance(name, Method):
+        return name
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UserError(
+            f"unknown method {name!r}; registered methods: {', '.join(_REGISTRY)} "
+            "(see `oelm methods`)"
+        ) from None
+
+
+def list_methods() -> list[Method]:
+    """All registered methods, in registration order."""
+    return list(_REGISTRY.values())
+
+
+def validate_method_options(method_name: str | Method, options: dict[str, Any] | None) -> dict[str, Any]:
+    """All options of a method with defaults filled in and types checked; UserError names a bad key."""
+    m = get_method(method_name)
+    if m.adapter is not None:
+
+        adapter_class(m.adapter)  # UserError listing the kinds
+    spec = {o.name: o for o in m.all_options()}
+    options = dict(options or {})
+    for key in options:
+        if key not in spec:
+            match = difflib.get_close_matches(key, list(spec), n=1, cutoff=0.5)
+            hint = f" (did you mean {match[0]!r}?)" if match else ""
+            raise UserError(
+                f"unknown method option {key!r} for method {m.name!r}{hint}; "
+                f"valid options: {', '.join(spec)} (set as method_options.KEY=VALUE)"
+            )
+    return {name: o.coerce(m.name, options.get(name, o.default)) for name, o in spec.items()}
+
+
+def select_layers(selection: str | list[int], n_layers: int) -> list[int]:
+    """Layer indices of a selection (all, lower-half, upper-half, every-other or explicit list)."""
+    if isinstance(selection, str):
+        half = n_layers // 2
+        picks = {
+            "all": range(n_layers),
+            "lower-half": range(half),
+            "upper-half": range(half, n_layers),
+            "every-other": range(0, n_layers, 2),
+        }[selection]
+        return list(picks)
+    bad = [i for i in selection if not 0 <= i < n_layers]
+    if bad:
+        raise UserError(f"method_options.layers {bad} out of range for a model of {n_layers} layers")
+    return list(selection)

@@ -1,0 +1,100 @@
+"""The method record (`oelm_method.json`): what was applied to a model, and re-applying it.
+
+The record is written here (`method_record`, `write_record`, the save hook that HF models'
+own `save_pretrained` calls) and read back by `oelm.core.restore.reapply`; these two modules are
+the only places that know `MethodState`'s fields. `check_frozen` proves the frozen tensors of a
+loaded model are bit-identical to what was saved.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from oelm import __version__
+from oelm.core.audit import fingerprint
+from oelm.core.state import method_state
+from oelm.core.targets import unwrap
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_text
+
+RECORD_FILE = "oelm_method.json"
+RECORD_FORMAT = 1
+ADDED = "oelm_adapter"  # state-dict key part of tensors a method adds (oelm.core.targets.attach_adapter)
+
+
+def method_record(model: nn.Module) -> dict[str, Any]:
+    """What was applied: method, options, seed, qk_init, inits, and every frozen tensor's fingerprint."""
+
+    state = method_state(model)
+    if state is None:
+        raise UserError("no method was applied to this model (call oelm.apply_method first)")
+    frozen = {n: fingerprint(p) for n, p in unwrap(model).named_parameters() if not p.requires_grad}
+    return {
+        "format": RECORD_FORMAT,
+        "oelm_version": __version__,
+        **json.loads(json.dumps(state.record())),  # method, method_options, method_seed
+        "qk_init": state.qk_init,
+        "family": state.family,
+        "layers": list(state.layers),
+        "inits": dict(state.inits),
+        "orthogonal_heads": dict(state.orthogonal_heads),
+        "frozen": frozen,
+    }
+
+
+def check_frozen(model: nn.Module, record: dict[str, Any]) -> None:
+    """Raise unless every recorded frozen tensor is bit-identical to its saved fingerprint."""
+
+    params = dict(unwrap(model).named_parameters())
+    changed = sorted(n for n, fp in record["frozen"].items() if fingerprint(params[n]) != fp)
+    if changed:
+        raise UserError(
+            f"frozen tensors whose bytes differ from the saved fingerprints: {changed[:5]}; the folder "
+            "was edited or mixes two models (loaded in another dtype than saved? then pass verify=False)"
+        )
+
+
+def write_record(model: nn.Module, folder: str | Path) -> Path:
+    """Write `oelm_method.json` for `model` into `folder`."""
+
+    path = Path(folder) / RECORD_FILE
+    atomic_write_text(path, json.dumps(method_record(model), indent=2) + "\n")
+    return path
+
+
+def read_record(folder: str | Path) -> dict[str, Any] | None:
+    """The method record saved in `folder`, or None."""
+    path = Path(folder) / RECORD_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{str(path)!r} is not valid JSON ({err}); re-save the model") from None
+
+
+class _SaveWithRecord:
+    """The model class's save_pretrained, then oelm_method.json; an object (not a closure or bound
+    method) so that deepcopy rebinds it to the copy and pickling/torch.save of the model works."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
+        out = type(self.model).save_pretrained(self.model, save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True) and method_state(self.model) is not None:
+            write_record(self.model, save_directory)
+        return out
+
+
+def install_save_hook(model: nn.Module) -> None:
+    """Make a Hugging Face model's own `save_pretrained` also write `oelm_method.json` (per instance)."""
+    base = unwrap(model)
+    if callable(getattr(type(base), "save_pretrained", None)) and "save_pretrained" not in vars(base):
+        base.save_pretrained = _SaveWithRecord(base)
+
+

@@ -1,0 +1,194 @@
+"""Export a trained oelm GPT to a standard Hugging Face `GPT2LMHeadModel` folder (+ tokenizer files).
+
+Our GPT maps onto GPT-2 exactly: pre-LayerNorm blocks (eps 1e-5), learned positions, tied LM
+head, exact-erf GELU (`activation_function="gelu"`), 1/sqrt(head_dim) attention scale. Our Q/K/V/O
+are bias-free, so GPT-2's c_attn/c_proj biases are written as zeros, and so are its LayerNorm and
+MLP biases for a GPTConfig(bias=False) model (adding zero changes no logit). The mapping reads our
+state-dict keys only (not module attributes), so it does not depend on how attention is built.
+"""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from tiktoken_ext.openai_public import r50k_pat_str
+from torch import nn
+
+from oelm.core.restore import carry_method
+from oelm.data.tokenizers import EOT_TEXT, HFTokenizer, TiktokenTokenizer, load_tokenizer
+from oelm.models.gpt import GPT, GPTClassifier
+from oelm.training.checkpoint import read_metadata, resolve_checkpoint
+from oelm.training.runs import existing_run_dir, load_model
+from oelm.utils.errors import UserError
+
+# Text the exported tokenizer must encode exactly as the run's tokenizer did.
+_PROBE = "Hello world! Once upon a time, 12 cats\u2014naïve, 日本語—sat.\n\n  <|endoftext|> end"
+
+
+def _check_maps(model: nn.Module) -> None:
+    """Raise naming the architecture detail that has no exact GPT-2 counterpart."""
+
+    if isinstance(model, GPTClassifier):
+        why = "its attention is bidirectional" if not model.causal else "its score layer has a bias"
+        raise UserError(
+            f"this run trained a GPTClassifier, which does not map exactly to GPT2ForSequenceClassification: "
+            f"{why} (GPT-2's classifier is causal with a bias-free score layer and pools the last "
+            "non-pad token by pad_token_id); export supports language-model runs"
+        )
+    if not isinstance(model, GPT):
+        raise UserError(f"export --to hf takes our GPT runs, got {type(model).__name__} (already a HF model)")
+    sd = model.state_dict()
+    added = sorted({k.split(".oelm_adapter")[0] for k in sd if "oelm_adapter" in k})
+    if added:
+        raise UserError(f"the run's method adds adapter modules (e.g. at {added[0]}) that GPT-2 has no place for; "
+                        "export supports methods without adapters")
+    if any(k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias")) for k in sd):
+        raise UserError("this GPT has attention biases; the export expects bias-free Q/K/V/O")
+    for name, module in model.named_modules():
+        if isinstance(module, nn.LayerNorm) and (module.eps != 1e-5 or not module.elementwise_affine):
+            raise UserError(f"{name}: LayerNorm eps={module.eps} (GPT-2's layer_norm_epsilon is one value, 1e-5)")
+
+
+def gpt2_config(model: nn.Module, eot_id: int | None = None) -> Any:
+    """The GPT2Config equal to our GPTConfig (exact GELU, same eps, no extra scaling)."""
+    import transformers  # heavy optional dependency: imported on use
+
+    c = model.config
+    eot = c.vocab_size - 1 if eot_id is None else eot_id
+    return transformers.GPT2Config(
+        vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model, n_layer=c.n_layer,
+        n_head=c.n_head, n_inner=c.d_ff, activation_function="gelu", resid_pdrop=c.dropout,
+        embd_pdrop=c.dropout, attn_pdrop=c.dropout, layer_norm_epsilon=1e-5, initializer_range=c.init_std,
+        scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False,
+        tie_word_embeddings=True, bos_token_id=eot, eos_token_id=eot,
+    )
+
+
+def gpt2_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    """Our GPT's state dict in GPT2LMHeadModel's keys and layouts (Conv1D stores [in, out])."""
+    def bias(module: str) -> torch.Tensor:
+        """`module`'s bias, or zeros shaped like it where the model has none (GPTConfig.bias=False)."""
+        if f"{module}.bias" in sd:
+            return sd[f"{module}.bias"]
+        w = sd[f"{module}.weight"]
+        return w.new_zeros(w.shape[0])
+
+    out = {f"transformer.{k}": sd[f"transformer.{k}"] for k in ("wte.weight", "wpe.weight", "ln_f.weight")}
+    out["transformer.ln_f.bias"] = bias("transformer.ln_f")
+    for i in range(n_layer):
+        src, dst = f"transformer.h.{i}", f"transformer.h.{i}"
+        a = f"{src}.attn"
+        qkv = torch.cat([sd[f"{a}.{p}_proj.weight"].T for p in "qkv"], dim=1)
+        d = qkv.shape[0]
+        out.update({
+            f"{dst}.ln_1.weight": sd[f"{src}.ln_1.weight"], f"{dst}.ln_1.bias": bias(f"{src}.ln_1"),
+            f"{dst}.ln_2.weight": sd[f"{src}.ln_2.weight"], f"{dst}.ln_2.bias": bias(f"{src}.ln_2"),
+            f"{dst}.attn.c_attn.weight": qkv, f"{dst}.attn.c_attn.bias": qkv.new_zeros(3 * d),
+            f"{dst}.attn.c_proj.weight": sd[f"{a}.o_proj.weight"].T, f"{dst}.attn.c_proj.bias": qkv.new_zeros(d),
+            f"{dst}.mlp.c_fc.weight": sd[f"{src}.mlp.fc_in.weight"].T, f"{dst}.mlp.c_fc.bias": bias(f"{src}.mlp.fc_in"),
+            f"{dst}.mlp.c_proj.weight": sd[f"{src}.mlp.fc_out.weight"].T, f"{dst}.mlp.c_proj.bias": bias(f"{src}.mlp.fc_out"),
+        })
+    out["lm_head.weight"] = sd["transformer.wte.weight"]
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}
+
+
+def to_gpt2(model: nn.Module, eot_id: int | None = None) -> nn.Module:
+    """A GPT2LMHeadModel computing the same logits as our GPT (eval mode)."""
+    import transformers  # heavy optional dependency: imported on use
+
+    _check_maps(model)
+    hf = transformers.GPT2LMHeadModel(gpt2_config(model, eot_id))
+    missing, unexpected = hf.load_state_dict(gpt2_state_dict(model.state_dict(), model.config.n_layer), strict=False)
+    # Non-persistent buffers aside, every GPT-2 tensor must come from ours and vice versa.
+    buffers = {n for n, _ in hf.named_buffers()}
+    if set(missing) - buffers or unexpected:
+        raise UserError(f"GPT-2 mapping incomplete: missing {sorted(set(missing) - buffers)[:4]}, unexpected {unexpected[:4]}")
+    return hf.eval()
+
+
+@torch.no_grad()
+def max_logit_diff(ours: nn.Module, hf: nn.Module, seed: int = 0, batch: int = 2) -> float:
+    """Largest |logit difference| between our GPT and the export on random token ids."""
+    c = ours.config
+    x = torch.randint(0, c.vocab_size, (batch, c.block_size), generator=torch.Generator().manual_seed(seed))
+    return float((ours.eval()(x)[0] - hf.eval()(input_ids=x).logits).abs().max())
+
+
+def export_hf(run_dir: str | Path, out_dir: str | Path, which: str = "best", tolerance: float = 1e-4) -> dict[str, Any]:
+    """Write RUN_DIR's model as a GPT2LMHeadModel folder; returns what was written and the logit check."""
+
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder")
+    spec = read_metadata(resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)).get("tokenizer", "")
+    model = load_model(run_dir, which)
+    tok, note = hf_tokenizer(spec)
+    hf = to_gpt2(model, tok.eos_token_id if tok is not None else None)
+    diff = max_logit_diff(model, hf)
+    if diff > tolerance:
+        raise UserError(f"exported logits differ by {diff:.2e} (> {tolerance:g}); not writing a folder that is not exact")
+    carry_method(model, hf)  # Q/K frozen in the export too, so oelm.from_pretrained restores the method
+    out.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(out)
+    if tok is not None:
+        tok.save_pretrained(out)
+    return {"out_dir": str(out), "architecture": "GPT2LMHeadModel", "max_abs_logit_diff": diff,
+            "tokenizer": note}
+
+
+def hf_tokenizer(spec: str) -> tuple[Any, str]:
+    """(PreTrainedTokenizerFast or None, a sentence saying what was written and why)."""
+
+    if not spec:
+        return None, "no tokenizer recorded in the checkpoint; no tokenizer files written"
+    if spec == "byte":
+        return None, ("byte tokenizer (UTF-8 bytes 0-255, 256 = <|endoftext|>) has no exact Hugging Face "
+                      "tokenizer; no tokenizer files written: feed list(text.encode('utf-8')) as input_ids")
+    try:
+        ours = load_tokenizer(spec)
+    except UserError as err:
+        return None, f"could not load the run's tokenizer {spec!r} ({err}); no tokenizer files written"
+    if isinstance(ours, HFTokenizer):
+        backend = _fresh_backend(ours)
+    elif isinstance(ours, TiktokenTokenizer):
+        backend = _tiktoken_backend(ours)
+    else:
+        return None, f"tokenizer {spec!r} has no Hugging Face equivalent; no tokenizer files written"
+    tok = _wrap(backend, ours.eot_id)
+    probe = _PROBE.replace(EOT_TEXT, "")
+    if tok.encode(probe) != ours.encode(probe) or len(tok) != ours.vocab_size:
+        return None, f"tokenizer {spec!r} could not be converted exactly; no tokenizer files written"
+    return tok, f"tokenizer files written from {spec!r} (encodes the same ids as the run's tokenizer)"
+
+
+def _fresh_backend(ours: Any) -> Any:
+    from tokenizers import Tokenizer as RustTokenizer  # heavy optional dependency: imported on use
+
+    backend = RustTokenizer.from_str(ours._backend.to_str())
+    backend.encode_special_tokens = False  # HF tools expect special-token strings to be recognized
+    return backend
+
+
+def _tiktoken_backend(ours: Any) -> Any:
+    """A byte-level BPE `tokenizers.Tokenizer` from tiktoken ranks (transformers' converter)."""
+
+    from transformers.convert_slow_tokenizer import TikTokenConverter  # heavy optional dependency: imported on use
+
+    ranks = ours._enc._mergeable_ranks
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ranks.tiktoken"
+        path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in sorted(ranks.items(), key=lambda x: x[1])))
+        return TikTokenConverter(vocab_file=str(path), pattern=r50k_pat_str, extra_special_tokens=["<|endoftext|>"]).converted()
+
+
+def _wrap(backend: Any, eot_id: int) -> Any:
+    """A PreTrainedTokenizerFast whose bos/eos are the run's end-of-text token (as GPT-2's are)."""
+    from transformers import PreTrainedTokenizerFast  # heavy optional dependency: imported on use
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend)
+    tok.eos_token = tok.bos_token = backend.id_to_token(eot_id)
+    return tok

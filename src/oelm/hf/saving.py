@@ -1,0 +1,134 @@
+"""Save and load models with their method: weights + architecture + `oelm_method.json`.
+
+`save_pretrained` writes a folder that `from_pretrained` restores with the same tensors frozen and
+every frozen tensor's bytes checked against the record (`oelm.core.record`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_model
+from torch import nn
+
+from oelm.core.record import ADDED, RECORD_FILE, check_frozen, read_record, write_record
+from oelm.core.restore import reapply
+from oelm.core.state import method_state
+from oelm.core.targets import unwrap
+from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
+from oelm.training.checkpoint import load_weights
+from oelm.training.runs import load_model
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_text
+
+GPT_FILE = "oelm_model.json"  # our GPT's architecture (HF models keep theirs in config.json)
+WEIGHTS_FILE = "model.safetensors"
+
+__all__ = ["from_pretrained", "load_model", "save_pretrained"]
+
+
+def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path:
+    """Save weights + architecture + method record to `folder` (HF models via their save_pretrained)."""
+
+    base = unwrap(model)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(base, (GPT, GPTClassifier)):
+        _save_gpt(base, folder)
+    elif callable(getattr(base, "save_pretrained", None)):
+        base.save_pretrained(folder, **kwargs)
+    else:
+        raise UserError(f"cannot save a {type(base).__name__}: neither our GPT nor a Hugging Face model")
+    if method_state(base) is not None:
+        write_record(base, folder)
+    return folder
+
+
+def _save_gpt(model: nn.Module, folder: Path) -> None:
+
+
+    arch: dict[str, Any] = {"class": type(model).__name__, "gpt_config": dataclasses.asdict(model.config)}
+    if isinstance(model, GPTClassifier):
+        arch.update(num_labels=model.num_labels, causal=model.causal)
+    tmp = folder / f".{WEIGHTS_FILE}.tmp{os.getpid()}"
+    save_model(model, str(tmp))  # de-duplicates the tied LM head
+    os.replace(tmp, folder / WEIGHTS_FILE)  # a kill never leaves a half-written weights file
+    atomic_write_text(folder / GPT_FILE, json.dumps(arch, indent=2) + "\n")
+
+
+def _build_gpt(folder: Path) -> nn.Module:
+
+    arch = json.loads((folder / GPT_FILE).read_text())
+    cfg = GPTConfig(**arch["gpt_config"])
+    return GPT(cfg) if arch["class"] == "GPT" else GPTClassifier(cfg, arch["num_labels"], arch["causal"])
+
+
+def _load_added(model: nn.Module, folder: Path) -> None:
+    """Load the saved values of tensors the method added (Hugging Face from_pretrained skips them)."""
+
+    wanted = {k for k in model.state_dict() if ADDED in k}
+    if not wanted:
+        return
+    found: dict[str, torch.Tensor] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as fh:
+            found.update({k: fh.get_tensor(k) for k in fh.keys() if k in wanted})  # noqa: SIM118  (safe_open is not a dict)
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise UserError(f"the method's added tensors are not in {str(folder)!r}: {missing[:4]}; re-save the model")
+    model.load_state_dict(found, strict=False)
+
+
+def from_pretrained(
+    folder: str | Path, *args: Any, model_class: Any = None, verify: bool = True, **kwargs: Any
+) -> nn.Module:
+    """Load a folder written with a method applied and restore the method (same tensors frozen).
+
+    Extra arguments go to the Hugging Face class's from_pretrained; verify=False skips the byte
+    check of frozen tensors against the saved fingerprints.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{str(folder)!r} is not a folder; pass a folder written by save_pretrained")
+    record = read_record(folder)
+    if record is None:
+        raise UserError(
+            f"{str(folder)!r} has no {RECORD_FILE}: it was saved without a method. Load it with "
+            "transformers' from_pretrained and call oelm.apply_method"
+        )
+    if (folder / GPT_FILE).is_file():
+
+        model = _build_gpt(folder)
+        reapply(model, record)  # first, so the tensors it adds exist to load
+        load_weights(model, folder / WEIGHTS_FILE)
+    else:
+        model = _hf_class(folder, model_class).from_pretrained(folder, *args, **kwargs)
+        reapply(model, record)
+        _load_added(model, folder)
+    if verify:
+        check_frozen(model, record)
+    return model
+
+
+def _hf_class(folder: Path, model_class: Any) -> Any:
+    """The class named in config.json's `architectures` (or `model_class` when given)."""
+    import transformers  # heavy optional dependency: imported on use
+
+    if model_class is not None:
+        return model_class
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{str(folder)!r} has neither config.json nor {GPT_FILE}; not a saved model folder")
+    config = transformers.AutoConfig.from_pretrained(folder)
+    for name in config.architectures or []:
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            return cls
+    raise UserError(f"config.json in {str(folder)!r} names no known architecture; pass model_class=...")
+
+

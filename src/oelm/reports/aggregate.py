@@ -1,0 +1,484 @@
+"""Aggregate run records into per-dataset comparisons: LR chosen on validation, seeds pooled."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from oelm.core.methods import get_method
+from oelm.core.schedules import saved_before_switch, switch_step
+from oelm.reports import stats
+from oelm.reports.study_numbers import StudyNumbers
+from oelm.training.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord, heldout_note
+from oelm.utils.errors import UserError
+
+BASELINE = "baseline"
+
+
+@dataclass
+class LrCell:
+    """All finished runs of one method at one setting (learning rate + other swept fields)."""
+
+    setting: str
+    lr: float
+    runs: list[RunRecord]
+    excluded: list[RunRecord]
+    selection: stats.Summary
+
+    @property
+    def eligible(self) -> bool:
+        """A setting where a seed collapsed, diverged or failed its freeze check is chosen only
+        if every setting has such a seed (all decided on validation and the audit)."""
+        return not any(r.status in (COLLAPSED, INVALID) for r in self.excluded)
+
+
+@dataclass
+class Noise:
+    """Test-set noise of one arm next to its seed-to-seed spread, in the same units."""
+
+    metric: str  # what both are measured on (test_loss for LMs, heldout_accuracy for classifiers)
+    test_se: float  # standard error from the finite test set (mean over the arm's seeds)
+    seed_sd: float | None  # standard deviation of that metric over seeds
+    test_size: int | None  # windows or examples in the test set
+    unit: str = ""  # what one test item is ("window", "example"), where known
+
+    @property
+    def ratio(self) -> float | None:
+        """test_se / seed_sd: well below 1 means seeds, not the test set, dominate the noise."""
+        return None if not self.seed_sd else self.test_se / self.seed_sd
+
+
+@dataclass
+class Arm:
+    """One method of a dataset table at its chosen learning rate."""
+
+    method: str
+    lr: float | None
+    setting: str | None
+    cells: list[LrCell]
+    runs: list[RunRecord]
+    primary: stats.Summary
+    by_seed: dict[int, float]
+    step_time: stats.Summary
+    tokens_per_second: stats.Summary
+    trainable_params: int | None
+    frozen_params: int | None
+    theoretical_saving: Any = None
+    gap: float | None = None
+    gap_paired: stats.Summary | None = None
+    delta: float | None = None
+    test: stats.PairedTest | None = None
+    power: stats.Power | None = None  # MDE of the paired gap (%), at this arm's number of seeds
+    noise: Noise | None = None  # test-set noise next to seed noise
+    # Test-set noise of this arm's difference to the baseline, paired window by window (LMs that
+    # stored per-window test losses), next to the seed spread of that difference.
+    paired_noise: Noise | None = None
+    step_time_ratio: float | None = None
+    study: dict[str, Any] | None = None
+
+
+@dataclass
+class Group:
+    """One table: runs of one task, dataset, model and primary metric."""
+
+    task: str
+    dataset: str
+    model: str
+    primary_metric: str
+    selection_metric: str
+    arms: list[Arm]
+    baseline: str | None
+    direction: bool | None = None  # the task's recorded higher_is_better (None: records predate it)
+    warnings: list[str] = field(default_factory=list)
+    # Runs of the chosen settings whose held-out numbers look wrong: shown, never used to select.
+    heldout_notes: list[tuple[RunRecord, str]] = field(default_factory=list)
+
+    @property
+    def higher_is_better(self) -> bool:
+        """Direction of the primary (and selection) metric: as the task recorded it."""
+        return metric_direction(self.direction, self.primary_metric)
+
+    @property
+    def title(self) -> str:
+        """Heading of the table."""
+        return f"{self.dataset} ({self.task}, {self.model})"
+
+
+@dataclass
+class Comparison:
+    """Everything a report shows, computed only from stored run records."""
+
+    groups: list[Group]
+    incomplete: list[RunRecord]
+    excluded: list[RunRecord]
+    n_runs: int
+
+
+def _num(value: Any) -> float | None:
+    """A finite float or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _group_key(run: RunRecord) -> tuple[str, str, str, str, str]:
+    """Runs that share a table: task, dataset, model, primary and selection metric."""
+    res = run.results
+    return (
+        run.task,
+        run.dataset,
+        run.model,
+        str(res.get("primary_metric") or "?"),
+        str(res.get("selection_metric") or "?"),
+    )
+
+
+def _lr_cells(runs: list[RunRecord], selection_metric: str) -> list[LrCell]:
+    """Runs of one method split by setting, with the mean validation selection metric."""
+    by_setting: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        by_setting[run.setting].append(run)
+    cells = []
+    for setting, members in by_setting.items():
+        good = [r for r in members if r.status == COMPLETE]
+        bad = [r for r in members if r.status != COMPLETE]
+        sel = stats.summarize([_num(r.results.get(selection_metric)) for r in good])
+        lr = members[0].lr if members[0].lr is not None else math.nan
+        cells.append(LrCell(setting, lr, good, bad, sel))
+    return sorted(cells, key=lambda c: (c.lr, c.setting))
+
+
+def choose_lr(cells: Sequence[LrCell], higher_is_better: bool) -> LrCell | None:
+    """The LR cell with the best mean validation selection metric (collapse-free cells first)."""
+    scored = [c for c in cells if c.selection.mean is not None]
+    pool = [c for c in scored if c.eligible] or scored
+    if not pool:
+        return None
+    sign = -1.0 if higher_is_better else 1.0
+    return min(pool, key=lambda c: (sign * c.selection.mean, c.lr, c.setting))
+
+
+def _first(runs: list[RunRecord], key: str) -> Any:
+    """The first non-null value of a results key among runs."""
+    for run in runs:
+        val = run.results.get(key)
+        if val is not None:
+            return val
+    return None
+
+
+def _saving(runs: list[RunRecord]) -> Any:
+    """Theoretical compute saving recorded by the runs (results, then timing_stats)."""
+    for run in runs:
+        for source in (run.results, run.timing):
+            for key in ("theoretical_saving", "theoretical_flops_saving"):
+                if source.get(key) is not None:
+                    return source[key]
+    return None
+
+
+def metric_direction(recorded: bool | None, metric: str) -> bool:
+    """higher_is_better as the task recorded it; from the metric's name for older records."""
+    return bool(recorded) if recorded is not None else stats.is_higher_better(metric)
+
+
+def recorded_direction(runs: Sequence[RunRecord]) -> bool | None:
+    """The task's declared metric direction, if its runs recorded one."""
+    values = {r.results.get("higher_is_better") for r in runs} - {None}
+    return values.pop() if len(values) == 1 else None
+
+
+def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
+    """Pick the LR on validation and summarize the primary metric of that LR's seeds."""
+    primary, selection = group_key[3], group_key[4]
+    cells = _lr_cells(runs, selection)
+    chosen = choose_lr(cells, metric_direction(recorded_direction(runs), selection))
+    chosen_runs = chosen.runs if chosen else []
+    by_seed = {
+        r.seed: v
+        for r in chosen_runs
+        if r.seed is not None and (v := _num(r.results.get(primary))) is not None
+    }
+    arm = Arm(
+        method=method,
+        lr=chosen.lr if chosen else None,
+        setting=chosen.setting if chosen else None,
+        cells=cells,
+        runs=chosen_runs,
+        primary=stats.summarize([_num(r.results.get(primary)) for r in chosen_runs]),
+        by_seed=by_seed,
+        step_time=stats.summarize([_num(r.results.get("mean_step_time")) for r in chosen_runs]),
+        tokens_per_second=stats.summarize(
+            [_num(r.results.get("tokens_per_second")) for r in chosen_runs]
+        ),
+        trainable_params=_first(chosen_runs, "trainable_params"),
+        frozen_params=_first(chosen_runs, "frozen_params"),
+        theoretical_saving=_saving(chosen_runs),
+    )
+    arm.noise = _noise(chosen_runs)
+    return arm
+
+
+def _noise(runs: list[RunRecord]) -> Noise | None:
+    """Standard error of the test metric from the test set's size, next to the seed SD.
+
+    LMs record the SE of the test loss over test windows; for classifiers the binomial SE
+    sqrt(p(1-p)/n) of held-out accuracy over n examples is used.
+    """
+    ses, values, sizes = [], [], []
+    for run in runs:
+        res = run.results
+        if _num(res.get("test_loss_se")) is not None and _num(res.get("test_loss")) is not None:
+            metric = "test_loss"
+            ses.append(float(res["test_loss_se"]))
+            values.append(float(res["test_loss"]))
+            sizes.append(_num(res.get("test_windows")))
+        elif (acc := _num(res.get("heldout_accuracy"))) is not None and _num(res.get("heldout_examples")):
+            metric = "heldout_accuracy"
+            n = float(res["heldout_examples"])
+            ses.append(math.sqrt(acc * (1 - acc) / n))
+            values.append(acc)
+            sizes.append(n)
+    if not ses:
+        return None
+    size = sizes[0]
+    return Noise(metric, float(sum(ses) / len(ses)), stats.summarize(values).std,
+                 int(size) if size is not None else None)
+
+
+def _paired_noise(runs: list[RunRecord], base_runs: list[RunRecord]) -> Noise | None:
+    """Test-set noise of the difference to the baseline, paired item by item.
+
+    Every arm reads the same test items (LM windows, classifier examples), so the part of the
+    test set's noise that can move a gap is the spread of the per-item *differences* (of window
+    losses, of 0/1 correctness), not of the values themselves. Its standard error (mean over the
+    seeds both arms share) is set next to the standard deviation over seeds of the per-seed
+    difference of the test metric.
+    """
+    base_by_seed = {r.seed: r for r in base_runs if r.seed is not None}
+    ses, diffs, size, metric, unit = [], [], None, "", ""
+    for run in runs:
+        base = base_by_seed.get(run.seed)
+        mine, theirs = run.test_items(), base.test_items() if base is not None else None
+        if not mine or not theirs or mine["metric"] != theirs["metric"]:
+            continue
+        a, b = mine["values"], theirs["values"]
+        if len(a) != len(b) or len(a) < 2:
+            continue
+        per = [x - y for x, y in zip(a, b)]
+        ses.append(stats.summarize(per).std / math.sqrt(len(per)))
+        diffs.append(sum(per) / len(per))
+        size, metric, unit = len(per), mine["metric"], mine.get("unit", "item")
+    if not ses:
+        return None
+    return Noise(f"{metric} difference", float(sum(ses) / len(ses)), stats.summarize(diffs).std, size, unit)
+
+
+def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
+    """Fill the arm's gap, paired test and step-time ratio against the baseline arm."""
+    if arm.primary.mean is not None and base.primary.mean is not None:
+        arm.gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
+        arm.delta = arm.primary.mean - base.primary.mean
+    if arm is not base:
+        gaps = stats.paired_gaps(arm.by_seed, base.by_seed, higher_is_better)
+        arm.gap_paired = stats.summarize(gaps)
+        arm.power = stats.power_analysis(gaps)
+        arm.test = stats.paired_test(arm.by_seed, base.by_seed)
+        arm.paired_noise = _paired_noise(arm.runs, base.runs)
+    if arm.step_time.mean and base.step_time.mean:
+        arm.step_time_ratio = arm.step_time.mean / base.step_time.mean
+
+
+def _budget_warnings(arms: list[Arm]) -> list[str]:
+    """Warn when runs of one seed did not get the same steps or tokens in every arm.
+
+    Tokens may differ between seeds (a seed's data order sets the dynamic padding of
+    classification batches), so budgets are compared seed by seed.
+    """
+    warnings = []
+    for key in ("steps", "tokens_seen"):
+        by_seed: dict[Any, dict[str, set]] = {}
+        for a in arms:
+            for r in a.runs:
+                value = r.results.get(key)
+                if value is not None:
+                    by_seed.setdefault(r.results.get("seed"), {}).setdefault(a.method, set()).add(value)
+        bad = {seed: per for seed, per in by_seed.items() if len(set().union(*per.values())) > 1}
+        if bad:
+            detail = "; ".join(
+                f"seed {seed}: " + ", ".join(f"{m} {sorted(v)}" for m, v in per.items()) for seed, per in bad.items()
+            )
+            warnings.append(f"unequal budgets ({key} differ between runs of the same seed: {detail})")
+    return warnings
+
+
+def _edge_warnings(arms: list[Arm]) -> list[str]:
+    """Warn when an arm's chosen LR sits at the edge of its grid: its optimum may lie beyond."""
+    warnings = []
+    for arm in arms:
+        lrs = sorted({c.lr for c in arm.cells if c.selection.mean is not None and not math.isnan(c.lr)})
+        if len(lrs) < 2 or arm.lr is None or arm.lr not in (lrs[0], lrs[-1]):
+            continue
+        edge = "largest" if arm.lr == lrs[-1] else "smallest"
+        grid = ", ".join(f"{x:g}" for x in lrs)
+        warnings.append(
+            f"{arm.method}: the chosen lr {arm.lr:g} is the {edge} of its grid [{grid}]; its best LR "
+            "may lie beyond it, so extend the grid before trusting the gap"
+        )
+    return warnings
+
+
+def _invalid_warnings(runs: list[RunRecord]) -> list[str]:
+    """Name every run whose freeze check failed: its arm did not run the method it claims."""
+    bad = [r for r in runs if r.status == INVALID]
+    if not bad:
+        return []
+    shown = ", ".join(f"{r.method} {r.setting} seed {r.seed}" for r in bad)
+    return [f"{len(bad)} run(s) failed their freeze check and are excluded (their settings are "
+            f"ineligible): {shown}"]
+
+
+def _scored_before_freeze(results: dict) -> bool:
+    """Whether a late-freeze run's best checkpoint was saved before its freeze (schedules' rule)."""
+
+    try:
+        method = get_method(results.get("method") or "")
+    except UserError:  # a method this version does not register
+        return False
+    f = (results.get("method_options") or {}).get("f")
+    best, steps = results.get("best_step"), results.get("steps")
+    if method.schedule != "late-freeze" or f is None or not steps or best is None:
+        return False
+    return saved_before_switch(best, switch_step(f, steps))
+
+
+def _prefreeze_warnings(arms: list[Arm]) -> list[str]:
+    """Name arms whose chosen runs were scored at a best checkpoint saved before their late freeze.
+
+    Selection treats every arm alike (best validation step), but such a score comes from weights
+    whose Q/K were still training: the frozen phase, and its saving, did not produce it.
+    """
+    warnings = []
+    for arm in arms:
+        early = [r for r in arm.runs if _scored_before_freeze(r.results)]
+        if early:
+            steps = ", ".join(f"seed {r.seed}: step {r.results['best_step']}" for r in early)
+            warnings.append(
+                f"{arm.method}: {len(early)} of {len(arm.runs)} runs were scored at a best checkpoint saved "
+                f"before their late freeze ({steps}): those scores come from weights whose Q/K still "
+                "trained, not from the frozen phase"
+            )
+    return warnings
+
+
+def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
+    """Baseline first, then the rest alphabetically."""
+    return sorted(methods, key=lambda m: (m != baseline, m))
+
+
+def _group(
+    key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None
+) -> Group:
+    """Build one dataset table."""
+    by_method: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        by_method[run.method or "?"].append(run)
+    arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
+    group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
+    group.warnings = (_invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms)
+                      + _prefreeze_warnings(arms))
+    group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
+    if group.primary_metric.startswith("val_"):
+        group.warnings.append(
+            f"{group.primary_metric} is measured on the validation split that chose the LR (the "
+            "data has no test split): it is optimistic; prepare a test split for a held-out number"
+        )
+    base = next((a for a in arms if a.method == baseline and a.primary.n > 0), None)
+    if base is None:
+        group.warnings.append(
+            f"no finished '{baseline}' runs in this table: gaps and tests are not computed"
+        )
+    else:
+        group.baseline = baseline
+        for arm in arms:
+            _compare_to_baseline(arm, base, group.higher_is_better)
+    if study is not None:
+        for arm in arms:
+            arm.study = study.lookup(group.task, group.dataset, group.model, arm.method)
+    return group
+
+
+def compare(
+    runs: Sequence[RunRecord], baseline: str = BASELINE, study: StudyNumbers | None = None
+) -> Comparison:
+    """Group finished runs into dataset tables; list incomplete and excluded runs apart."""
+    finished = [r for r in runs if r.status != INCOMPLETE]
+    grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
+    for run in finished:
+        grouped[_group_key(run)].append(run)
+    groups = [_group(k, grouped[k], baseline, study) for k in sorted(grouped)]
+    return Comparison(
+        groups=groups,
+        incomplete=[r for r in runs if r.status == INCOMPLETE],
+        excluded=[r for r in runs if r.status in (COLLAPSED, INVALID)],
+        n_runs=len(runs),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation curves
+
+def curve_key(group: Group) -> tuple[str, str]:
+    """Eval-line key of a table's validation curves and its axis label."""
+    if group.task in ("classification", "probe"):
+        return "accuracy", "validation accuracy"
+    return "loss", "validation loss"
+
+
+def mean_curve(arm: Arm, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps seen by every seed of the arm, with the mean, min and max over seeds."""
+    curves = [dict(run.eval_curve(key)) for run in arm.runs]
+    curves = [c for c in curves if c]
+    if not curves:
+        empty = np.array([])
+        return empty, empty, empty, empty
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    values = np.array([[c[s] for s in steps] for c in curves])
+    return np.array(steps), values.mean(0), values.min(0), values.max(0)
+
+
+@dataclass
+class Crossing:
+    """Where an arm's mean validation curve crosses the baseline's for the last time."""
+
+    last_other: int  # last evaluated step on the other side of the baseline than at the end
+    first_final: int  # first evaluated step after it (the final side from here on)
+    ahead_at_end: bool  # the arm is better than the baseline at the last shared step
+
+
+def crossing(arm: Arm, base: Arm, group: Group) -> Crossing | None:
+    """The last sign change of (arm - baseline) on the mean validation curves, if any.
+
+    Shows when the sign of a gap depends on the budget: e.g. a method ahead early and behind at
+    the end. Only steps every seed of both arms evaluated are compared.
+    """
+    key, _ = curve_key(group)
+    s_arm, m_arm, _, _ = mean_curve(arm, key)
+    s_base, m_base, _, _ = mean_curve(base, key)
+    shared = sorted(set(s_arm.tolist()) & set(s_base.tolist()))
+    if len(shared) < 2:
+        return None
+    a = dict(zip(s_arm.tolist(), m_arm.tolist()))
+    b = dict(zip(s_base.tolist(), m_base.tolist()))
+    better = [(a[s] > b[s]) if group.higher_is_better else (a[s] < b[s]) for s in shared]
+    final = better[-1]
+    other = [i for i, x in enumerate(better) if x != final and a[shared[i]] != b[shared[i]]]
+    if not other:
+        return None
+    i = other[-1]
+    return Crossing(shared[i], shared[i + 1], final)

@@ -1,0 +1,67 @@
+"""PNG figures of a comparison: validation curves per method and gaps with intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from oelm.reports.aggregate import Group, curve_key, mean_curve  # noqa: E402
+
+
+def plot_curves(group: Group, path: Path) -> Path | None:
+    """Validation curve per method at its chosen LR: mean over seeds, band = min..max."""
+    key, label = curve_key(group)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    drawn = False
+    for arm in group.arms:
+        steps, mean, lo, hi = mean_curve(arm, key)
+        if steps.size == 0:
+            continue
+        line = ax.plot(steps, mean, marker="o", ms=3, label=f"{arm.method} (lr {arm.lr:g}, n={len(arm.runs)})")
+        ax.fill_between(steps, lo, hi, color=line[0].get_color(), alpha=0.2, linewidth=0)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("step")
+    ax.set_ylabel(label)
+    ax.set_title(f"{group.title}\nmean over seeds, band = min..max", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_gaps(group: Group, path: Path) -> Path | None:
+    """Bar per method: gap to the baseline in % (+ = worse) with the paired 95% interval."""
+    arms = [a for a in group.arms if a.method != group.baseline and a.gap is not None]
+    if not arms:
+        return None
+    fig, ax = plt.subplots(figsize=(max(3.5, 1.4 * len(arms) + 1.5), 3.8))
+    heights, errs = [], [[], []]
+    for arm in arms:
+        paired = arm.gap_paired
+        heights.append(arm.gap)
+        has_ci = paired is not None and paired.ci_low is not None
+        # The bar is the gap of the means; the whisker is the paired-by-seed interval.
+        errs[0].append(max(0.0, arm.gap - paired.ci_low) if has_ci else 0.0)
+        errs[1].append(max(0.0, paired.ci_high - arm.gap) if has_ci else 0.0)
+    x = np.arange(len(arms))
+    colors = ["tab:red" if h > 0 else "tab:green" for h in heights]
+    ax.bar(x, heights, yerr=errs, capsize=4, color=colors, alpha=0.8)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(x, [a.method for a in arms], rotation=15)
+    ax.set_ylabel(f"gap vs {group.baseline}, % (+ = worse)")
+    ax.set_title(f"{group.title}: {group.primary_metric}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

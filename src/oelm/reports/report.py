@@ -1,0 +1,327 @@
+"""`oelm report`: read stored run records only and write report.md, report.json and PNGs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from oelm.reports import plots
+from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing
+from oelm.reports.reading import noise_text, reading, reading_lines
+from oelm.reports.study_numbers import StudyNumbers
+from oelm.reports.tables import (
+    NA,
+    SWEEP_EXTEND,
+    fmt_gap,
+    fmt_int,
+    fmt_mde,
+    fmt_ms,
+    fmt_p,
+    fmt_saving,
+    fmt_summary,
+    pct_scale,
+    power_text,
+)
+from oelm.training.records import RunRecord, load_runs
+from oelm.utils.io import atomic_write_text
+
+
+def _study_cell(arm: Arm) -> str:
+    """The study's reported number for this arm, with its experiment id."""
+    if not arm.study:
+        return NA
+    return f"{arm.study['value']} {arm.study.get('unit', '')} ({arm.study['id']})".replace("  ", " ")
+
+
+def _main_table(group: Group, scale: float) -> list[str]:
+    """Markdown rows of a dataset's main table."""
+    unit = " (%)" if scale == 100.0 else ""
+    sel_dir = "higher" if group.higher_is_better else "lower"  # one direction per task
+    head = [
+        "method",
+        f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
+        f"{group.primary_metric}{unit}: mean ± 95% CI (n seeds)",
+        f"gap vs {group.baseline or BASELINE}, % of baseline (+ = worse) [paired 95% CI]",
+    ]
+    if group.higher_is_better:
+        head.append(f"Δ {group.primary_metric} (points{unit}, + = better)")
+    head += [
+        "p (paired by seed)",
+        "min. detectable gap (paired t, α=0.05, power 0.8)",
+        "step time (ms)",
+        "tokens/s",
+        "step-time ratio vs baseline (measured)",
+        "theoretical saving",
+        "trainable / frozen params",
+        "study (reported)",
+    ]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in group.arms:
+        cells = [
+            arm.method,
+            NA if arm.setting is None else arm.setting,
+            fmt_summary(arm.primary, scale),
+            fmt_gap(arm, group),
+        ]
+        if group.higher_is_better:
+            cells.append(NA if arm.delta is None else f"{arm.delta * scale:+.2f}")
+        cells += [
+            fmt_p(arm, group),
+            fmt_mde(arm, group),
+            fmt_ms(arm.step_time),
+            NA if arm.tokens_per_second.mean is None else f"{arm.tokens_per_second.mean:,.0f}",
+            NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.3f}",
+            fmt_saving(arm.theoretical_saving),
+            f"{fmt_int(arm.trainable_params)} / {fmt_int(arm.frozen_params)}",
+            _study_cell(arm),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _lr_table(group: Group) -> list[str]:
+    """Markdown rows of the learning-rate sweep on validation (the selection evidence)."""
+    rows = [
+        f"| method | setting | {group.selection_metric} (val): mean ± 95% CI (n) | excluded runs | chosen |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in group.arms:
+        for cell in arm.cells:
+            excluded = ", ".join(f"seed {r.seed}: {r.status}" for r in cell.excluded) or "—"
+            chosen = "**yes**" if cell.setting == arm.setting else ""
+            rows.append(
+                f"| {arm.method} | {cell.setting} | {fmt_summary(cell.selection)} | {excluded} | {chosen} |"
+            )
+    return rows
+
+
+def _slug(text: str) -> str:
+    """File-name-safe version of a table title."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:80] or "table"
+
+
+def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTEND) -> list[str]:
+    """Markdown of one dataset table with its LR sweep, warnings and figures."""
+    scale = pct_scale(group)
+    lines = [f"## {group.title}", ""]
+    lines.append(
+        f"Primary metric `{group.primary_metric}` (held-out split where the data has one). "
+        f"Each method's LR is the one whose mean `{group.selection_metric}` over seeds is best "
+        "on validation; the primary metric is then reported for that LR only."
+    )
+    lines.append("")
+    lines += [f"> **Warning:** {w}" for w in group.warnings]
+    lines += [
+        f"> **Held-out information** (not used for any choice): `{r.path.as_posix()}` "
+        f"({r.method} {r.setting} seed {r.seed}): {note}"
+        for r, note in group.heldout_notes
+    ]
+    lines += ["", *_main_table(group, scale), ""]
+
+    if noise := noise_text(group):
+        lines += [noise, ""]
+    power = [t for a in group.arms if (t := power_text(a, group, extend))]
+    if power:
+        lines += ["### Power", "", *[f"- {t}" for t in power], ""]
+    lines += ["### Learning-rate sweep (validation)", ""]
+    lines += _lr_table(group)
+    slug = f"{index:02d}-{_slug(group.title)}"
+    curves = plots.plot_curves(group, out / f"curves-{slug}.png")
+    gaps = plots.plot_gaps(group, out / f"gaps-{slug}.png")
+    lines.append("")
+    if curves:
+        lines.append(f"![validation curves]({curves.name})")
+    if gaps:
+        lines.append(f"![gaps vs baseline]({gaps.name})")
+    return lines
+
+
+def _runs_list(title: str, runs: Sequence[RunRecord], note: str) -> list[str]:
+    """A section listing runs that are not averaged."""
+    if not runs:
+        return []
+    lines = [f"## {title}", "", note, ""]
+    for run in runs:
+        lines.append(
+            f"- `{run.path.as_posix()}`: {run.method} lr={run.lr} seed={run.seed}: {run.reason}"
+        )
+    return lines + [""]
+
+
+READING_NOTES = [
+    "How to read: mean ± half-width of the two-sided 95% Student-t interval over seeds "
+    "(n/a when n = 1). Gaps are relative to the baseline's mean, in % of the baseline, "
+    "signed so that + means worse (perplexity: (m/b - 1)·100; accuracy: (b - m)/b·100); "
+    "the bracket is the 95% interval of the per-seed gaps, paired by seed. p-values come from "
+    "a paired t-test over seeds both arms share (>= 3 seeds; Wilcoxon signed-rank too at >= 6). "
+    "The minimum detectable gap is the smallest |mean paired gap| that this paired t-test "
+    "(two-sided, alpha 0.05) finds with probability 0.8 at this number of seeds, from the "
+    "observed SD of the per-seed gaps (noncentral t); an observed gap below it is flagged "
+    "underpowered: not significant then means 'cannot tell', never 'no difference'. "
+    "The step-time ratio is measured (method / baseline mean step time); the theoretical "
+    "saving is what the run recorded (n/a when it did not). 'study (reported)' is the original "
+    "study's own number at its own scale, copied from configs/study/study_numbers.yaml; it is "
+    "not computed here.",
+]
+
+
+def render(comparison: Comparison, out: Path, sources: Sequence[str], extend: str = SWEEP_EXTEND) -> str:
+    """The full markdown report; writes the figures into `out`."""
+    lines = ["# OELM comparison report", ""]
+    lines.append(
+        f"Generated by `oelm report` from {comparison.n_runs} stored run directories under "
+        + ", ".join(f"`{s}`" for s in sources)
+        + ". Every number is computed from their results.json / metrics.jsonl."
+    )
+    lines += ["", *READING_NOTES, ""]
+    for i, group in enumerate(comparison.groups):
+        lines += _group_section(group, out, i, extend) + [""]
+    lines += _runs_list(
+        "Excluded runs (failed freeze check, diverged or collapsed on validation)",
+        comparison.excluded,
+        "These runs finished but are **not** in any mean above.",
+    )
+    lines += _runs_list(
+        "Incomplete runs",
+        comparison.incomplete,
+        "No results.json with status complete: listed, never averaged.",
+    )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _arm_json(arm: Arm) -> dict[str, Any]:
+    """Numbers of one arm for report.json."""
+    return {
+        "method": arm.method,
+        "lr": arm.lr,
+        "setting": arm.setting,
+        "primary": arm.primary.to_dict(),
+        "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
+        "gap_percent": arm.gap,
+        "gap_paired": arm.gap_paired.to_dict() if arm.gap_paired else None,
+        "delta": arm.delta,
+        "paired_test": arm.test.to_dict() if arm.test else None,
+        "power": arm.power.to_dict() if arm.power else None,
+        "mean_step_time": arm.step_time.mean,
+        "tokens_per_second": arm.tokens_per_second.mean,
+        "step_time_ratio": arm.step_time_ratio,
+        "theoretical_saving": arm.theoretical_saving,
+        "trainable_params": arm.trainable_params,
+        "frozen_params": arm.frozen_params,
+        "study": arm.study,
+        "noise": None if arm.noise is None else {**asdict(arm.noise), "ratio": arm.noise.ratio},
+        "paired_noise": None if arm.paired_noise is None else {**asdict(arm.paired_noise),
+                                                               "ratio": arm.paired_noise.ratio},
+        "lr_sweep": [
+            {"setting": c.setting, "lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
+             "excluded": [str(r.path) for r in c.excluded]}
+            for c in arm.cells
+        ],
+    }
+
+
+def _reading(group: Group) -> str:
+    """The plain-language paragraph of a table (also in report.json)."""
+
+    return reading(group)
+
+
+def _crossings_json(group: Group) -> dict[str, Any]:
+    """Per method: where its mean validation curve last crossed the baseline's (if it did)."""
+    base = next((a for a in group.arms if a.method == group.baseline), None)
+    if base is None:
+        return {}
+    return {a.method: asdict(c) for a in group.arms if a is not base and (c := crossing(a, base, group))}
+
+
+def to_json(comparison: Comparison) -> dict[str, Any]:
+    """Machine-readable form of the report (the same numbers as the markdown)."""
+    return {
+        "groups": [
+            {
+                "task": g.task, "dataset": g.dataset, "model": g.model,
+                "primary_metric": g.primary_metric, "selection_metric": g.selection_metric,
+                "baseline": g.baseline, "warnings": g.warnings,
+                "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
+                "reading": _reading(g),
+                "arms": [_arm_json(a) for a in g.arms],
+                "crossings": _crossings_json(g),
+            }
+            for g in comparison.groups
+        ],
+        "excluded": [{"path": str(r.path), "reason": r.reason} for r in comparison.excluded],
+        "incomplete": [{"path": str(r.path), "reason": r.reason} for r in comparison.incomplete],
+    }
+
+
+_write_atomic = atomic_write_text  # a crash never leaves half a report
+
+
+def write_report(
+    paths: Sequence[str | Path],
+    out: str | Path | None = None,
+    baseline: str = BASELINE,
+    study_numbers: str | Path | None = None,
+    extend: str = SWEEP_EXTEND,
+    epilogue: Callable[[Comparison], list[str]] | None = None,
+) -> tuple[Path, Comparison]:
+    """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both.
+
+    `extend` is the command that adds seeds (quoted by the power section); `epilogue` returns
+    lines appended at the very end of report.md (computed from the same comparison; default: the
+    plain-language reading of every table).
+    """
+    if epilogue is None:
+
+        epilogue = reading_lines
+    study = StudyNumbers.load(study_numbers) if study_numbers else None
+    runs = load_runs(paths)
+    out_dir = Path(out) if out else Path(paths[0]) / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    comparison = compare(runs, baseline=baseline, study=study)
+    text = render(comparison, out_dir, [str(p) for p in paths], extend)
+    if epilogue is not None:
+        text = text.rstrip() + "\n\n" + "\n".join(epilogue(comparison)).rstrip() + "\n"
+    _write_atomic(out_dir / "report.md", text)
+    _write_atomic(out_dir / "report.json", json.dumps(to_json(comparison), indent=2, default=str))
+    return out_dir / "report.md", comparison
+
+
+def print_summary(comparison: Comparison, extend: str = SWEEP_EXTEND) -> None:
+    """The main numbers of every table on the console (rich), for `oelm sweep` / `oelm compare`."""
+    from rich.console import Console  # heavy optional dependency: imported on use
+    from rich.markup import escape  # heavy optional dependency: imported on use
+    from rich.table import Table  # heavy optional dependency: imported on use
+
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
+        console = Console(width=160)
+    for group in comparison.groups:
+        scale = pct_scale(group)
+        table = Table(title=group.title, title_justify="left")
+        for col in ("method", "setting (val)", f"{group.primary_metric} ± 95% CI (n)",
+                    "gap % (+ = worse)", "p (paired)", "min. detectable gap", "ms/step",
+                    "ratio vs base", "FLOP saving"):
+            table.add_column(col)
+        for arm in group.arms:
+            table.add_row(
+                arm.method, arm.setting or NA, fmt_summary(arm.primary, scale), fmt_gap(arm, group),
+                fmt_p(arm, group).split(" (")[0] if arm.test else ("—" if arm.method == group.baseline else NA),
+                fmt_mde(arm, group).replace("**", ""),
+                fmt_ms(arm.step_time),
+                NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.2f}",
+                fmt_saving(arm.theoretical_saving),
+            )
+        console.print(table)
+        for warning in group.warnings:
+            console.print(f"[yellow]warning:[/] {escape(warning)}")
+        for arm in group.arms:
+            if text := power_text(arm, group, extend):
+                console.print(f"[cyan]power:[/] {escape(text.replace('**', ''))}")
+    if comparison.excluded or comparison.incomplete:
+        console.print(f"{len(comparison.excluded)} excluded and {len(comparison.incomplete)} "
+                      "incomplete run(s) are listed in the report, not averaged")

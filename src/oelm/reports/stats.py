@@ -1,0 +1,208 @@
+"""Statistics over seeds: mean with a Student-t 95% interval, paired tests, relative gaps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+CONFIDENCE = 0.95
+MIN_PAIRED_SEEDS = 3  # below this a paired test has too few degrees of freedom to mean much
+MIN_WILCOXON_SEEDS = 6  # with n <= 5 the exact two-sided Wilcoxon p can never reach 0.05
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean of values over seeds with a two-sided Student-t interval (None when n < 2)."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    ci_low: float | None
+    ci_high: float | None
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the width of the interval, or None when it is undefined."""
+        if self.ci_low is None or self.ci_high is None:
+            return None
+        return (self.ci_high - self.ci_low) / 2
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON output."""
+        return {**asdict(self), "half_width": self.half_width}
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Paired comparison of a method against the baseline over shared seeds."""
+
+    n: int
+    seeds: tuple
+    mean_diff: float
+    t_statistic: float | None
+    p_value: float | None
+    wilcoxon_p: float | None
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON output."""
+        return {**asdict(self), "seeds": list(self.seeds)}
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    """Keep only finite numbers."""
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
+    """Mean, sample std and Student-t interval of finite values (interval None for n < 2)."""
+    vals = _finite(values)
+    n = len(vals)
+    if n == 0:
+        return Summary(0, None, None, None, None)
+    mean = float(np.mean(vals))
+    if n == 1:
+        return Summary(1, mean, None, None, None)
+    std = float(np.std(vals, ddof=1))
+    half = float(sps.t.ppf(0.5 + confidence / 2, df=n - 1)) * std / math.sqrt(n)
+    return Summary(n, mean, std, mean - half, mean + half)
+
+
+def paired_test(
+    method: Mapping[object, float], baseline: Mapping[object, float]
+) -> PairedTest | None:
+    """Paired t-test (and Wilcoxon when n >= 6) of method - baseline over shared seeds."""
+    seeds = sorted(
+        s for s in method if s in baseline and _finite([method[s]]) and _finite([baseline[s]])
+    )
+    if len(seeds) < MIN_PAIRED_SEEDS:
+        return None
+    m = np.array([float(method[s]) for s in seeds])
+    b = np.array([float(baseline[s]) for s in seeds])
+    diff = m - b
+    t_stat: float | None
+    p_val: float | None
+    if np.allclose(diff, diff[0]):
+        # Constant differences have zero variance: the t statistic is undefined, not infinite.
+        t_stat, p_val = None, None
+    else:
+        res = sps.ttest_rel(m, b)
+        t_stat, p_val = float(res.statistic), float(res.pvalue)
+    wil = None
+    if len(seeds) >= MIN_WILCOXON_SEEDS and np.any(diff != 0):
+        wil = float(sps.wilcoxon(m, b).pvalue)
+    return PairedTest(len(seeds), tuple(seeds), float(diff.mean()), t_stat, p_val, wil)
+
+
+def relative_gap(method: float, baseline: float, higher_is_better: bool) -> float:
+    """Gap in percent, signed so that positive means the method is WORSE than the baseline.
+
+    Lower-is-better metrics (loss, perplexity): (m / b - 1) * 100.
+    Higher-is-better metrics (accuracy): (b - m) / b * 100.
+    """
+    if baseline == 0:
+        return math.nan
+    if higher_is_better:
+        return (baseline - method) / baseline * 100.0
+    return (method / baseline - 1.0) * 100.0
+
+
+def paired_gaps(
+    method: Mapping[object, float], baseline: Mapping[object, float], higher_is_better: bool
+) -> list[float]:
+    """Per-seed relative gaps (percent, positive = worse) over the seeds both arms share."""
+    seeds = sorted(s for s in method if s in baseline)
+    gaps = [relative_gap(float(method[s]), float(baseline[s]), higher_is_better) for s in seeds]
+    return _finite(gaps)
+
+
+def is_higher_better(metric: str) -> bool:
+    """Direction of a metric from its name: accuracy/F1 up, loss/perplexity down."""
+    name = metric.lower()
+    if any(k in name for k in ("accuracy", "acc", "f1", "score")):
+        return True
+    if any(k in name for k in ("loss", "perplexity", "ppl")):
+        return False
+    raise ValueError(f"unknown direction for metric {metric!r}")
+
+
+# ---- power -------------------------------------------------------------------------------------
+ALPHA = 0.05  # two-sided significance level of the paired t-test
+POWER = 0.8  # chance of detecting an effect of the minimum detectable size
+MAX_SEEDS = 10_000
+
+
+def paired_power(effect_size: float, n: int, alpha: float = ALPHA) -> float:
+    """Power of the two-sided paired t-test with n pairs at effect size d = mean diff / sd diff."""
+    if n < 2:
+        return math.nan
+    df = n - 1
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    nc = abs(effect_size) * math.sqrt(n)
+    value = float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+    if not math.isfinite(value):  # scipy's noncentral t fails far in the tail, where power is ~1
+        return 1.0 if nc > crit else 0.0
+    return min(1.0, value)
+
+
+def min_detectable_effect_size(n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """Smallest d (in units of the paired SD) that n pairs detect with the given power."""
+    from scipy.optimize import brentq  # heavy optional dependency: imported on use
+
+    if n < 2:
+        return math.inf
+    return float(brentq(lambda d: paired_power(d, n, alpha) - power, 1e-9, 100.0, xtol=1e-10))
+
+
+def seeds_needed(effect_size: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+    """Smallest number of paired seeds whose test detects effect size d with the given power."""
+    d = abs(effect_size)
+    if not math.isfinite(d) or d == 0:
+        return None
+    lo, hi = 2, 2
+    while paired_power(d, hi, alpha) < power:
+        if hi >= MAX_SEEDS:
+            return None
+        lo, hi = hi, min(hi * 2, MAX_SEEDS)
+    while lo < hi:  # power rises with n: bisect for the first n that reaches it
+        mid = (lo + hi) // 2
+        if paired_power(d, mid, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+@dataclass(frozen=True)
+class Power:
+    """What a paired comparison of n seeds can resolve, in the units of the paired values."""
+
+    n: int
+    sd_diff: float | None
+    mde: float | None  # minimum detectable |mean difference| at n seeds (alpha, power below)
+    observed: float | None  # the observed mean paired difference
+    underpowered: bool  # |observed| < mde: this comparison cannot tell such a gap from noise
+    seeds_for_observed: int | None  # seeds needed to detect the observed difference
+    alpha: float = ALPHA
+    power: float = POWER
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+def power_analysis(diffs: Sequence[float], alpha: float = ALPHA, power: float = POWER) -> Power:
+    """Minimum detectable effect of a paired t-test from the observed paired differences."""
+    vals = _finite(diffs)
+    n = len(vals)
+    if n < 2:
+        return Power(n, None, None, float(np.mean(vals)) if vals else None, True, None, alpha, power)
+    sd = float(np.std(vals, ddof=1))
+    mean = float(np.mean(vals))
+    if sd == 0:
+        return Power(n, 0.0, 0.0, mean, False, n, alpha, power)
+    mde = min_detectable_effect_size(n, alpha, power) * sd
+    return Power(n, sd, mde, mean, abs(mean) < mde, seeds_needed(mean / sd, alpha, power), alpha, power)

@@ -1,0 +1,248 @@
+"""Run records: find run directories, load results/config/metrics, classify their status."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oelm.utils.errors import UserError
+from oelm.utils.io import read_json
+
+COMPLETE = "complete"
+INCOMPLETE = "incomplete"
+COLLAPSED = "collapsed"
+INVALID = "invalid"  # finished, but its freeze check failed: the arm did not run the method
+# The test metric per item (LM window losses, classifier per-example correctness) in a fixed order.
+TEST_ITEMS_FILE = "test_items.json"
+
+_RUN_MARKERS = ("results.json", "config.yaml", "metrics.jsonl")
+_SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
+# SWEEP/runs/<method>/lr<lr>[_<field><value>...]/seed<seed>: the setting directory names the LR
+# and any other swept field, so settings that share an LR stay apart.
+_LAYOUT = re.compile(
+    r"(?:^|/)runs/(?P<method>[^/]+)/(?P<setting>lr(?P<lr>[0-9.eE+-]+)[^/]*)/seed(?P<seed>-?\d+)$"
+)
+
+
+@dataclass
+class RunRecord:
+    """One run directory as stored: its results, config, metrics stream and status."""
+
+    path: Path
+    status: str
+    results: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    _metrics: list[dict[str, Any]] | None = field(default=None, repr=False)
+    _items: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def method(self) -> str | None:
+        """Method name: results, else config, else the sweep layout."""
+        return self._field("method", str)
+
+    @property
+    def seed(self) -> int | None:
+        """Seed: results, else config, else the sweep layout."""
+        return self._field("seed", int)
+
+    @property
+    def lr(self) -> float | None:
+        """Peak learning rate: results, else config, else the sweep layout."""
+        return self._field("lr", float)
+
+    @property
+    def setting(self) -> str:
+        """Hyper-parameter setting: the sweep's setting directory, else 'lr<lr>'."""
+        match = _LAYOUT.search(self.path.as_posix())
+        if match:
+            return match.group("setting")
+        return f"lr{self.lr:g}" if self.lr is not None else "lr?"
+
+    @property
+    def dataset(self) -> str:
+        """Dataset name as recorded (config fallback), '?' when unknown."""
+        return str(self._field("dataset", str) or "?")
+
+    @property
+    def task(self) -> str:
+        """'lm' or 'classification' ('?' when unknown)."""
+        return str(self._field("task", str) or "?")
+
+    @property
+    def model(self) -> str:
+        """Model name as recorded."""
+        return str(self._field("model", str) or "?")
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """Lines of metrics.jsonl (loaded on first use; a torn last line is ignored)."""
+        if self._metrics is None:
+            self._metrics = read_metrics(self.path / "metrics.jsonl")
+        return self._metrics
+
+    def test_items(self) -> dict[str, Any] | None:
+        """{"metric", "unit", "values"}: the test metric per item in a fixed order, else None."""
+        if self._items is None:
+            data = _read_json(self.path / TEST_ITEMS_FILE)
+            ok = isinstance(data, dict) and isinstance(data.get("values"), list) and data.get("metric")
+            self._items = data if ok else {}
+        return self._items or None
+
+    def eval_curve(self, key: str, split: str = "val") -> list[tuple[int, float]]:
+        """(step, value) pairs of eval lines of one split that carry `key`."""
+        out = []
+        for line in self.metrics:
+            if line.get("kind") == "eval" and line.get("split", "val") == split and key in line:
+                val = line[key]
+                if isinstance(val, (int, float)) and math.isfinite(val):
+                    out.append((int(line["step"]), float(val)))
+        return out
+
+    def _field(self, name: str, cast: type) -> Any:
+        """Look a field up in results, then the config, then the sweep directory layout."""
+        for source in (self.results, self.config):
+            val = _dig(source, name)
+            if val is not None:
+                try:
+                    return cast(val)
+                except (TypeError, ValueError):
+                    return None
+        match = _LAYOUT.search(self.path.as_posix())
+        if match and name in match.groupdict():
+            return cast(match.group(name))
+        return None
+
+
+def _dig(source: dict[str, Any], name: str) -> Any:
+    """A key at the top level or one level down (configs group keys into sections)."""
+    if name in source and not isinstance(source[name], dict):
+        return source[name]
+    for val in source.values():
+        if isinstance(val, dict) and name in val and not isinstance(val[name], dict):
+            return val[name]
+    return None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Parse a metrics.jsonl file; unreadable lines (a crash mid-write) are skipped."""
+    if not path.is_file():
+        return []
+    lines = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            lines.append(obj)
+    return lines
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file, or None if absent or unreadable."""
+    obj = read_json(path)
+    return obj if isinstance(obj, dict) else None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping from a file, or {} if absent or unreadable."""
+    try:
+        obj = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def classify(results: dict[str, Any] | None) -> tuple[str, str]:
+    """Status of a run from its results.json: (status, reason), decided on validation only.
+
+    A failed freeze check comes first (the arm did not run its method, whatever else happened);
+    then divergence (a non-finite validation selection metric) and collapse (chance-level
+    validation accuracy). Held-out numbers never change the status: they are what is reported.
+    """
+    if results is None:
+        return INCOMPLETE, "no results.json"
+    if results.get("status") != COMPLETE:
+        return INCOMPLETE, f"status is {results.get('status')!r}"
+    check = results.get("freeze_check")
+    if isinstance(check, dict) and check.get("ok") is False:
+        return INVALID, "freeze check failed: the run did not train its method as specified"
+    selection = results.get("selection_metric")
+    value = results.get(selection) if selection else None
+    if selection and (not isinstance(value, (int, float)) or not math.isfinite(value)):
+        return COLLAPSED, f"{selection} is {value!r} (diverged on validation)"
+    if results.get("collapsed") is True:
+        return COLLAPSED, "collapsed: true (chance-level validation predictions)"
+    return COMPLETE, ""
+
+
+def heldout_note(results: dict[str, Any]) -> str:
+    """What is wrong with a run's held-out numbers ('' if nothing): information, never selection."""
+    if results.get("heldout_collapsed") is True:
+        return "chance-level held-out predictions (heldout_collapsed: true)"
+    primary = results.get("primary_metric")
+    value = results.get(primary) if primary else None
+    if primary and value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
+        return f"{primary} is {value!r}"
+    return ""
+
+
+def load_run(path: str | Path) -> RunRecord:
+    """Load one run directory."""
+    path = Path(path)
+    results = _read_json(path / "results.json")
+    status, reason = classify(results)
+    return RunRecord(
+        path=path,
+        status=status,
+        results=results or {},
+        config=_read_yaml(path / "config.yaml"),
+        timing=_read_json(path / "timing_stats.json") or {},
+        reason=reason,
+    )
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run directories (holding results.json, config.yaml or metrics.jsonl) under the paths."""
+    found: list[Path] = []
+    for root in paths:
+        root = Path(root)
+        if not root.exists():
+            raise UserError(f"{root} does not exist; pass a run directory or a sweep directory")
+        found.extend(_walk(root))
+    return sorted(set(found))
+
+
+def _walk(root: Path) -> list[Path]:
+    """Depth-first search that stops at the first run directory on each branch."""
+    if not root.is_dir():
+        return []
+    if any((root / m).is_file() for m in _RUN_MARKERS) and not (root / "sweep.yaml").is_file():
+        return [root]
+    out: list[Path] = []
+    for child in sorted(root.iterdir()):
+        if child.is_dir() and child.name not in _SKIP_DIRS and not child.name.startswith("."):
+            out.extend(_walk(child))
+    return out
+
+
+def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
+    """Load every run directory found under the paths; UserError if there is none."""
+    paths = list(paths)
+    dirs = find_run_dirs(paths)
+    if not dirs:
+        shown = ", ".join(str(p) for p in paths)
+        raise UserError(
+            f"no run directories under {shown}; a run directory holds results.json, "
+            "config.yaml or metrics.jsonl (pass the run or the sweep directory)"
+        )
+    return [load_run(d) for d in dirs]

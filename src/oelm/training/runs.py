@@ -1,0 +1,99 @@
+"""The one run loader: the trained model of an `oelm train` run directory, audit verified."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+
+from oelm.core.audit import audit_model, verify_audit
+from oelm.core.freezing import apply_method
+from oelm.core.state import MethodState
+from oelm.core.targets import find_targets, unwrap
+from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
+from oelm.models.hf_cls import load_hf_classifier
+from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
+from oelm.training.distributed import resolve_device
+from oelm.utils.errors import UserError
+
+
+def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") -> nn.Module:
+    """The trained model of an `oelm train` run, its method re-applied and its freeze audit passing.
+
+    which: "best" (default), "latest", or a step number; device: cpu, cuda[:N] or auto. Tensors
+    that a freeze schedule switched during the run are left out of the check (and keep the
+    flags of the schedule's start); every other frozen tensor must equal its start bytes.
+    """
+
+    run_dir = existing_run_dir(run_dir)
+    if which not in ("best", "latest", "last") and not str(which).isdigit():
+        raise UserError(f"which={which!r}: use 'best', 'latest' or a step number")
+    path = resolve_checkpoint(run_dir, "last" if which == "latest" else str(which))
+    meta = read_metadata(path)
+    method, options, seed = _run_method(run_dir, meta)
+    torch.manual_seed(seed)  # as the run did before building
+    model = _model_from_meta(meta, path)
+    state = apply_method(model, method, seed=seed, **options)
+    start = audit_model(model)  # the run's start audit: building and applying are deterministic
+    _skip_scheduled(model, state, start)
+    load_weights(model, path)
+    check = verify_audit(model, start)
+    if not check.ok:
+        raise UserError(f"{str(path)!r} does not match its method {method!r}: {'; '.join(check.problems[:5])}")
+
+    return model.to(resolve_device(device)).eval()
+
+
+def _skip_scheduled(model: nn.Module, state: MethodState, audit: Any) -> None:
+    """Drop the fingerprints of projections a schedule switches: their bytes may move by design."""
+
+    if not state.scheduled:
+        return
+    names = {id(p): n for n, p in unwrap(model).named_parameters()}
+    switched = {names[id(p)] for layer in find_targets(model).layers for _, proj in layer.by_role()
+                if proj.name in state.scheduled for _, p in proj.params()}
+    for row in audit.rows:
+        if row.name in switched:
+            row.fingerprint = None
+
+
+def existing_run_dir(run_dir: str | Path) -> Path:
+    """The run directory as a Path, or a UserError when it is not a folder."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UserError(f"run directory {str(path)!r} does not exist; pass the --out folder of an `oelm train` run")
+    return path
+
+
+def _run_method(run_dir: Path, meta: dict[str, str]) -> tuple[str, dict[str, Any], int]:
+    """(method, method_options, seed) from the weights' metadata, else the run's config.yaml."""
+
+    if meta.get("method") and "method_options" in meta:
+        seed = meta.get("method_seed", meta.get("seed", "0"))
+        return meta["method"], json.loads(meta["method_options"]), int(json.loads(seed))
+    cfg: dict[str, Any] = {}
+    if (run_dir / "config.yaml").is_file():
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    method = cfg.get("method") or meta.get("method")
+    if not method:
+        raise UserError(f"{str(run_dir)!r}: neither config.yaml nor the checkpoint names the method")
+    return method, dict(cfg.get("method_options") or {}), int(cfg.get("seed", meta.get("seed", 0)))
+
+
+def _model_from_meta(meta: dict[str, str], path: Path) -> nn.Module:
+    """A fresh model of the checkpoint's architecture, from the weights file's metadata."""
+
+    if "gpt_config" in meta:
+        cfg = GPTConfig(**json.loads(meta["gpt_config"]))
+        if "num_labels" in meta:
+            return GPTClassifier(cfg, int(meta["num_labels"]), causal=json.loads(meta.get("causal", "false")))
+        return GPT(cfg)
+    if "hf_model" in meta:
+
+        labels = json.loads(meta["label_names"]) if "label_names" in meta else None
+        return load_hf_classifier(meta["hf_model"], int(meta["num_labels"]), labels)
+    raise UserError(f"{str(path)!r} carries no model description (gpt_config or hf_model); not an oelm checkpoint")

@@ -1,0 +1,1 @@
+"""Small utilities with no oelm dependencies above them: errors, atomic I/O, locks, hub names."""

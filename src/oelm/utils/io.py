@@ -1,0 +1,92 @@
+"""Small file I/O used everywhere: JSON/YAML reads with clear errors, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oelm.utils.errors import UserError
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write bytes through a temp file + fsync + os.replace: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write UTF-8 text atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def clean_json(value: Any) -> Any:
+    """Non-finite floats become None (JSON has no NaN; a diverged run still gives a readable record)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write a JSON document atomically (non-finite floats become null)."""
+    atomic_write_text(path, json.dumps(clean_json(data), indent=2) + "\n")
+
+
+def atomic_write_yaml(path: str | os.PathLike, data: Any) -> None:
+    """Write a YAML document atomically (safe dumper, keys in insertion order)."""
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def read_json(path: str | os.PathLike, fix: str | None = None) -> Any:
+    """Read a JSON file; a missing or corrupt file is a UserError naming `fix` (or None without fix).
+
+    With fix=None the caller treats the file as optional: missing or unreadable gives None.
+    """
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if fix is None:
+            return None
+        raise UserError(f"{str(path)!r} is missing; {fix}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        if fix is None:
+            return None
+        raise UserError(f"{str(path)!r} is corrupt ({type(err).__name__}: {str(err)[:80]}); {fix}") from None
+
+
+def read_json_object(path: str | os.PathLike, fix: str) -> dict[str, Any]:
+    """read_json that also requires a JSON object (mapping) at the top."""
+    data = read_json(path, fix)
+    if not isinstance(data, dict):
+        raise UserError(f"{str(path)!r} is corrupt (not a JSON object); {fix}")
+    return data
+
+
+def read_yaml(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML mapping with the safe loader (an empty file gives {}); errors are UserErrors."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{what} {str(p)!r} not found (the file does not exist); check the path")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        detail = " ".join(str(err).split())[:200] or type(err).__name__  # one line, however YAML words it
+        raise UserError(f"{what} {str(p)!r} is not valid YAML ({detail}); fix the file") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {str(p)!r} must hold a mapping of keys to values")
+    return data

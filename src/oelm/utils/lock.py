@@ -1,0 +1,84 @@
+"""A directory lock: one writer per sweep directory, with stale locks (a dead pid) taken over."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from oelm.utils.errors import UserError
+
+LOCK_NAME = ".lock"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _holder(path: Path) -> tuple[str, int] | None:
+    """(host, pid) written in a lock file, or None when unreadable (half-written by a killed process)."""
+    try:
+        host, pid = path.read_text(encoding="utf-8").split()
+        return host, int(pid)
+    except (OSError, ValueError):
+        return None
+
+
+def _try_create(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(f"{socket.gethostname()} {os.getpid()}\n")
+    return True
+
+
+@contextmanager
+def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
+    """Hold DIR/.lock for the block; refuse clearly when a live process holds it.
+
+    A directory this lock had to create is removed again when it is left empty (a failed start).
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"output {str(directory)!r} exists and is not a directory; choose another --out")
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK_NAME
+    for _ in range(3):  # a stale lock is removed once; racing takers retry
+        if _try_create(path):
+            break
+        holder = _holder(path)
+        same_host = holder is not None and holder[0] == socket.gethostname()
+        if holder is not None and (not same_host or _alive(holder[1])):
+            _remove_if_empty(directory, created)
+            raise UserError(
+                f"another {what} (pid {holder[1]} on {holder[0]}) is using {str(directory)!r}; wait for it to "
+                f"finish, or if it is gone, delete {str(path)!r}"
+            )
+        path.unlink(missing_ok=True)  # stale: its process is dead, or the file is unreadable
+    else:
+        _remove_if_empty(directory, created)
+        raise UserError(f"could not take the lock {str(path)!r}; delete it if no {what} is running")
+    try:
+        yield path
+    finally:
+        if _holder(path) == (socket.gethostname(), os.getpid()):
+            path.unlink(missing_ok=True)
+        _remove_if_empty(directory, created)
+
+
+def _remove_if_empty(directory: Path, created: bool) -> None:
+    if created:
+        with contextlib.suppress(OSError):  # not empty (or gone): keep it
+            directory.rmdir()

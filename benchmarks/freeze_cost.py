@@ -69,7 +69,9 @@ def _sync(device: torch.device) -> None:
 class Arm:
     """One (model, method) built from the same seed, ready to step."""
 
-    def __init__(self, model_name: str, method: str, batch: int, seq: int, num_labels: int | None, device: torch.device) -> None:
+    def __init__(
+        self, model_name: str, method: str, batch: int, seq: int, num_labels: int | None, device: torch.device
+    ) -> None:
         self.model = _make(model_name, method, num_labels, device)
         self.loss = _step_fn(self.model, batch, seq, num_labels, device)
         self.flops = executed_flops(lambda: self.loss().backward())
@@ -89,7 +91,9 @@ class Arm:
             self.times.append(time.perf_counter() - t0)
 
 
-def run(scale: float, steps: int, warmup: int, device: torch.device, only: list[str] | None, control: bool = False) -> list[dict]:
+def run(
+    scale: float, steps: int, warmup: int, device: torch.device, only: list[str] | None, control: bool = False
+) -> list[dict]:
     """Rows of model x method with the three savings side by side."""
     rows = []
     for name, batch, seq, labels in CASES + OPTIONAL_CASES:

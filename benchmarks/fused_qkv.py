@@ -72,6 +72,7 @@ def arms(tokens: int, d: int, device: torch.device, amp: bool) -> list[Call]:
             with autocast:
                 y = fused_qkv(x, *ws)
             y.backward(grad_y)
+
         return call
 
     go, xs, g3 = rand(tokens, d, dtype=dt), rand(tokens, d, dtype=dt), rand(tokens, 3 * d, dtype=dt)
@@ -82,7 +83,7 @@ def arms(tokens: int, d: int, device: torch.device, amp: bool) -> list[Call]:
         # Weight gradients land in the float32 weights' dtype (a cast after a bf16 GEMM; none on CPU).
         Call("skipped", lambda: ((go.t() @ xs).float(), (go.t() @ xs).float()), cuda),
         Call("full wgrad", lambda: (g3.t() @ xs).float(), cuda),
-        Call("V-rows wgrad", lambda: (g3[:, 2 * d:].t() @ xs).float(), cuda),
+        Call("V-rows wgrad", lambda: (g3[:, 2 * d :].t() @ xs).float(), cuda),
     ]
 
 
@@ -107,13 +108,19 @@ def measure(tokens: int, d: int, args: argparse.Namespace) -> dict[str, Any]:
     marginal_ci = ci([1e6 * m for m in marginal])
     resolved = marginal_ci["ci"][0] is not None and marginal_ci["ci"][0] > 0
     return {
-        "tokens": tokens, "d": d, "device": args.device_name, "dtype": "bfloat16 autocast" if device.type == "cuda" else "float32",
-        "rounds": args.rounds, "steps_per_round": args.steps,
+        "tokens": tokens,
+        "d": d,
+        "device": args.device_name,
+        "dtype": "bfloat16 autocast" if device.type == "cuda" else "float32",
+        "rounds": args.rounds,
+        "steps_per_round": args.steps,
         "median_us": {c.name: us(c.name) for c in calls},
         "saved_us": ci([1e6 * s for s in saved]),
         "saved_of_skipped": ci([s / k for s, k in zip(saved, t["skipped"])]),
         # Where the rows cost nothing measurable (a tiny shape) there is no share to give.
-        "saved_of_marginal": ci([s / m for s, m in zip(saved, marginal)]) if resolved else {"median": None, "ci": [None, None]},
+        "saved_of_marginal": ci([s / m for s, m in zip(saved, marginal)])
+        if resolved
+        else {"median": None, "ci": [None, None]},
         "marginal_us": marginal_ci,
     }
 
@@ -129,8 +136,12 @@ def _fmt_ci(x: dict[str, Any], scale: float = 100.0, unit: str = "%") -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--shapes", nargs="+", help="TOKENSxD, e.g. 512x256 (default: 512x256 and 8x32 on CPU, "
-                   "4096x512 16384x512 and 8x32 on CUDA; the tiny one shows the fixed per-call cost)")
+    p.add_argument(
+        "--shapes",
+        nargs="+",
+        help="TOKENSxD, e.g. 512x256 (default: 512x256 and 8x32 on CPU, "
+        "4096x512 16384x512 and 8x32 on CUDA; the tiny one shows the fixed per-call cost)",
+    )
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--steps", type=int, default=5, help="calls per arm per round (the round keeps their median)")
     p.add_argument("--warmup", type=int, default=3)
@@ -149,18 +160,26 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds must be at least 6 (fewer give no 95% interval for a median)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    print(f"# fused QKV projection, forward + backward; device {args.device_name}; torch {torch.__version__}; "
-          f"{args.rounds} rounds x {args.steps} calls per arm, carryover-balanced order", flush=True)
+    args.device_name = (
+        torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    )
+    print(
+        f"# fused QKV projection, forward + backward; device {args.device_name}; torch {torch.__version__}; "
+        f"{args.rounds} rounds x {args.steps} calls per arm, carryover-balanced order",
+        flush=True,
+    )
     rows = []
     for tokens, d in parsed:
         row = measure(tokens, d, args)
         rows.append(row)
         m = row["median_us"]
         print(f"tokens {tokens} d {d}: " + "  ".join(f"{k} {v:.1f}us" for k, v in m.items()), flush=True)
-        print(f"  freezing Q/K saves {_fmt_ci(row['saved_us'], 1.0, 'us')}: {_fmt_ci(row['saved_of_skipped'])} of the "
-              f"skipped GEMMs' stand-alone time, {_fmt_ci(row['saved_of_marginal'])} of the Q/K rows' marginal cost "
-              f"in the fused GEMM ({_fmt_ci(row['marginal_us'], 1.0, 'us')})", flush=True)
+        print(
+            f"  freezing Q/K saves {_fmt_ci(row['saved_us'], 1.0, 'us')}: {_fmt_ci(row['saved_of_skipped'])} of the "
+            f"skipped GEMMs' stand-alone time, {_fmt_ci(row['saved_of_marginal'])} of the Q/K rows' marginal cost "
+            f"in the fused GEMM ({_fmt_ci(row['marginal_us'], 1.0, 'us')})",
+            flush=True,
+        )
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -36,9 +36,16 @@ def make_data(root: Path, vocab: int, n_tokens: int, seed: int = 0) -> Path:
     dtype = np.uint16 if vocab <= 65536 else np.uint32
     for split, n in sizes.items():
         rng.integers(0, vocab, size=n).astype(dtype).tofile(root / f"{split}.bin")
-    meta = {"source": "random", "tokenizer": "byte", "vocab_size": vocab, "eot_id": vocab - 1,
-            "dtype": np.dtype(dtype).name, "splits": sizes, "split_origin": {"val": "holdout"},
-            "holdout": None}
+    meta = {
+        "source": "random",
+        "tokenizer": "byte",
+        "vocab_size": vocab,
+        "eot_id": vocab - 1,
+        "dtype": np.dtype(dtype).name,
+        "splits": sizes,
+        "split_origin": {"val": "holdout"},
+        "holdout": None,
+    }
     (root / "meta.json").write_text(json.dumps(meta))
     return root
 
@@ -74,37 +81,80 @@ def bare_one(args: argparse.Namespace, model: str, method: str, compiled: bool) 
         timer.stop()
     st = summarize(timer.resolve(), args.warmup)
     return {
-        "runner": "bare", "model": model, "method": method, "compiled": compiled, "device": str(device),
-        "dtype": str(amp).removeprefix("torch.") if amp else "float32", "batch_size": args.batch_size,
-        "seq_len": args.seq_len, "steps_timed": st["count"], "step_ms_median": 1e3 * st["median"],
-        "step_ms_mean": 1e3 * st["mean"], "step_ms_p95": 1e3 * st["p95"],
-        "tokens_per_second": args.batch_size * args.seq_len / st["median"], "mfu": None,
-        "theoretical_flops_saving": None, "peak_memory_bytes": None, "memory_kind": "-",
+        "runner": "bare",
+        "model": model,
+        "method": method,
+        "compiled": compiled,
+        "device": str(device),
+        "dtype": str(amp).removeprefix("torch.") if amp else "float32",
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "steps_timed": st["count"],
+        "step_ms_median": 1e3 * st["median"],
+        "step_ms_mean": 1e3 * st["mean"],
+        "step_ms_p95": 1e3 * st["p95"],
+        "tokens_per_second": args.batch_size * args.seq_len / st["median"],
+        "mfu": None,
+        "theoretical_flops_saving": None,
+        "peak_memory_bytes": None,
+        "memory_kind": "-",
     }
 
 
-def bench_one(args: argparse.Namespace, data: Path, out: Path, model: str, method: str,
-              compiled: bool) -> dict[str, Any]:
+def bench_one(
+    args: argparse.Namespace, data: Path, out: Path, model: str, method: str, compiled: bool
+) -> dict[str, Any]:
     """Train briefly and return the throughput figures of that run."""
     cfg = {
-        "data": str(data), "out": str(out), "model": model, "method": method, "seed": 0,
-        "steps": args.steps, "batch_size": args.batch_size, "seq_len": args.seq_len,
-        "warmup": 0, "schedule": "constant", "lr": 3e-4, "timing_warmup": args.warmup, "clip": args.clip,
-        "eval_every": 0, "eval_batches": 1, "final_eval_batches": 1, "checkpoint_every": 0,
-        "log_every": args.steps, "device": args.device, "dtype": args.dtype, "compile": compiled,
-        "compile_mode": args.compile_mode if compiled else None, "progress": False, "tensorboard": False, "overwrite": True,
+        "data": str(data),
+        "out": str(out),
+        "model": model,
+        "method": method,
+        "seed": 0,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "warmup": 0,
+        "schedule": "constant",
+        "lr": 3e-4,
+        "timing_warmup": args.warmup,
+        "clip": args.clip,
+        "eval_every": 0,
+        "eval_batches": 1,
+        "final_eval_batches": 1,
+        "checkpoint_every": 0,
+        "log_every": args.steps,
+        "device": args.device,
+        "dtype": args.dtype,
+        "compile": compiled,
+        "compile_mode": args.compile_mode if compiled else None,
+        "progress": False,
+        "tensorboard": False,
+        "overwrite": True,
     }
     results = train(cfg)
     timing = json.loads((out / "timing_stats.json").read_text())
     st = timing["step_time"]
     return {
-        "runner": "train", "model": model, "method": method, "compiled": compiled, "device": timing["device"],
-        "dtype": timing["compute_dtype"], "batch_size": args.batch_size, "seq_len": args.seq_len,
-        "steps_timed": st["count"], "step_ms_median": 1e3 * st["median"], "step_ms_mean": 1e3 * st["mean"],
-        "step_ms_p95": 1e3 * st["p95"], "tokens_per_second": timing["tokens_per_second_median"],
-        "mfu": timing["mfu"], "theoretical_flops_saving": timing["theoretical_flops_saving"],
-        "peak_memory_bytes": timing["peak_memory_bytes"], "memory_kind": timing["memory_kind"],
-        "trainable_params": results["trainable_params"], "frozen_params": results["frozen_params"],
+        "runner": "train",
+        "model": model,
+        "method": method,
+        "compiled": compiled,
+        "device": timing["device"],
+        "dtype": timing["compute_dtype"],
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "steps_timed": st["count"],
+        "step_ms_median": 1e3 * st["median"],
+        "step_ms_mean": 1e3 * st["mean"],
+        "step_ms_p95": 1e3 * st["p95"],
+        "tokens_per_second": timing["tokens_per_second_median"],
+        "mfu": timing["mfu"],
+        "theoretical_flops_saving": timing["theoretical_flops_saving"],
+        "peak_memory_bytes": timing["peak_memory_bytes"],
+        "memory_kind": timing["memory_kind"],
+        "trainable_params": results["trainable_params"],
+        "frozen_params": results["frozen_params"],
     }
 
 
@@ -129,8 +179,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     """Side-by-side table, with each oelm row's measured speed-up over its baseline."""
     base = {(r["model"], r["compiled"], r["runner"]): r for r in rows if r["method"] == "baseline"}
     bare = {(r["model"], r["compiled"], r["method"]): r for r in rows if r["runner"] == "bare"}
-    print(f"{'model':<15} {'method':<12} {'runner':<6} {'mode':<8} {'ms/step':>9} {'p95':>8} {'tok/s':>10} "
-          f"{'speedup':>8} {'theory':>7} {'vs bare':>8} {'MFU':>6} {'peak MiB':>9}")
+    print(
+        f"{'model':<15} {'method':<12} {'runner':<6} {'mode':<8} {'ms/step':>9} {'p95':>8} {'tok/s':>10} "
+        f"{'speedup':>8} {'theory':>7} {'vs bare':>8} {'MFU':>6} {'peak MiB':>9}"
+    )
     for r in rows:
         b = base.get((r["model"], r["compiled"], r["runner"]))
         speed = b["step_ms_median"] / r["step_ms_median"] if b else float("nan")
@@ -139,12 +191,16 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "-"
         mem = f"{r['peak_memory_bytes'] / 2**20:,.0f}" if r["peak_memory_bytes"] else "-"
         theory = f"{1 / (1 - r['theoretical_flops_saving']):.3f}x" if r["theoretical_flops_saving"] is not None else "-"
-        print(f"{r['model']:<15} {r['method']:<12} {r['runner']:<6} {'compiled' if r['compiled'] else 'eager':<8} "
-              f"{r['step_ms_median']:>9.1f} {r['step_ms_p95']:>8.1f} {r['tokens_per_second']:>10,.0f} "
-              f"{speed:>7.3f}x {theory:>7} {vs_bare:>8} {mfu:>6} {mem:>9}")
-    print(f"device: {rows[0]['device']}, dtype {rows[0]['dtype']}; memory = {rows[0]['memory_kind']}; "
-          "speedup = baseline median / method median (same runner); theory = FLOP ratio from oelm.core.flops; "
-          "vs bare = train median / bare-step median (loop overhead)")
+        print(
+            f"{r['model']:<15} {r['method']:<12} {r['runner']:<6} {'compiled' if r['compiled'] else 'eager':<8} "
+            f"{r['step_ms_median']:>9.1f} {r['step_ms_p95']:>8.1f} {r['tokens_per_second']:>10,.0f} "
+            f"{speed:>7.3f}x {theory:>7} {vs_bare:>8} {mfu:>6} {mem:>9}"
+        )
+    print(
+        f"device: {rows[0]['device']}, dtype {rows[0]['dtype']}; memory = {rows[0]['memory_kind']}; "
+        "speedup = baseline median / method median (same runner); theory = FLOP ratio from oelm.core.flops; "
+        "vs bare = train median / bare-step median (loop overhead)"
+    )
 
 
 def main() -> None:
@@ -163,8 +219,13 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="also time torch.compile (slow on CPU)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. reduce-overhead (CUDA graphs)")
     p.add_argument("--no-bare", action="store_true", help="skip the bare model-step rows")
-    p.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping in both runners "
-                   "(`oelm train`'s default 1.0; 0 disables it), so `vs bare` is the loop's overhead alone")
+    p.add_argument(
+        "--clip",
+        type=float,
+        default=1.0,
+        help="gradient-norm clipping in both runners "
+        "(`oelm train`'s default 1.0; 0 disables it), so `vs bare` is the loop's overhead alone",
+    )
     p.add_argument("--repeats", type=int, default=2, help="rounds, methods alternating; medians reported")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args()
@@ -187,9 +248,13 @@ def main() -> None:
                             with ctx.Pool(1) as pool:
                                 row = pool.apply(fn, fn_args)
                             runs.setdefault((model, compiled, method, row["runner"]), []).append(row)
-                            print(f"# round {rnd + 1}: {row['runner']} {model} {method} "
-                                  f"{'compiled' if compiled else 'eager'}: median {row['step_ms_median']:.1f} ms, "
-                                  f"p95 {row['step_ms_p95']:.1f} ms", file=sys.stderr, flush=True)
+                            print(
+                                f"# round {rnd + 1}: {row['runner']} {model} {method} "
+                                f"{'compiled' if compiled else 'eager'}: median {row['step_ms_median']:.1f} ms, "
+                                f"p95 {row['step_ms_p95']:.1f} ms",
+                                file=sys.stderr,
+                                flush=True,
+                            )
     rows = [merge(v) for k, v in sorted(runs.items(), key=lambda kv: order(kv[0], args))]
     if args.json:
         print(json.dumps(rows, indent=2))

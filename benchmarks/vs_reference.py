@@ -209,7 +209,15 @@ class Timed:
 class Arm(Timed):
     """One model + optimizer + fixed batch, stepped in a tight loop."""
 
-    def __init__(self, name: str, model: nn.Module, args: argparse.Namespace, batch: int, flops: float | None, saving: float | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: nn.Module,
+        args: argparse.Namespace,
+        batch: int,
+        flops: float | None,
+        saving: float | None,
+    ) -> None:
         super().__init__()
         dev = torch.device(args.device)
         self.name, self.batch, self.seq = name, batch, args.seq
@@ -357,8 +365,10 @@ class SkippedWork(Timed):
         frozen = [p for p in arm.model.parameters() if not p.requires_grad]
         self.dtypes = [p.dtype for p in frozen]
         self.inputs = [
-            (torch.randn(n, p.shape[0], generator=g, device=dev, dtype=dt),
-             torch.randn(n, p.shape[1], generator=g, device=dev, dtype=dt) if p.ndim == 2 else None)
+            (
+                torch.randn(n, p.shape[0], generator=g, device=dev, dtype=dt),
+                torch.randn(n, p.shape[1], generator=g, device=dev, dtype=dt) if p.ndim == 2 else None,
+            )
             for p in frozen
         ]
         self.flops = sum(2.0 * n * p.numel() for p in frozen if p.ndim == 2)
@@ -417,7 +427,9 @@ def _peak_flops(args: argparse.Namespace) -> tuple[float | None, str]:
         from oelm.core.flops import device_peak_flops, peak_flops_note
 
         peak = device_peak_flops(args.device, torch.bfloat16)  # the benchmark's CUDA step is bf16 autocast
-        return peak, "dense bf16 peak of " + torch.cuda.get_device_name() if peak else peak_flops_note(args.device, torch.bfloat16)
+        return peak, "dense bf16 peak of " + torch.cuda.get_device_name() if peak else peak_flops_note(
+            args.device, torch.bfloat16
+        )
     return None, "CPU: no peak assumed (pass --peak-flops to get MFU)"
 
 
@@ -474,8 +486,14 @@ def paired_ratio(num: list[float], den: list[float]) -> tuple[float | None, floa
     return median_ci([a / b for a, b in zip(num, den)])
 
 
-def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: int, complete: bool,
-            skipped: dict[str, SkippedWork] | None = None) -> list[dict]:
+def rows_of(
+    arms: list[Arm],
+    args: argparse.Namespace,
+    batch: int,
+    rounds_done: int,
+    complete: bool,
+    skipped: dict[str, SkippedWork] | None = None,
+) -> list[dict]:
     """One row per arm with times, throughput, memory, MFU and ratios to baseline/reference.
 
     Every ratio is the median over rounds of the ratio within each round (the arms of a round ran
@@ -496,64 +514,72 @@ def rows_of(arms: list[Arm], args: argparse.Namespace, batch: int, rounds_done: 
         b_r, a_r = base_arm.round_medians, a.round_medians
         speedup, *speedup_ci = paired_ratio(b_r, a_r)
         vs_ref, *vs_ref_ci = paired_ratio(ref_arm.round_medians, a_r)
-        realized, *realized_ci = median_ci([(1 - y / x) / a.saving for x, y in zip(b_r, a_r)]) if a.saving else (None, None, None)
+        realized, *realized_ci = (
+            median_ci([(1 - y / x) / a.saving for x, y in zip(b_r, a_r)]) if a.saving else (None, None, None)
+        )
         sk = skipped.get(a.name)
         sk_med = statistics.median(sk.times) if sk and sk.times else None
-        saved, *saved_ci = (median_ci([(x - y) / z for x, y, z in zip(b_r, a_r, sk.round_medians)]) if sk
-                            else (None, None, None))
-        rows.append({
-            "name": a.name,
-            "batch": batch,
-            "seq": args.seq,
-            "shape": args.shape_note,
-            "device": args.device_name,
-            "compiled": bool(args.compile),
-            "compile_mode": args.compile_mode,
-            "dtype": "bfloat16 autocast" if args.device == "cuda" else "float32",
-            "steps_timed": len(a.times),
-            "rounds_done": rounds_done,
-            "load_average_1min": os.getloadavg()[0],
-            "cpu_count": os.cpu_count(),
-            "complete": complete,
-            "tokens_per_s": batch * args.seq / m if a.times else None,
-            "step_time_median_s": m,
-            "step_time_p95_s": p95,
-            "p95_over_median": p95 / m if a.times else None,
-            "peak_memory_bytes": a.peak,
-            "memory_kind": "cuda: persistent state + one step's allocator peak" if args.device == "cuda"
-            else "cpu: persistent state + one step's peak of live tensor bytes (torch.profiler memory events)",
-            "peak_phase": (a.peak_where or {}).get("peak_phase"),
-            "peak_op": (a.peak_where or {}).get("peak_op"),
-            "grad_bytes": a.grad_bytes,
-            "frozen_optimizer_state_bytes": 2 * a.frozen_bytes,  # the AdamW moments alone
-            "memory_saving_vs_baseline_bytes": mem_saving,
-            "frozen_grad_and_optimizer_bytes": 3 * a.frozen_bytes,
-            "flops_per_step": a.flops,
-            "achieved_flops_per_s": a.flops / m if a.flops and a.times else None,
-            "mfu": a.flops / m / peak if peak and a.flops and a.times else None,
-            "peak_flops": peak,
-            "peak_flops_source": peak_src,
-            "theoretical_saving": a.saving,
-            "theoretical_speedup": 1 / (1 - a.saving) if a.saving is not None else None,
-            "speedup_vs_baseline": speedup,
-            "speedup_vs_baseline_ci": speedup_ci,
-            "saving_realized": realized,
-            "saving_realized_ci": realized_ci if a.saving else None,
-            "vs_reference": vs_ref,
-            "vs_reference_ci": vs_ref_ci,
-            "rounds_paired": min(len(b_r), len(a_r)),
-            "skipped_work_s": sk_med,
-            "skipped_work_flops": sk.flops if sk else None,
-            "skipped_work_share_of_baseline": sk_med / base if sk_med else None,
-            "skipped_work_speedup_ceiling": base / (base - sk_med) if sk_med else None,
-            "skipped_time_saved": saved,
-            "skipped_time_saved_ci": saved_ci if sk else None,
-            "cpu_seconds_median": statistics.median(a.cpu_times) if a.cpu_times else None,
-            "speedup_vs_baseline_cpu_time": paired_ratio(base_arm.round_cpu_medians, a.round_cpu_medians)[0]
-            if a.cpu_times else None,
-            "vs_reference_cpu_time": paired_ratio(ref_arm.round_cpu_medians, a.round_cpu_medians)[0]
-            if a.cpu_times else None,
-        })
+        saved, *saved_ci = (
+            median_ci([(x - y) / z for x, y, z in zip(b_r, a_r, sk.round_medians)]) if sk else (None, None, None)
+        )
+        rows.append(
+            {
+                "name": a.name,
+                "batch": batch,
+                "seq": args.seq,
+                "shape": args.shape_note,
+                "device": args.device_name,
+                "compiled": bool(args.compile),
+                "compile_mode": args.compile_mode,
+                "dtype": "bfloat16 autocast" if args.device == "cuda" else "float32",
+                "steps_timed": len(a.times),
+                "rounds_done": rounds_done,
+                "load_average_1min": os.getloadavg()[0],
+                "cpu_count": os.cpu_count(),
+                "complete": complete,
+                "tokens_per_s": batch * args.seq / m if a.times else None,
+                "step_time_median_s": m,
+                "step_time_p95_s": p95,
+                "p95_over_median": p95 / m if a.times else None,
+                "peak_memory_bytes": a.peak,
+                "memory_kind": "cuda: persistent state + one step's allocator peak"
+                if args.device == "cuda"
+                else "cpu: persistent state + one step's peak of live tensor bytes (torch.profiler memory events)",
+                "peak_phase": (a.peak_where or {}).get("peak_phase"),
+                "peak_op": (a.peak_where or {}).get("peak_op"),
+                "grad_bytes": a.grad_bytes,
+                "frozen_optimizer_state_bytes": 2 * a.frozen_bytes,  # the AdamW moments alone
+                "memory_saving_vs_baseline_bytes": mem_saving,
+                "frozen_grad_and_optimizer_bytes": 3 * a.frozen_bytes,
+                "flops_per_step": a.flops,
+                "achieved_flops_per_s": a.flops / m if a.flops and a.times else None,
+                "mfu": a.flops / m / peak if peak and a.flops and a.times else None,
+                "peak_flops": peak,
+                "peak_flops_source": peak_src,
+                "theoretical_saving": a.saving,
+                "theoretical_speedup": 1 / (1 - a.saving) if a.saving is not None else None,
+                "speedup_vs_baseline": speedup,
+                "speedup_vs_baseline_ci": speedup_ci,
+                "saving_realized": realized,
+                "saving_realized_ci": realized_ci if a.saving else None,
+                "vs_reference": vs_ref,
+                "vs_reference_ci": vs_ref_ci,
+                "rounds_paired": min(len(b_r), len(a_r)),
+                "skipped_work_s": sk_med,
+                "skipped_work_flops": sk.flops if sk else None,
+                "skipped_work_share_of_baseline": sk_med / base if sk_med else None,
+                "skipped_work_speedup_ceiling": base / (base - sk_med) if sk_med else None,
+                "skipped_time_saved": saved,
+                "skipped_time_saved_ci": saved_ci if sk else None,
+                "cpu_seconds_median": statistics.median(a.cpu_times) if a.cpu_times else None,
+                "speedup_vs_baseline_cpu_time": paired_ratio(base_arm.round_cpu_medians, a.round_cpu_medians)[0]
+                if a.cpu_times
+                else None,
+                "vs_reference_cpu_time": paired_ratio(ref_arm.round_cpu_medians, a.round_cpu_medians)[0]
+                if a.cpu_times
+                else None,
+            }
+        )
     return rows
 
 
@@ -561,12 +587,16 @@ def _fmt(r: dict) -> str:
     mem = f"{r['peak_memory_bytes'] / 2**20:9.1f}" if r["peak_memory_bytes"] else f"{'n/a':>9}"
     theo = f"{100 * r['theoretical_saving']:6.2f}%" if r["theoretical_saving"] is not None else f"{'':>7}"
     mfu = f"{100 * r['mfu']:5.1f}%" if r["mfu"] else f"{'n/a':>6}"
-    return (f"{r['name']:<15} {r['batch']:>5} {r['tokens_per_s'] or 0:>12,.0f} {1e3 * r['step_time_median_s']:>9.2f} "
-            f"{1e3 * r['step_time_p95_s']:>8.2f} {mem} {mfu} {theo} {r['speedup_vs_baseline']:>8.3f} {r['vs_reference']:>7.3f}")
+    return (
+        f"{r['name']:<15} {r['batch']:>5} {r['tokens_per_s'] or 0:>12,.0f} {1e3 * r['step_time_median_s']:>9.2f} "
+        f"{1e3 * r['step_time_p95_s']:>8.2f} {mem} {mfu} {theo} {r['speedup_vs_baseline']:>8.3f} {r['vs_reference']:>7.3f}"
+    )
 
 
-HEADER = (f"{'name':<15} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>8} {'peak MiB':>9} {'MFU':>6} "
-          f"{'theo':>7} {'vs base':>8} {'vs ref':>7}")
+HEADER = (
+    f"{'name':<15} {'batch':>5} {'tokens/s':>12} {'med ms':>9} {'p95 ms':>8} {'peak MiB':>9} {'MFU':>6} "
+    f"{'theo':>7} {'vs base':>8} {'vs ref':>7}"
+)
 
 
 def _fresh_compile_caches(args: argparse.Namespace) -> None:
@@ -635,23 +665,39 @@ def run(args: argparse.Namespace) -> list[dict]:
     return done
 
 
-COUNT_HEADER = (f"{'name':<16} {'forward':>8} {'backward':>9} {'optimizer':>10} {'ops/step':>9} {'views':>6} "
-                f"{'vs ref':>7} {'py calls':>9}")
+COUNT_HEADER = (
+    f"{'name':<16} {'forward':>8} {'backward':>9} {'optimizer':>10} {'ops/step':>9} {'views':>6} "
+    f"{'vs ref':>7} {'py calls':>9}"
+)
 
 
 def count(args: argparse.Namespace) -> list[dict]:
     """aten ops and Python calls per training step of every arm (batch args.batch[0]); print and write rows."""
     batch = args.batch[0]
     arms = build_arms(args, batch, COUNT_ARMS)
-    rows = [{"name": a.name, "batch": batch, "seq": args.seq, "shape": args.shape_note, "device": args.device_name,
-             "dtype": "bfloat16 autocast", "optimizer": "AdamW, fused", **a.count()} for a in arms]
+    rows = [
+        {
+            "name": a.name,
+            "batch": batch,
+            "seq": args.seq,
+            "shape": args.shape_note,
+            "device": args.device_name,
+            "dtype": "bfloat16 autocast",
+            "optimizer": "AdamW, fused",
+            **a.count(),
+        }
+        for a in arms
+    ]
     ref = rows[0]["aten_ops_per_step"]
     print(COUNT_HEADER, flush=True)
     for r in rows:
         r["aten_ops_vs_reference"] = r["aten_ops_per_step"] / ref
-        print(f"{r['name']:<16} {r['aten_ops_forward']:>8} {r['aten_ops_backward']:>9} {r['aten_ops_optimizer']:>10} "
-              f"{r['aten_ops_per_step']:>9} {r['aten_view_ops_per_step']:>6} {r['aten_ops_vs_reference']:>7.3f} "
-              f"{r['python_calls_per_step']:>9}", flush=True)
+        print(
+            f"{r['name']:<16} {r['aten_ops_forward']:>8} {r['aten_ops_backward']:>9} {r['aten_ops_optimizer']:>10} "
+            f"{r['aten_ops_per_step']:>9} {r['aten_view_ops_per_step']:>6} {r['aten_ops_vs_reference']:>7.3f} "
+            f"{r['python_calls_per_step']:>9}",
+            flush=True,
+        )
     _write(args, rows)
     return rows
 
@@ -691,28 +737,52 @@ def profile_ops(args: argparse.Namespace) -> list[dict]:
     kind = "self CUDA time (kernels)" if cuda else "self CPU time"
     rows = []
     for a in arms:
-        ops = {k: {"ms_per_step": ms[a.name][k], "calls_per_step": calls[a.name][k]}
-               for k in sorted(ms[a.name], key=lambda k: -ms[a.name][k]) if ms[a.name][k] > 0 or calls[a.name][k] > 0}
-        rows.append({"name": a.name, "batch": batch, "seq": args.seq, "shape": args.shape_note, "device": args.device_name,
-                     "compiled": args.compile, "rounds": rounds, "steps_per_round": args.steps, "time_kind": kind,
-                     "total_ms_per_step": sum(ms[a.name].values()), "ops": ops})
+        ops = {
+            k: {"ms_per_step": ms[a.name][k], "calls_per_step": calls[a.name][k]}
+            for k in sorted(ms[a.name], key=lambda k: -ms[a.name][k])
+            if ms[a.name][k] > 0 or calls[a.name][k] > 0
+        }
+        rows.append(
+            {
+                "name": a.name,
+                "batch": batch,
+                "seq": args.seq,
+                "shape": args.shape_note,
+                "device": args.device_name,
+                "compiled": args.compile,
+                "rounds": rounds,
+                "steps_per_round": args.steps,
+                "time_kind": kind,
+                "total_ms_per_step": sum(ms[a.name].values()),
+                "ops": ops,
+            }
+        )
     base = next(r for r in rows if r["name"] == "baseline")
     for row in rows:
         row["total_vs_baseline_ms"] = row["total_ms_per_step"] - base["total_ms_per_step"]
     _write(args, rows)
-    print(f"\n# {kind} per step, each arm against the baseline (batch {batch} x seq {args.seq}; {rounds} rounds "
-          f"x {args.steps} steps); the profiler's own cost per recorded op inflates Python-heavy ranges", flush=True)
+    print(
+        f"\n# {kind} per step, each arm against the baseline (batch {batch} x seq {args.seq}; {rounds} rounds "
+        f"x {args.steps} steps); the profiler's own cost per recorded op inflates Python-heavy ranges",
+        flush=True,
+    )
     for row in rows:
         if row is base:
             continue
-        print(f"\n## {row['name']}: {row['total_ms_per_step']:.2f} ms per step, baseline "
-              f"{base['total_ms_per_step']:.2f} ms ({row['total_vs_baseline_ms']:+.2f} ms)", flush=True)
+        print(
+            f"\n## {row['name']}: {row['total_ms_per_step']:.2f} ms per step, baseline "
+            f"{base['total_ms_per_step']:.2f} ms ({row['total_vs_baseline_ms']:+.2f} ms)",
+            flush=True,
+        )
         keys = set(row["ops"]) | set(base["ops"])
         get = lambda r, k, f: r["ops"].get(k, {}).get(f, 0.0)  # noqa: E731
         diff = lambda k: get(row, k, "ms_per_step") - get(base, k, "ms_per_step")  # noqa: E731
-        for k in sorted(keys, key=lambda k: -abs(diff(k)))[:args.top]:
-            print(f"  {diff(k):+9.3f} ms  {get(base, k, 'ms_per_step'):9.3f} -> {get(row, k, 'ms_per_step'):9.3f}  "
-                  f"calls {get(base, k, 'calls_per_step'):g} -> {get(row, k, 'calls_per_step'):g}  {k[:90]}", flush=True)
+        for k in sorted(keys, key=lambda k: -abs(diff(k)))[: args.top]:
+            print(
+                f"  {diff(k):+9.3f} ms  {get(base, k, 'ms_per_step'):9.3f} -> {get(row, k, 'ms_per_step'):9.3f}  "
+                f"calls {get(base, k, 'calls_per_step'):g} -> {get(row, k, 'calls_per_step'):g}  {k[:90]}",
+                flush=True,
+            )
     return rows
 
 
@@ -737,9 +807,11 @@ def _kernel_us(event: Any) -> float:
     return float(us if us is not None else getattr(event, "self_cuda_time_total", 0.0))
 
 
-TABLE_HEADER = ("| run | batch | baseline vs reference | baseline-nobias vs reference | loss without logits vs through "
-                "logits | oelm-freeze vs baseline (theor.) | realized of FLOP saving | skipped GEMMs' share of step | "
-                "saved of their time | oelm-qk-ffn vs baseline (theor.) | realized | A/A | baseline ms |")
+TABLE_HEADER = (
+    "| run | batch | baseline vs reference | baseline-nobias vs reference | loss without logits vs through "
+    "logits | oelm-freeze vs baseline (theor.) | realized of FLOP saving | skipped GEMMs' share of step | "
+    "saved of their time | oelm-qk-ffn vs baseline (theor.) | realized | A/A | baseline ms |"
+)
 
 
 def table(paths: list[Path]) -> list[str]:
@@ -756,27 +828,34 @@ def table(paths: list[Path]) -> list[str]:
     for path in paths:
         rows = json.loads(Path(path).read_text())
         if not isinstance(rows, list) or not rows or "speedup_vs_baseline" not in rows[0]:
-            raise SystemExit(f"{path}: not the rows of a timed vs_reference run (--count-ops and --profile-ops "
-                             "files have no ratios to tabulate)")
+            raise SystemExit(
+                f"{path}: not the rows of a timed vs_reference run (--count-ops and --profile-ops "
+                "files have no ratios to tabulate)"
+            )
         for key in dict.fromkeys((r.get("process", 0), r["batch"]) for r in rows):
             arm = {r["name"]: r for r in rows if (r.get("process", 0), r["batch"]) == key}
             get = lambda name, field: arm.get(name, {}).get(field)  # noqa: E731
             fz, qk = arm.get("oelm-freeze", {}), arm.get("oelm-qk-ffn", {})
             cells = [
-                f"{Path(path).stem}, {key[0] + 1}", str(key[1]),
+                f"{Path(path).stem}, {key[0] + 1}",
+                str(key[1]),
                 ratio(get("baseline", "vs_reference"), get("baseline", "vs_reference_ci")),
                 ratio(get(NOBIAS, "vs_reference"), get(NOBIAS, "vs_reference_ci")),
                 ratio(*_without_logits(arm[LOGITS]) if LOGITS in arm else (None, None)),
                 ratio(fz.get("speedup_vs_baseline"), fz.get("speedup_vs_baseline_ci"))
                 + (f" ({fz['theoretical_speedup']:.3f})" if fz.get("theoretical_speedup") else ""),
                 ratio(fz.get("saving_realized"), fz.get("saving_realized_ci"), pct=True),
-                f"{100 * fz['skipped_work_share_of_baseline']:.2f}%" if fz.get("skipped_work_share_of_baseline") else "n/a",
+                f"{100 * fz['skipped_work_share_of_baseline']:.2f}%"
+                if fz.get("skipped_work_share_of_baseline")
+                else "n/a",
                 ratio(fz.get("skipped_time_saved"), fz.get("skipped_time_saved_ci"), pct=True),
                 ratio(qk.get("speedup_vs_baseline"), qk.get("speedup_vs_baseline_ci"))
                 + (f" ({qk['theoretical_speedup']:.3f})" if qk.get("theoretical_speedup") else ""),
                 ratio(qk.get("saving_realized"), qk.get("saving_realized_ci"), pct=True),
                 ratio(get("baseline-AA", "speedup_vs_baseline"), get("baseline-AA", "speedup_vs_baseline_ci")),
-                f"{1e3 * get('baseline', 'step_time_median_s'):.0f}" if get("baseline", "step_time_median_s") else "n/a",
+                f"{1e3 * get('baseline', 'step_time_median_s'):.0f}"
+                if get("baseline", "step_time_median_s")
+                else "n/a",
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -818,23 +897,44 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, help="sequence length (default 512; 128 for CPU --quick)")
     p.add_argument("--preset", default="gpt-medium-512")
     p.add_argument("--vocab", type=int, help="vocabulary (default 50257; 8192 for CPU --quick)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default one cycle of the balanced order, 18 "
-                   "with every arm; --quick three cycles, 54, within the time budget)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="interleaved rounds (default one cycle of the balanced order, 18 "
+        "with every arm; --quick three cycles, 54, within the time budget)",
+    )
     p.add_argument("--steps", type=int, help="steps per arm per round (default 10 on CUDA, 3 on CPU)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default 5 on CUDA, 1 on CPU; +compile)")
     p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--time-budget", type=float, help="stop timing rounds after this many seconds per batch "
-                   "size (at least 2 rounds; default 150 with --quick, else none)")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        help="stop timing rounds after this many seconds per batch "
+        "size (at least 2 rounds; default 150 with --quick, else none)",
+    )
     p.add_argument("--peak-flops", type=float, help="peak FLOP/s for MFU (needed on CPU)")
     p.add_argument("--json", type=Path, help="write the rows here (rewritten after every round)")
-    p.add_argument("--processes", type=int, default=1, help="repeat the whole measurement in this many fresh "
-                   "processes, one after another (timings vary more between processes than within one); "
-                   "the JSON gets every process's rows, tagged, and the printout the spread across them")
-    p.add_argument("--count-ops", action="store_true", help="count aten ops and Python calls per training step "
-                   "instead of timing (deterministic; defaults: batch 1, seq 32, vocab 1024)")
-    p.add_argument("--profile-ops", action="store_true", help="instead of timing, profile every arm with "
-                   "torch.profiler in balanced rounds (--rounds, default one cycle; --steps) and print the ops whose "
-                   "self time per step differs most from the baseline's (where a saving or a cost comes from)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="repeat the whole measurement in this many fresh "
+        "processes, one after another (timings vary more between processes than within one); "
+        "the JSON gets every process's rows, tagged, and the printout the spread across them",
+    )
+    p.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="count aten ops and Python calls per training step "
+        "instead of timing (deterministic; defaults: batch 1, seq 32, vocab 1024)",
+    )
+    p.add_argument(
+        "--profile-ops",
+        action="store_true",
+        help="instead of timing, profile every arm with "
+        "torch.profiler in balanced rounds (--rounds, default one cycle; --steps) and print the ops whose "
+        "self time per step differs most from the baseline's (where a saving or a cost comes from)",
+    )
     p.add_argument("--top", type=int, default=12, help="ops printed per arm with --profile-ops (default 12)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -855,7 +955,13 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
 
     cuda = args.device == "cuda"
     cfg = PRESETS[args.preset]
-    shape = {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "d_model": cfg.d_model, "d_ff": cfg.d_ff, "vocab_size": 50257}
+    shape = {
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "d_model": cfg.d_model,
+        "d_ff": cfg.d_ff,
+        "vocab_size": 50257,
+    }
     small = args.quick and not cuda
     if small:
         shape.update(CPU_QUICK)
@@ -871,8 +977,10 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.steps = args.steps or (10 if cuda else 3)
     args.time_budget = args.time_budget or (150.0 if args.quick else None)
     args.warmup = args.warmup or ((3 if cuda else 1) + (2 if args.compile else 0))
-    args.shape_note = (f"{'CPU quick shape (smaller than ' + args.preset + ')' if small else args.preset}: "
-                       f"{args.n_layer} layers, d={args.d_model}, heads={args.n_head}, d_ff={args.d_ff}, vocab={args.vocab}")
+    args.shape_note = (
+        f"{'CPU quick shape (smaller than ' + args.preset + ')' if small else args.preset}: "
+        f"{args.n_layer} layers, d={args.d_model}, heads={args.n_head}, d_ff={args.d_ff}, vocab={args.vocab}"
+    )
     if args.threads:
         torch.set_num_threads(args.threads)
     args.device_name = torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)"
@@ -891,7 +999,7 @@ def repeat(args: argparse.Namespace, argv: list[str]) -> list[dict]:
     for flag in ("--processes", "--json"):  # the children write their own files; the parent pools them
         while flag in child_argv:
             i = child_argv.index(flag)
-            del child_argv[i:i + 2]
+            del child_argv[i : i + 2]
     done: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):
@@ -902,12 +1010,16 @@ def repeat(args: argparse.Namespace, argv: list[str]) -> list[dict]:
             done += [{**r, "process": i} for r in json.loads(out.read_text())]
             _write(args, done)
     print(f"\n## across {args.processes} processes (each a median over its rounds): min / median / max", flush=True)
-    for (batch, name) in dict.fromkeys((r["batch"], r["name"]) for r in done):
+    for batch, name in dict.fromkeys((r["batch"], r["name"]) for r in done):
         rows = [r for r in done if r["batch"] == batch and r["name"] == name]
         parts = []
         for key in SPREAD:
             vals = sorted(r[key] for r in rows if r.get(key) is not None)
-            if vals and not (key == "speedup_vs_baseline" and name == "baseline") and not (key == "vs_reference" and name == "reference"):
+            if (
+                vals
+                and not (key == "speedup_vs_baseline" and name == "baseline")
+                and not (key == "vs_reference" and name == "reference")
+            ):
                 parts.append(f"{key} {vals[0]:.3f} / {statistics.median(vals):.3f} / {vals[-1]:.3f}")
         if parts:
             print(f"batch {batch} {name}: " + "; ".join(parts), flush=True)
@@ -926,52 +1038,73 @@ def main(argv: list[str] | None = None) -> int:
         repeat(args, argv)
         return 0
     if args.count_ops:
-        print(f"# aten ops and Python calls per training step; {args.shape_note}; seq {args.seq}; "
-              f"device {args.device_name}; torch {torch.__version__}", flush=True)
+        print(
+            f"# aten ops and Python calls per training step; {args.shape_note}; seq {args.seq}; "
+            f"device {args.device_name}; torch {torch.__version__}",
+            flush=True,
+        )
         count(args)
         return 0
     mode = f"compiled ({args.compile_mode or 'default'})" if args.compile else "eager"
     if args.profile_ops:
-        print(f"# per-op profile; {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
+        print(
+            f"# per-op profile; {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}",
+            flush=True,
+        )
         profile_ops(args)
         return 0
     print(f"# {args.shape_note}; {mode}; device {args.device_name}; torch {torch.__version__}", flush=True)
     rounds = f"{args.rounds} rounds" if args.rounds else f"{'three cycles' if args.quick else 'one cycle'} of rounds"
-    print(f"# {rounds} x {args.steps} steps per arm, in a carryover-balanced order; MFU peak: {_peak_flops(args)[1]}",
-          flush=True)
+    print(
+        f"# {rounds} x {args.steps} steps per arm, in a carryover-balanced order; MFU peak: {_peak_flops(args)[1]}",
+        flush=True,
+    )
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1):
-        print(f"# warning: load average {load:.1f} on {os.cpu_count()} cores; other processes are competing", flush=True)
+        print(
+            f"# warning: load average {load:.1f} on {os.cpu_count()} cores; other processes are competing", flush=True
+        )
     rows = run(args)
     base = {(r["batch"], r["name"]): r for r in rows if r["name"] in ("baseline", NOBIAS, LOGITS)}
     for r in rows:
         if r["name"] in ("oelm-freeze", "oelm-qk-ffn"):
             aa = next(x for x in rows if x["name"] == "baseline-AA" and x["batch"] == r["batch"])
-            print(f"batch {r['batch']} {r['name']}: speed-up {r['speedup_vs_baseline']:.3f}x {_ci(r['speedup_vs_baseline_ci'])} "
-                  f"vs theoretical {r['theoretical_speedup']:.3f}x (realized {_pct(r['saving_realized'])} "
-                  f"{_ci(r['saving_realized_ci'], 100, '%')} of the FLOP saving; A/A {aa['speedup_vs_baseline']:.3f}x "
-                  f"{_ci(aa['speedup_vs_baseline_ci'])}); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
-                  f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB, the moments alone "
-                  f"{r['frozen_optimizer_state_bytes'] / 2**20:.1f} MiB)"
-                  + (f"; the step's peak is in {r['peak_phase']}, at {r['peak_op']}" if r["peak_op"] else ""), flush=True)
+            print(
+                f"batch {r['batch']} {r['name']}: speed-up {r['speedup_vs_baseline']:.3f}x {_ci(r['speedup_vs_baseline_ci'])} "
+                f"vs theoretical {r['theoretical_speedup']:.3f}x (realized {_pct(r['saving_realized'])} "
+                f"{_ci(r['saving_realized_ci'], 100, '%')} of the FLOP saving; A/A {aa['speedup_vs_baseline']:.3f}x "
+                f"{_ci(aa['speedup_vs_baseline_ci'])}); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
+                f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB, the moments alone "
+                f"{r['frozen_optimizer_state_bytes'] / 2**20:.1f} MiB)"
+                + (f"; the step's peak is in {r['peak_phase']}, at {r['peak_op']}" if r["peak_op"] else ""),
+                flush=True,
+            )
             if r["skipped_work_s"]:
-                print(f"batch {r['batch']} {r['name']}: the skipped work alone takes {1e3 * r['skipped_work_s']:.2f} ms "
-                      f"= {_pct(r['skipped_work_share_of_baseline'], 2)} of the baseline step (ceiling "
-                      f"{r['skipped_work_speedup_ceiling']:.3f}x); the step saved {_pct(r['skipped_time_saved'])} "
-                      f"{_ci(r['skipped_time_saved_ci'], 100, '%')} of that time", flush=True)
+                print(
+                    f"batch {r['batch']} {r['name']}: the skipped work alone takes {1e3 * r['skipped_work_s']:.2f} ms "
+                    f"= {_pct(r['skipped_work_share_of_baseline'], 2)} of the baseline step (ceiling "
+                    f"{r['skipped_work_speedup_ceiling']:.3f}x); the step saved {_pct(r['skipped_time_saved'])} "
+                    f"{_ci(r['skipped_time_saved_ci'], 100, '%')} of that time",
+                    flush=True,
+                )
     for (b, name), r in base.items():
         print(f"batch {b} oelm {name} vs reference: {r['vs_reference']:.3f}x {_ci(r['vs_reference_ci'])}", flush=True)
         if name == LOGITS:
             speed, ci = _without_logits(r)
             peaks = (r["peak_memory_bytes"], base[(b, "baseline")]["peak_memory_bytes"])
-            print(f"batch {b} oelm baseline, loss without logits vs through logits: {speed:.3f}x "
-                  f"{_ci(ci)} the speed" + (f", peak memory -{(peaks[0] - peaks[1]) / 2**20:.1f} MiB" if None not in peaks else ""),
-                  flush=True)
+            print(
+                f"batch {b} oelm baseline, loss without logits vs through logits: {speed:.3f}x "
+                f"{_ci(ci)} the speed"
+                + (f", peak memory -{(peaks[0] - peaks[1]) / 2**20:.1f} MiB" if None not in peaks else ""),
+                flush=True,
+            )
     if args.device == "cpu":  # wall time on a shared machine is noisy; CPU seconds less so
         for r in rows:
-            print(f"batch {r['batch']} {r['name']}: CPU time per step {r['cpu_seconds_median']:.3f}s, "
-                  f"vs baseline {r['speedup_vs_baseline_cpu_time']:.3f}x, vs reference {r['vs_reference_cpu_time']:.3f}x",
-                  flush=True)
+            print(
+                f"batch {r['batch']} {r['name']}: CPU time per step {r['cpu_seconds_median']:.3f}s, "
+                f"vs baseline {r['speedup_vs_baseline_cpu_time']:.3f}x, vs reference {r['vs_reference_cpu_time']:.3f}x",
+                flush=True,
+            )
     return 0
 
 

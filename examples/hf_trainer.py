@@ -31,8 +31,10 @@ class Encoded(torch.utils.data.Dataset):
 
     def __init__(self, rows: list, tokenizer: Any, max_length: int) -> None:
         enc = tokenizer([r.text for r in rows], truncation=True, max_length=max_length)
-        self.items = [{"input_ids": ids, "attention_mask": m, "labels": r.label}
-                      for ids, m, r in zip(enc["input_ids"], enc["attention_mask"], rows)]
+        self.items = [
+            {"input_ids": ids, "attention_mask": m, "labels": r.label}
+            for ids, m, r in zip(enc["input_ids"], enc["attention_mask"], rows)
+        ]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -70,14 +72,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     audit = OELMCallback()
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="oelm-hf-trainer-"))
     args = TrainingArguments(
-        output_dir=str(out), max_steps=a.max_steps, per_device_train_batch_size=a.batch_size,
-        per_device_eval_batch_size=64, learning_rate=a.lr, weight_decay=0.01, warmup_steps=max(1, a.max_steps // 10),
-        lr_scheduler_type="linear", save_steps=a.max_steps, logging_steps=max(1, a.max_steps // 5),
-        report_to=[], seed=a.seed, disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
+        output_dir=str(out),
+        max_steps=a.max_steps,
+        per_device_train_batch_size=a.batch_size,
+        per_device_eval_batch_size=64,
+        learning_rate=a.lr,
+        weight_decay=0.01,
+        warmup_steps=max(1, a.max_steps // 10),
+        lr_scheduler_type="linear",
+        save_steps=a.max_steps,
+        logging_steps=max(1, a.max_steps // 5),
+        report_to=[],
+        seed=a.seed,
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
         save_only_model=True,  # the example needs the weights and the audit, not optimizer state
     )
-    trainer = Trainer(model=model, args=args, train_dataset=Encoded(data.train, tokenizer, a.max_length),
-                      data_collator=DataCollatorWithPadding(tokenizer), callbacks=[audit])
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=Encoded(data.train, tokenizer, a.max_length),
+        data_collator=DataCollatorWithPadding(tokenizer),
+        callbacks=[audit],
+    )
     trained = trainer.train()
     heldout = Encoded(data.heldout, tokenizer, a.max_length)
     pred = trainer.predict(heldout)
@@ -85,9 +102,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     accuracy = float((torch.as_tensor(pred.predictions).argmax(-1) == labels).float().mean())
     majority = float(max((labels == c).float().mean() for c in labels.unique()))
     result = {
-        "steps": trainer.state.global_step, "train_loss": trained.training_loss, "heldout_accuracy": accuracy,
-        "heldout_examples": len(labels), "majority_rate": majority, "audit_ok": audit.final.ok,
-        "audit_checks": len(audit.checks), "frozen_tensors": audit.final.n_frozen_checked,
+        "steps": trainer.state.global_step,
+        "train_loss": trained.training_loss,
+        "heldout_accuracy": accuracy,
+        "heldout_examples": len(labels),
+        "majority_rate": majority,
+        "audit_ok": audit.final.ok,
+        "audit_checks": len(audit.checks),
+        "frozen_tensors": audit.final.n_frozen_checked,
         "audit_problems": audit.final.problems,
     }
     _print(a, result)
@@ -99,11 +121,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def _print(a: argparse.Namespace, r: dict[str, Any]) -> None:
     print(f"MiniLM on SST-2 with transformers.Trainer, method {a.method} (qk_init={a.qk_init}), seed {a.seed}")
     print(f"steps: {r['steps']}  train loss: {r['train_loss']:.4f}")
-    print(f"held-out accuracy (GLUE SST-2 dev, {r['heldout_examples']} rows): {r['heldout_accuracy']:.4f} "
-          f"(majority class {r['majority_rate']:.4f})")
+    print(
+        f"held-out accuracy (GLUE SST-2 dev, {r['heldout_examples']} rows): {r['heldout_accuracy']:.4f} "
+        f"(majority class {r['majority_rate']:.4f})"
+    )
     verdict = "PASS" if r["audit_ok"] else "FAIL: " + "; ".join(r["audit_problems"][:5])
-    print(f"freeze audit: {verdict} ({r['frozen_tensors']} frozen tensors bit-identical and outside the "
-          f"optimizer at {r['audit_checks']} checks: every save and the end)")
+    print(
+        f"freeze audit: {verdict} ({r['frozen_tensors']} frozen tensors bit-identical and outside the "
+        f"optimizer at {r['audit_checks']} checks: every save and the end)"
+    )
 
 
 if __name__ == "__main__":

@@ -32,15 +32,25 @@ from bad_input_cases import all_cases, run_case  # noqa: E402
 from oelm.training import checkpoint as ckpt  # noqa: E402
 from train_utils import synthetic_lm_dir  # noqa: E402
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OELM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
-       "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "OELM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+    "HF_HUB_OFFLINE": "1",
+    "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+}
 STEP_TIME = re.compile(r"a training step took [^;]*")
 TIMING = re.compile(r"time|tok_s|tokens_per|wall|mfu|memory|seconds|throughput", re.I)
 
 
 def oelm(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import torch,sys; torch.set_num_threads(1); from oelm.cli import main; "
-            "sys.exit(main(sys.argv[1:]))", *args]
+    return [
+        sys.executable,
+        "-c",
+        "import torch,sys; torch.set_num_threads(1); from oelm.cli import main; sys.exit(main(sys.argv[1:]))",
+        *args,
+    ]
 
 
 def start(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -92,10 +102,25 @@ def check_no_half_checkpoint(run: Path) -> list[str]:
 def train_kills(work: Path, kills: int, rng: random.Random) -> dict:
     data = synthetic_lm_dir(work / "data", n_train=20_000)
     cfg = {
-        "data": str(data), "model": "gpt-tiny", "method": "oelm-freeze", "steps": 200, "batch_size": 4,
-        "seq_len": 32, "lr": 3e-3, "warmup": 5, "grad_accum": 2, "eval_every": 7, "eval_batches": 2,
-        "final_eval_batches": 2, "checkpoint_every": 3, "keep_last": 2, "log_every": 1, "progress": False,
-        "tensorboard": False, "device": "cpu", "seed": 0,
+        "data": str(data),
+        "model": "gpt-tiny",
+        "method": "oelm-freeze",
+        "steps": 200,
+        "batch_size": 4,
+        "seq_len": 32,
+        "lr": 3e-3,
+        "warmup": 5,
+        "grad_accum": 2,
+        "eval_every": 7,
+        "eval_batches": 2,
+        "final_eval_batches": 2,
+        "checkpoint_every": 3,
+        "keep_last": 2,
+        "log_every": 1,
+        "progress": False,
+        "tensorboard": False,
+        "device": "cpu",
+        "seed": 0,
         "model_overrides": {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "dropout": 0.1},
     }
     (work / "train.yaml").write_text(yaml.safe_dump(cfg))
@@ -103,8 +128,14 @@ def train_kills(work: Path, kills: int, rng: random.Random) -> dict:
     rc = finish(start(oelm("train", str(work / "train.yaml"), "--out", str(ref)), work / "ref.log"))
     assert rc == 0, (work / "ref.log").read_text()[-2000:]
 
-    stats = {"kills": 0, "during_checkpoint_write": 0, "during_startup": 0, "resumes": 0, "half_checkpoints_seen": 0,
-             "problems": []}
+    stats = {
+        "kills": 0,
+        "during_checkpoint_write": 0,
+        "during_startup": 0,
+        "resumes": 0,
+        "half_checkpoints_seen": 0,
+        "problems": [],
+    }
     cmd = oelm("train", str(work / "train.yaml"), "--out", str(run), "--resume")
     while stats["kills"] < kills:
         proc = start(cmd, work / "killed.log")
@@ -165,11 +196,24 @@ def _metrics(run: Path) -> list[dict]:
 
 def _sweep_spec(work: Path, out: Path) -> Path:
     spec = {
-        "name": "faults", "out": str(out),
-        "config": {"data": str(work / "data"), "model": "gpt-tiny", "steps": 24, "warmup": 2, "batch_size": 4,
-                   "seq_len": 32, "eval_every": 6, "eval_batches": 2, "final_eval_batches": 2,
-                   "checkpoint_every": 4, "device": "cpu", "progress": False, "tensorboard": False,
-                   "model_overrides": {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32}},
+        "name": "faults",
+        "out": str(out),
+        "config": {
+            "data": str(work / "data"),
+            "model": "gpt-tiny",
+            "steps": 24,
+            "warmup": 2,
+            "batch_size": 4,
+            "seq_len": 32,
+            "eval_every": 6,
+            "eval_batches": 2,
+            "final_eval_batches": 2,
+            "checkpoint_every": 4,
+            "device": "cpu",
+            "progress": False,
+            "tensorboard": False,
+            "model_overrides": {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32},
+        },
         "methods": {"baseline": {"lr": [3e-3]}, "oelm-freeze": {"lr": [3e-3]}},
         "seeds": [0, 1, 2],
     }
@@ -187,6 +231,7 @@ def _report(out: Path) -> object:
         if isinstance(x, str):  # measured step times in the plain-words reading are wall-clock
             return STEP_TIME.sub("a training step took <measured>", x.replace(str(out), "SWEEP"))
         return x
+
     return clean(json.loads((out / "report" / "report.json").read_text()))
 
 
@@ -234,8 +279,12 @@ def sweep_race(work: Path) -> dict:
     ra, rb = finish(a), finish(b)
     refusal = (work / ("race-b.log" if rb == 2 else "race-a.log")).read_text()
     ok = sorted([ra, rb]) == [0, 2] and "another sweep" in refusal and _report(out) == _report(work / "sweep-ref")
-    return {"first_rc": ra, "second_rc": rb, "one_refused_nothing_corrupted": ok,
-            "problems": [] if ok else [f"race: rc {ra}/{rb}: {refusal[-500:]}"]}
+    return {
+        "first_rc": ra,
+        "second_rc": rb,
+        "one_refused_nothing_corrupted": ok,
+        "problems": [] if ok else [f"race: rc {ra}/{rb}: {refusal[-500:]}"],
+    }
 
 
 # ------------------------------------------------------------------------------ bad inputs
@@ -262,10 +311,13 @@ def bad_inputs(work: Path) -> dict:
             if v is not None:
                 os.environ[k] = v
     failed = [o for o in outcomes if not o.ok]
-    return {"cases": len(outcomes), "answered": len(outcomes) - len(failed),
-            "commands": sorted({o.case.id.split("-")[0] for o in outcomes}),
-            "offline_hub_error_s_max": round(max(hub_times), 3) if hub_times else None,
-            "problems": [f"{o.case.id}: {o.problems} {o.stderr[-200:]}" for o in failed]}
+    return {
+        "cases": len(outcomes),
+        "answered": len(outcomes) - len(failed),
+        "commands": sorted({o.case.id.split("-")[0] for o in outcomes}),
+        "offline_hub_error_s_max": round(max(hub_times), 3) if hub_times else None,
+        "problems": [f"{o.case.id}: {o.problems} {o.stderr[-200:]}" for o in failed],
+    }
 
 
 def main() -> int:

@@ -28,12 +28,26 @@ ROOT = Path(os.environ.get("RUNS", "runs/regime-search"))
 DATA = os.environ.get("DATA", "../shared/data/lm")
 
 
-def base_cfg(steps: int, bs: int = 8, seq: int = 128, model: str = "gpt-tiny", model_overrides: dict | None = None) -> dict:
+def base_cfg(
+    steps: int, bs: int = 8, seq: int = 128, model: str = "gpt-tiny", model_overrides: dict | None = None
+) -> dict:
     """The training config shared by both arms of one regime."""
-    return {"model_overrides": model_overrides or {}, "task": "lm", "model": model, "steps": steps,
-            "batch_size": bs, "seq_len": seq, "warmup": max(1, steps // 10), "eval_every": max(1, steps // 5),
-            "eval_batches": 16, "final_eval_batches": 64, "checkpoint_every": 0, "device": "cpu",
-            "tensorboard": False, "log_every": 50}
+    return {
+        "model_overrides": model_overrides or {},
+        "task": "lm",
+        "model": model,
+        "steps": steps,
+        "batch_size": bs,
+        "seq_len": seq,
+        "warmup": max(1, steps // 10),
+        "eval_every": max(1, steps // 5),
+        "eval_batches": 16,
+        "final_eval_batches": 64,
+        "checkpoint_every": 0,
+        "device": "cpu",
+        "tensorboard": False,
+        "log_every": 50,
+    }
 
 
 def spec(name: str, prep: dict, steps: int, grids: dict, seeds=(0, 1, 2), **kw) -> dict:
@@ -41,8 +55,14 @@ def spec(name: str, prep: dict, steps: int, grids: dict, seeds=(0, 1, 2), **kw) 
     out = ROOT / name
     cfg = base_cfg(steps, **kw)
     cfg["data"] = (out / "data").as_posix()
-    return {"name": name, "out": out.as_posix(), "prepare": prep, "config": cfg,
-            "methods": {m: {"lr": g} for m, g in grids.items()}, "seeds": list(seeds)}
+    return {
+        "name": name,
+        "out": out.as_posix(),
+        "prepare": prep,
+        "config": cfg,
+        "methods": {m: {"lr": g} for m, g in grids.items()},
+        "seeds": list(seeds),
+    }
 
 
 G = [1e-3, 3e-3, 1e-2]
@@ -51,10 +71,21 @@ G3 = [3e-3, 6e-3, 1.2e-2]
 DOCS = {"source": "builtin:python-docs", "tokenizer": "byte", "test_fraction": 0.2, "val_fraction": 0.1}
 TALES = {"source": "builtin:tales", "tokenizer": "byte", "test_fraction": 0.1, "val_fraction": 0.05}
 CODE = {"source": "builtin:python-stdlib", "tokenizer": "byte", "test_fraction": 0.1, "val_fraction": 0.05}
-TS = {"files": {"train": f"{DATA}/tinystories/train_head.txt", "test": f"{DATA}/tinystories/valid_head.txt"},
-      "tokenizer": "byte", "val_fraction": 0.05, "name": "tinystories-sample"}
-WT = {"files": {"train": f"{DATA}/wikitext-2-raw/wiki.train.head.txt", "val": f"{DATA}/wikitext-2-raw/wiki.valid.head.txt",
-                "test": f"{DATA}/wikitext-2-raw/wiki.test.raw"}, "tokenizer": "byte", "name": "wikitext-2-sample"}
+TS = {
+    "files": {"train": f"{DATA}/tinystories/train_head.txt", "test": f"{DATA}/tinystories/valid_head.txt"},
+    "tokenizer": "byte",
+    "val_fraction": 0.05,
+    "name": "tinystories-sample",
+}
+WT = {
+    "files": {
+        "train": f"{DATA}/wikitext-2-raw/wiki.train.head.txt",
+        "val": f"{DATA}/wikitext-2-raw/wiki.valid.head.txt",
+        "test": f"{DATA}/wikitext-2-raw/wiki.test.raw",
+    },
+    "tokenizer": "byte",
+    "name": "wikitext-2-sample",
+}
 BOTH = {"baseline": G, "oelm-freeze": G}
 BOTH2 = {"baseline": G2, "oelm-freeze": G2}
 ONE = {"baseline": [3e-3], "oelm-freeze": [3e-3]}
@@ -78,15 +109,36 @@ REGIMES = {
     "P_code1500d64": lambda: spec("P_code1500d64", CODE, 1500, ONE, bs=16, model_overrides={"d_model": 64}),
     # The narrow model (d_model 64, head dim 16) on the stdlib source: the quickstart candidates.
     "Q_n1000": lambda: spec("Q_n1000", CODE, 1000, NARROW, bs=16, model_overrides={"d_model": 64}),
-    "Q_n1000hi": lambda: spec("Q_n1000", CODE, 1000, {"baseline": [1.2e-2, 2.4e-2], "oelm-freeze": [2.4e-2, 4.8e-2]},
-                              seeds=(0,), bs=16, model_overrides={"d_model": 64}),
-    "T_n1000": lambda: spec("T_n1000", TALES, 1000, {"baseline": [1.2e-2], "oelm-freeze": [1.2e-2, 2.4e-2]},
-                            seeds=(0,), bs=16, model_overrides={"d_model": 64}),
+    "Q_n1000hi": lambda: spec(
+        "Q_n1000",
+        CODE,
+        1000,
+        {"baseline": [1.2e-2, 2.4e-2], "oelm-freeze": [2.4e-2, 4.8e-2]},
+        seeds=(0,),
+        bs=16,
+        model_overrides={"d_model": 64},
+    ),
+    "T_n1000": lambda: spec(
+        "T_n1000",
+        TALES,
+        1000,
+        {"baseline": [1.2e-2], "oelm-freeze": [1.2e-2, 2.4e-2]},
+        seeds=(0,),
+        bs=16,
+        model_overrides={"d_model": 64},
+    ),
     "T_t800": lambda: spec("T_t800", TALES, 800, {"baseline": [6e-3], "oelm-freeze": [6e-3]}, seeds=(0,)),
     "Q_n800": lambda: spec("Q_n800", CODE, 800, NARROW, bs=16, model_overrides={"d_model": 64}),
     # Direction checks on WikiText-2 past the 1,200-step gap regime (one seed, one LR per arm).
-    "W_n2000": lambda: spec("W_n2000", WT, 2000, {"baseline": [1.2e-2], "oelm-freeze": [1.2e-2]},
-                            seeds=(0,), bs=16, model_overrides={"d_model": 64}),
+    "W_n2000": lambda: spec(
+        "W_n2000",
+        WT,
+        2000,
+        {"baseline": [1.2e-2], "oelm-freeze": [1.2e-2]},
+        seeds=(0,),
+        bs=16,
+        model_overrides={"d_model": 64},
+    ),
     "W_t2400": lambda: spec("W_t2400", WT, 2400, {"baseline": [1.5e-3], "oelm-freeze": [3e-3]}, seeds=(0,)),
 }
 
@@ -110,8 +162,10 @@ def run_one(name: str) -> None:
 
 def summary(folder: Path) -> str:
     """A markdown table of every OUT/NAME.md: each arm's chosen LR, test perplexity, gap and p."""
-    rows = ["| regime | wall | baseline (LR) | oelm-freeze (LR) | gap [paired 95% CI] | p | warnings |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| regime | wall | baseline (LR) | oelm-freeze (LR) | gap [paired 95% CI] | p | warnings |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for path in sorted(folder.glob("*.md")):
         if path.name == "README.md":
             continue
@@ -124,8 +178,10 @@ def summary(folder: Path) -> str:
             continue
         b, f = arms["baseline"], arms["oelm-freeze"]
         warn = sum("Warning" in ln and "grid" in ln for ln in lines)
-        rows.append(f"| {path.stem} | {lines[0].removeprefix('wall ')} | {b[2]} ({b[1]}) | {f[2]} ({f[1]}) | "
-                    f"{f[3]} | {f[4]} | {warn or ''} |")
+        rows.append(
+            f"| {path.stem} | {lines[0].removeprefix('wall ')} | {b[2]} ({b[1]}) | {f[2]} ({f[1]}) | "
+            f"{f[3]} | {f[4]} | {warn or ''} |"
+        )
     return "\n".join(rows)
 
 

@@ -17,16 +17,41 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_reference.py"
 def test_vs_reference_rows_and_memory(tmp_path, capsys, load_benchmark):
     bench = load_benchmark("vs_reference")
     out = tmp_path / "rows.json"
-    argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "16", "--batch", "2",
-            "--rounds", "6", "--steps", "1", "--threads", "1", "--json", str(out)]
+    argv = [
+        "--device",
+        "cpu",
+        "--preset",
+        "gpt-tiny",
+        "--vocab",
+        "97",
+        "--seq",
+        "16",
+        "--batch",
+        "2",
+        "--rounds",
+        "6",
+        "--steps",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+    ]
     threads = torch.get_num_threads()
     try:
         assert bench.main(argv) == 0
     finally:
         torch.set_num_threads(threads)
     rows = {r["name"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == {"reference", "baseline", "oelm-freeze", "oelm-qk-ffn", "baseline-AA", "baseline-nobias",
-                         "baseline-logits"}
+    assert set(rows) == {
+        "reference",
+        "baseline",
+        "oelm-freeze",
+        "oelm-qk-ffn",
+        "baseline-AA",
+        "baseline-nobias",
+        "baseline-logits",
+    }
     assert all(r["complete"] and r["steps_timed"] == 6 and r["tokens_per_s"] > 0 for r in rows.values())
     # Freezing lowers the measured peak by at least the frozen tensors' AdamW moments (their
     # gradients count only if alive at the peak), and the row says where in the step the peak is.
@@ -36,8 +61,12 @@ def test_vs_reference_rows_and_memory(tmp_path, capsys, load_benchmark):
     assert freeze["memory_saving_vs_baseline_bytes"] <= freeze["frozen_grad_and_optimizer_bytes"] + 2**20
     assert all(r["peak_phase"] in ("forward", "backward", "optimizer") and r["peak_op"] for r in rows.values())
     assert 0 < freeze["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
-    assert (rows["reference"]["flops_per_step"] == rows["baseline"]["flops_per_step"]
-            == rows["baseline-nobias"]["flops_per_step"] == rows["baseline-logits"]["flops_per_step"])
+    assert (
+        rows["reference"]["flops_per_step"]
+        == rows["baseline"]["flops_per_step"]
+        == rows["baseline-nobias"]["flops_per_step"]
+        == rows["baseline-logits"]["flops_per_step"]
+    )
     # Every ratio is a median over the 6 paired rounds, inside its distribution-free interval.
     for r in rows.values():
         lo, hi = r["speedup_vs_baseline_ci"]
@@ -111,8 +140,25 @@ def test_count_ops_rows_are_deterministic_and_add_up(tmp_path, capsys, load_benc
 def test_profile_ops_attributes_the_frozen_arms_saving_to_their_skipped_gemms(tmp_path, capsys, load_benchmark):
     bench = load_benchmark("vs_reference")
     out = tmp_path / "profile.json"
-    argv = ["--profile-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8",
-            "--rounds", "2", "--steps", "1", "--top", "4", "--json", str(out)]
+    argv = [
+        "--profile-ops",
+        "--device",
+        "cpu",
+        "--preset",
+        "gpt-tiny",
+        "--vocab",
+        "97",
+        "--seq",
+        "8",
+        "--rounds",
+        "2",
+        "--steps",
+        "1",
+        "--top",
+        "4",
+        "--json",
+        str(out),
+    ]
     assert bench.main(argv) == 0
     rows = {r["name"]: r for r in json.loads(out.read_text())}
     assert set(rows) == set(bench.ARMS)
@@ -206,8 +252,27 @@ def test_balanced_orders_balance_positions_and_predecessors(n):
 def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd, load_benchmark):
     bench = load_benchmark("vs_reference")
     out = tmp_path / "rows.json"
-    argv = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8", "--batch", "1",
-            "--rounds", "2", "--steps", "1", "--threads", "1", "--processes=2", "--json", str(out)]
+    argv = [
+        "--device",
+        "cpu",
+        "--preset",
+        "gpt-tiny",
+        "--vocab",
+        "97",
+        "--seq",
+        "8",
+        "--batch",
+        "1",
+        "--rounds",
+        "2",
+        "--steps",
+        "1",
+        "--threads",
+        "1",
+        "--processes=2",
+        "--json",
+        str(out),
+    ]
     assert bench.main(argv) == 0
     rows = json.loads(out.read_text())
     assert [r["process"] for r in rows] == [0] * 7 + [1] * 7
@@ -249,8 +314,9 @@ def test_loss_without_logits_lowers_the_step_peak_by_the_logits_buffers(load_ben
     x = torch.randint(0, vocab, (b, t))
     logits_bytes = b * t * vocab * 4
     plain = bench.step_memory_profile(lambda: model(x, x)[1], lambda: model.zero_grad(set_to_none=True))
-    fused = bench.step_memory_profile(lambda: model(x, x, return_logits=False)[1],
-                                      lambda: model.zero_grad(set_to_none=True))
+    fused = bench.step_memory_profile(
+        lambda: model(x, x, return_logits=False)[1], lambda: model.zero_grad(set_to_none=True)
+    )
     assert plain["peak_op"] == "aten::_log_softmax_backward_data"
     assert fused["peak_op"] != plain["peak_op"]
     # The plain peak holds three logits-sized float32 buffers (log-softmax output, the dense NLL
@@ -263,8 +329,27 @@ def test_loss_without_logits_lowers_the_step_peak_by_the_logits_buffers(load_ben
 def test_train_throughput_runs_train_and_bare_rows(tmp_path):
     """benchmarks/train_throughput.py end to end at a tiny shape: a train and a bare row per method."""
     script = BENCH.parent / "train_throughput.py"
-    argv = [sys.executable, str(script), "--device", "cpu", "--models", "gpt-tiny", "--vocab", "97",
-            "--batch-size", "2", "--seq-len", "16", "--steps", "6", "--warmup", "2", "--repeats", "1", "--json"]
+    argv = [
+        sys.executable,
+        str(script),
+        "--device",
+        "cpu",
+        "--models",
+        "gpt-tiny",
+        "--vocab",
+        "97",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--repeats",
+        "1",
+        "--json",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {(r["method"], r["runner"]): r for r in json.loads(done.stdout)}
@@ -299,8 +384,28 @@ def test_fused_qkv_benchmark_times_the_frozen_and_trainable_projection(tmp_path,
     out = tmp_path / "qkv.json"
     threads = torch.get_num_threads()
     try:
-        assert bench.main(["--device", "cpu", "--shapes", "32x16", "8x4", "--rounds", "6", "--steps", "1",
-                           "--warmup", "1", "--threads", "1", "--json", str(out)]) == 0
+        assert (
+            bench.main(
+                [
+                    "--device",
+                    "cpu",
+                    "--shapes",
+                    "32x16",
+                    "8x4",
+                    "--rounds",
+                    "6",
+                    "--steps",
+                    "1",
+                    "--warmup",
+                    "1",
+                    "--threads",
+                    "1",
+                    "--json",
+                    str(out),
+                ]
+            )
+            == 0
+        )
     finally:
         torch.set_num_threads(threads)
     rows = json.loads(out.read_text())
@@ -320,8 +425,22 @@ def test_freeze_cost_executes_exactly_the_theoretical_saving(tmp_path):
     """benchmarks/freeze_cost.py end to end on the study's GPT shape at batch 1: the executed FLOP
     saving equals the analytic one for both frozen methods, and the A/A row saves nothing."""
     script = BENCH.parent / "freeze_cost.py"
-    argv = [sys.executable, str(script), "--scale", "0.01", "--steps", "1", "--warmup", "1", "--control",
-            "--models", "gpt-medium-512", "--device", "cpu", "--json"]
+    argv = [
+        sys.executable,
+        str(script),
+        "--scale",
+        "0.01",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--control",
+        "--models",
+        "gpt-medium-512",
+        "--device",
+        "cpu",
+        "--json",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {r["method"]: r for r in json.loads(done.stdout)}

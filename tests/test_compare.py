@@ -50,9 +50,16 @@ def test_a_preset_file_is_all_it_takes_to_change_the_regime(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    tiny = {**load_preset("quick").model_dump(exclude={"name"}), "max_docs": 12, "steps": 4,
-            "batch_size": 2, "seq_len": 32, "eval_batches": 4, "seeds": [0, 1, 2],
-            "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}}}
+    tiny = {
+        **load_preset("quick").model_dump(exclude={"name"}),
+        "max_docs": 12,
+        "steps": 4,
+        "batch_size": 2,
+        "seq_len": 32,
+        "eval_batches": 4,
+        "seeds": [0, 1, 2],
+        "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}},
+    }
     preset = tmp_path / "tiny.yaml"
     preset.write_text(yaml.safe_dump(tiny))
     out = tmp_path / "cmp"

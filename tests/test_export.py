@@ -22,8 +22,12 @@ SHARED_GPT2 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("export")
-    cfg = tiny_config(synthetic_lm_dir(root / "data", n_train=4000), root / "run", steps=10,
-                      model_overrides={"n_layer": 2, "d_model": 64, "n_head": 4, "block_size": 32})
+    cfg = tiny_config(
+        synthetic_lm_dir(root / "data", n_train=4000),
+        root / "run",
+        steps=10,
+        model_overrides={"n_layer": 2, "d_model": 64, "n_head": 4, "block_size": 32},
+    )
     with one_thread():
         train(cfg)
     return root / "run"

@@ -108,15 +108,15 @@ def test_resume_with_changed_config_names_keys_unless_allowed(tmp_path: Path) ->
     cfg = tiny_config(data, tmp_path / "run", steps=6, warmup=1, eval_every=3, checkpoint_every=3)
     with one_thread():
         train({**cfg, "steps": 3})  # a finished 3-step run, with a checkpoint
-        changed = {**cfg, "lr": 1e-3, "model_overrides": {**cfg["model_overrides"], "n_layer": 2},
-                   "resume": True}
+        changed = {**cfg, "lr": 1e-3, "model_overrides": {**cfg["model_overrides"], "n_layer": 2}, "resume": True}
         with pytest.raises(UserError, match=r"differs in: lr, model_overrides\.n_layer, steps.*--allow-change"):
             train(changed)
         with pytest.raises(UserError, match=r"differs in: model_overrides\.n_layer"):
             train({**changed, "allow_change": "lr,steps"})
         out = train({**cfg, "lr": 1e-3, "resume": True, "allow_change": ["lr", "steps"]})
-    train_lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-                   if '"train"' in x]
+    train_lines = [
+        json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"train"' in x
+    ]
     assert out["status"] == "complete" and [r["step"] for r in train_lines] == [1, 2, 3, 4, 5, 6]
     assert max(r["lr"] for r in train_lines[3:]) <= 1e-3 + 1e-12  # the new peak LR took effect
 
@@ -172,8 +172,9 @@ def test_every_train_flag_has_help() -> None:
     assert {"--lr", "--allow-change", "--no-tensorboard", "--data-dir", "--qk-init", "--dataset"} <= flags
 
 
-def test_offline_hub_name_fails_fast_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture) -> None:
+def test_offline_hub_name_fails_fast_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     import oelm.utils.hub
 
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
@@ -182,8 +183,10 @@ def test_offline_hub_name_fails_fast_with_the_fix(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(oelm.utils.hub, "hub_reachable", lambda timeout_s=1.5: False)
     cases = [
         (["prepare", "lm", "someone/corpus", "--tokenizer", "byte", "--out", str(tmp_path / "a")], "local text file"),
-        (["prepare", "lm", "builtin:python-docs", "--tokenizer", "someone/tok", "--out", str(tmp_path / "b")],
-         "local tokenizer folder"),
+        (
+            ["prepare", "lm", "builtin:python-docs", "--tokenizer", "someone/tok", "--out", str(tmp_path / "b")],
+            "local tokenizer folder",
+        ),
         (["params", "someone/model"], "local config.json"),
     ]
     for argv, fix in cases:
@@ -212,7 +215,11 @@ def test_two_trainings_in_one_directory_one_refuses(tmp_path: Path) -> None:
 def test_sweep_lock_refuses_a_second_sweep_and_takes_over_a_stale_one(tmp_path: Path) -> None:
     from oelm.utils.lock import LOCK_NAME, dir_lock
 
-    with dir_lock(tmp_path, "sweep"), pytest.raises(UserError, match=r"another sweep \(pid \d+"), dir_lock(tmp_path, "sweep"):
+    with (
+        dir_lock(tmp_path, "sweep"),
+        pytest.raises(UserError, match=r"another sweep \(pid \d+"),
+        dir_lock(tmp_path, "sweep"),
+    ):
         pass
     assert not (tmp_path / LOCK_NAME).exists()
     import socket

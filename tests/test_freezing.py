@@ -22,11 +22,31 @@ def _hf(name: str):
 
     common = {"vocab_size": VOCAB, "num_labels": 3, "pad_token_id": 0}
     cfg = {
-        "bert": lambda: T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **common),
-        "roberta": lambda: T.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=80, **common),
+        "bert": lambda: T.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **common
+        ),
+        "roberta": lambda: T.RobertaConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=80,
+            **common,
+        ),
         "distilbert": lambda: T.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **common),
-        "gpt2": lambda: T.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=1, **common),
-        "llama": lambda: T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, bos_token_id=1, eos_token_id=1, **common),
+        "gpt2": lambda: T.GPT2Config(
+            n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=1, **common
+        ),
+        "llama": lambda: T.LlamaConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            bos_token_id=1,
+            eos_token_id=1,
+            **common,
+        ),
     }[name]()
     return T.AutoModelForSequenceClassification.from_config(cfg)
 
@@ -96,7 +116,11 @@ def test_frozen_tensors_are_bit_identical_after_adamw_with_weight_decay(family):
     assert check.ok, check.problems
     n_frozen = sum(1 for p in model.parameters() if not p.requires_grad)
     assert check.n_frozen_checked == n_frozen >= 4
-    moved = [n for n, p in model.named_parameters() if p.requires_grad and n in trainable_before and not torch.equal(p, trainable_before[n])]
+    moved = [
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and n in trainable_before and not torch.equal(p, trainable_before[n])
+    ]
     assert moved, "training should move the trainable tensors"
 
 
@@ -160,7 +184,12 @@ def test_methods_differ_only_where_they_say():
 
 @pytest.mark.parametrize(
     "method,qk_frozen,ffn_frozen",
-    [("oelm-nofreeze", False, False), ("oelm-qk-ffn", True, True), ("ffn-only", False, True), ("oelm-global", True, False)],
+    [
+        ("oelm-nofreeze", False, False),
+        ("oelm-qk-ffn", True, True),
+        ("ffn-only", False, True),
+        ("oelm-global", True, False),
+    ],
 )
 def test_variants_freeze_what_their_record_says(method, qk_frozen, ffn_frozen):
     model = make("oelm-gpt")
@@ -198,7 +227,16 @@ def test_unsupported_family_and_double_application_are_clear_errors():
 
 def test_registry_has_the_studys_methods():
     names = [m.name for m in list_methods()]
-    for required in ("baseline", "oelm-freeze", "oelm-random", "oelm-random-scaled", "oelm-global", "oelm-nofreeze", "oelm-qk-ffn", "ffn-only"):
+    for required in (
+        "baseline",
+        "oelm-freeze",
+        "oelm-random",
+        "oelm-random-scaled",
+        "oelm-global",
+        "oelm-nofreeze",
+        "oelm-qk-ffn",
+        "ffn-only",
+    ):
         assert required in names
     assert get_method("oelm-freeze").freeze_qk
 

@@ -64,7 +64,9 @@ def test_frozen_blocks_execute_no_weight_gradient_flops():
     assert counts["baseline"] - counts["oelm-freeze"] == layers * 2 * (2 * tokens * d * d)
 
 
-@pytest.mark.parametrize("trainable", [(True, False, True), (False, True, False), (True, True, True), (False, False, True)])
+@pytest.mark.parametrize(
+    "trainable", [(True, False, True), (False, True, False), (True, True, True), (False, False, True)]
+)
 def test_function_gradients_for_any_trainable_blocks_with_biases(trainable):
     """Uneven (GQA-like) blocks with biases; gradcheck in float64 for every frozen/trainable mix."""
     g = torch.Generator().manual_seed(0)

@@ -23,8 +23,16 @@ def _tiny_lm_data(folder):
     rng = np.random.default_rng(0)
     for split, n in (("train", 20_000), ("val", 4_000)):
         rng.integers(0, 256, n, dtype=np.uint16).tofile(folder / f"{split}.bin")
-    meta = {"source": "random", "tokenizer": "byte", "vocab_size": 257, "eot_id": 256, "dtype": "uint16",
-            "splits": {"train": 20_000, "val": 4_000}, "split_origin": {"val": "official"}, "holdout": None}
+    meta = {
+        "source": "random",
+        "tokenizer": "byte",
+        "vocab_size": 257,
+        "eot_id": 256,
+        "dtype": "uint16",
+        "splits": {"train": 20_000, "val": 4_000},
+        "split_origin": {"val": "official"},
+        "holdout": None,
+    }
     (folder / "meta.json").write_text(json.dumps(meta))
     return folder
 
@@ -34,9 +42,23 @@ def test_amp_training_keeps_frozen_qk_and_times_with_cuda_events(cuda, tmp_path,
     from oelm.training import train
 
     data = _tiny_lm_data(tmp_path / "data")
-    results = train({"data": str(data), "model": "gpt-tiny", "method": "oelm-freeze", "steps": 12,
-                     "warmup": 2, "batch_size": 4, "seq_len": 64, "eval_every": 6, "eval_batches": 2,
-                     "device": "cuda", "dtype": dtype, "out": str(tmp_path / "run"), "progress": False})
+    results = train(
+        {
+            "data": str(data),
+            "model": "gpt-tiny",
+            "method": "oelm-freeze",
+            "steps": 12,
+            "warmup": 2,
+            "batch_size": 4,
+            "seq_len": 64,
+            "eval_every": 6,
+            "eval_batches": 2,
+            "device": "cuda",
+            "dtype": dtype,
+            "out": str(tmp_path / "run"),
+            "progress": False,
+        }
+    )
     timing = json.loads((tmp_path / "run" / "timing_stats.json").read_text())
     assert results["freeze_check"]["ok"], results["freeze_check"]
     assert timing["timer"] == "cuda_events" and timing["memory_kind"] == "cuda_max_memory_allocated"
@@ -64,8 +86,20 @@ def test_train_step_adds_no_host_sync_to_the_bare_model_step(cuda, tmp_path):
     from oelm.training.loop import Trainer
 
     data = _tiny_lm_data(tmp_path / "data")
-    cfg = make_config({"data": str(data), "model": "gpt-tiny", "method": "oelm-freeze", "steps": 10, "warmup": 2,
-                       "batch_size": 4, "seq_len": 64, "device": "cuda", "out": str(tmp_path / "run"), "progress": False})
+    cfg = make_config(
+        {
+            "data": str(data),
+            "model": "gpt-tiny",
+            "method": "oelm-freeze",
+            "steps": 10,
+            "warmup": 2,
+            "batch_size": 4,
+            "seq_len": 64,
+            "device": "cuda",
+            "out": str(tmp_path / "run"),
+            "progress": False,
+        }
+    )
     info, device = init_distributed(cfg.device)
     tr = Trainer(cfg, info, device)
     tr.run_dir.mkdir(parents=True)
@@ -88,10 +122,24 @@ def test_reduce_overhead_compile_mode_trains(cuda, tmp_path):
     from oelm.training import train
 
     data = _tiny_lm_data(tmp_path / "data")
-    results = train({"data": str(data), "model": "gpt-tiny", "method": "oelm-freeze", "steps": 12, "warmup": 2,
-                     "batch_size": 4, "seq_len": 64, "eval_every": 6, "eval_batches": 2, "device": "cuda",
-                     "compile": True, "compile_mode": "reduce-overhead", "out": str(tmp_path / "run"),
-                     "progress": False})
+    results = train(
+        {
+            "data": str(data),
+            "model": "gpt-tiny",
+            "method": "oelm-freeze",
+            "steps": 12,
+            "warmup": 2,
+            "batch_size": 4,
+            "seq_len": 64,
+            "eval_every": 6,
+            "eval_batches": 2,
+            "device": "cuda",
+            "compile": True,
+            "compile_mode": "reduce-overhead",
+            "out": str(tmp_path / "run"),
+            "progress": False,
+        }
+    )
     timing = json.loads((tmp_path / "run" / "timing_stats.json").read_text())
     assert results["freeze_check"]["ok"], results["freeze_check"]
     assert timing["compile_mode"] == "reduce-overhead" and np.isfinite(results["best_val_loss"])
@@ -172,8 +220,10 @@ def test_fused_qkv_benchmark_on_cuda(cuda, tmp_path, load_benchmark):
     """benchmarks/fused_qkv.py --device cuda at a small shape: CUDA-event timing, sane rows."""
     bench = load_benchmark("fused_qkv")
     out = tmp_path / "qkv.json"
-    assert bench.main(["--device", "cuda", "--shapes", "1024x128", "--rounds", "6", "--steps", "2",
-                       "--json", str(out)]) == 0
+    assert (
+        bench.main(["--device", "cuda", "--shapes", "1024x128", "--rounds", "6", "--steps", "2", "--json", str(out)])
+        == 0
+    )
     (row,) = json.loads(out.read_text())
     assert row["dtype"] == "bfloat16 autocast" and all(v > 0 for v in row["median_us"].values())
 
@@ -182,8 +232,30 @@ def test_profile_ops_on_cuda_reads_kernel_time(cuda, tmp_path, load_benchmark):
     """vs_reference --profile-ops --device cuda: per-arm kernel time from the profiler's device events."""
     bench = load_benchmark("vs_reference")
     out = tmp_path / "profile.json"
-    assert bench.main(["--profile-ops", "--device", "cuda", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "16",
-                       "--batch", "2", "--rounds", "2", "--steps", "2", "--json", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--profile-ops",
+                "--device",
+                "cuda",
+                "--preset",
+                "gpt-tiny",
+                "--vocab",
+                "97",
+                "--seq",
+                "16",
+                "--batch",
+                "2",
+                "--rounds",
+                "2",
+                "--steps",
+                "2",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = {r["name"]: r for r in json.loads(out.read_text())}
     assert rows["baseline"]["time_kind"] == "self CUDA time (kernels)"
     for r in rows.values():  # kernels ran and were timed on the device, for every arm

@@ -22,6 +22,7 @@ def loss_of(model, x: torch.Tensor) -> torch.Tensor:
         return model(x, x)[1]
     return model(input_ids=x, labels=torch.arange(x.shape[0]) % 3).loss
 
+
 pytest.importorskip("accelerate", reason="Trainer and accelerate tests need accelerate (pip install -e '.[test]')")
 
 
@@ -43,9 +44,19 @@ def _trainer(model, out, callbacks, steps: int = 4):
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments(
-        output_dir=str(out), max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3,
-        weight_decay=0.1, save_steps=2, save_strategy="steps", report_to=[], logging_steps=1,
-        use_cpu=True, disable_tqdm=True, seed=0, dataloader_num_workers=0,
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        learning_rate=1e-3,
+        weight_decay=0.1,
+        save_steps=2,
+        save_strategy="steps",
+        report_to=[],
+        logging_steps=1,
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
     )
     return Trainer(model=model, args=args, train_dataset=Rows(), callbacks=callbacks)
 
@@ -113,8 +124,9 @@ def test_lora_on_v_o_ffn_trains_and_the_audit_passes(family):
     audit = audit_model(model)  # taken before PEFT wraps anything
     targets = lora_target_modules(model)
     heads = None if family == "oelm-gpt" else ["classifier", "score"]
-    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, modules_to_save=heads,
-                          fan_in_fan_out=family == "gpt2")  # GPT-2's Conv1D stores [in, out]
+    cfg = peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=targets, modules_to_save=heads, fan_in_fan_out=family == "gpt2"
+    )  # GPT-2's Conv1D stores [in, out]
     wrapped = peft.get_peft_model(model, cfg)
     lora = [p for n, p in wrapped.named_parameters() if "lora_" in n]
     assert lora and all(p.requires_grad for p in lora)
@@ -162,8 +174,18 @@ def test_hf_trainer_example_runs_and_prints_a_passing_audit(shared_data, capsys)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        result = example.main(["--max-steps", "2", "--max-train", "32", "--max-eval", "32",
-                               "--data-dir", str(shared_data / "cls" / "sst2")])
+        result = example.main(
+            [
+                "--max-steps",
+                "2",
+                "--max-train",
+                "32",
+                "--max-eval",
+                "32",
+                "--data-dir",
+                str(shared_data / "cls" / "sst2"),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out

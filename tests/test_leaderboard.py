@@ -30,8 +30,15 @@ def _sweep(root: Path, arms: dict = ARMS) -> Path:
         make_run(root, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5, theoretical_saving=0.0)
         make_run(root, "baseline", 3e-4, seed, test_perplexity=ppl + 1, best_val_loss=1.7, theoretical_saving=0.0)
         for method, (gaps, saving) in arms.items():
-            run = make_run(root, method, 3e-3, seed, test_perplexity=ppl * (1 + gaps[seed]),
-                           best_val_loss=1.6, theoretical_saving=saving)
+            run = make_run(
+                root,
+                method,
+                3e-3,
+                seed,
+                test_perplexity=ppl * (1 + gaps[seed]),
+                best_val_loss=1.6,
+                theoretical_saving=saving,
+            )
             adapter = 48 if method == "oelm-qknorm" else 0
             audit = {"start": {"totals": {"by_role": {"adapter": {"trainable": adapter, "frozen": 0}}}}}
             (run / "freeze_audit.json").write_text(json.dumps(audit))
@@ -93,8 +100,14 @@ def test_incomplete_methods_are_listed_not_ranked(tmp_path: Path) -> None:
     for seed in (0, 1, 2):  # complete at one LR, a second LR with one seed only
         make_run(tmp_path, "oelm-unfreeze", 3e-3, seed, test_perplexity=10.0, best_val_loss=1.6)
     make_run(tmp_path, "oelm-unfreeze", 1e-2, 0, test_perplexity=12.0, best_val_loss=1.9)
-    spec = {"name": "t", "base": {}, "seeds": [0, 1, 2], "grid": {}, "baseline": "baseline",
-            "methods": {"baseline": {"lr": [3e-4, 1e-3]}, "oelm-random": {"lr": [3e-3]}}}
+    spec = {
+        "name": "t",
+        "base": {},
+        "seeds": [0, 1, 2],
+        "grid": {},
+        "baseline": "baseline",
+        "methods": {"baseline": {"lr": [3e-4, 1e-3]}, "oelm-random": {"lr": [3e-3]}},
+    }
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
     md_path, _ = write_leaderboard([tmp_path], tmp_path / "lb")
     data = _read(tmp_path / "lb")
@@ -112,8 +125,17 @@ def test_incomplete_methods_are_listed_not_ranked(tmp_path: Path) -> None:
 def test_direction_follows_the_metric(tmp_path: Path) -> None:
     for method, accs in {"baseline": [0.80, 0.81, 0.82], "oelm-freeze": [0.85, 0.86, 0.84]}.items():
         for seed, a in enumerate(accs):
-            make_run(tmp_path, method, 1e-4, seed, task="classification", heldout_accuracy=a,
-                     best_accuracy=a, primary_metric="heldout_accuracy", selection_metric="best_accuracy")
+            make_run(
+                tmp_path,
+                method,
+                1e-4,
+                seed,
+                task="classification",
+                heldout_accuracy=a,
+                best_accuracy=a,
+                primary_metric="heldout_accuracy",
+                selection_metric="best_accuracy",
+            )
     write_leaderboard([tmp_path], tmp_path / "lb")
     table = _read(tmp_path / "lb")["tables"][0]
     assert table["higher_is_better"] and [e["method"] for e in table["ranked"]] == ["oelm-freeze", "baseline"]
@@ -146,8 +168,14 @@ def test_bad_input_is_one_user_error(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_a_sweep_with_no_finished_run_lists_the_plan(tmp_path: Path) -> None:
     run = make_run(tmp_path, "baseline", 1e-3, 0, test_perplexity=10.0, best_val_loss=1.5)
     (run / "results.json").unlink()  # started, not finished
-    spec = {"name": "t", "base": {}, "seeds": [0], "grid": {}, "baseline": "baseline",
-            "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}}}
+    spec = {
+        "name": "t",
+        "base": {},
+        "seeds": [0],
+        "grid": {},
+        "baseline": "baseline",
+        "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}},
+    }
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
     md_path, boards = write_leaderboard([tmp_path], tmp_path / "lb")
     assert boards == [] and _read(tmp_path / "lb")["not_started"] == ["baseline", "oelm-freeze"]

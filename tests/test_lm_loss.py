@@ -97,8 +97,7 @@ def test_per_token_losses_match_cross_entropy_and_need_no_logits(rows_per_chunk)
     assert torch.equal(got[::5], torch.zeros_like(got[::5]))  # ignored targets: 0, as torch gives
     # Where autograd needs them, per-token losses come from the plain path, with gradients.
     with_grad = linear_cross_entropy(h, w, y, reduction="none")
-    torch.testing.assert_close(torch.autograd.grad(with_grad.sum(), (h,))[0],
-                               torch.autograd.grad(ref.sum(), (h,))[0])
+    torch.testing.assert_close(torch.autograd.grad(with_grad.sum(), (h,))[0], torch.autograd.grad(ref.sum(), (h,))[0])
     with pytest.raises(ValueError, match="reduction must be"):
         linear_cross_entropy(h, w, y, reduction="sum")
 

@@ -40,8 +40,9 @@ def test_text_file_documents_are_eot_separated(tmp_path: Path) -> None:
     assert meta["split_origin"] == {"val": "holdout"}
     assert meta["holdout"]["n_docs"] == 4 and meta["holdout"]["seed"] == 3
     tok = load_tokenizer(meta["tokenizer"])
-    split_docs = {s: [tok.decode(d.tolist()) for d in docs_of(load_lm_split(tmp_path / "out", s), 256)]
-                  for s in ("train", "val")}
+    split_docs = {
+        s: [tok.decode(d.tolist()) for d in docs_of(load_lm_split(tmp_path / "out", s), 256)] for s in ("train", "val")
+    }
     _, val_idx = holdout_indices(40, 0.1, 3)
     assert split_docs["val"] == [docs[i] for i in val_idx]
     assert sorted(split_docs["train"] + split_docs["val"]) == sorted(docs)
@@ -124,8 +125,10 @@ def test_wikitext_folder_official_splits(tmp_path: Path) -> None:
     assert meta["split_origin"] == {"val": "official", "test": "official"} and meta["holdout"] is None
     assert set(meta["splits"]) == {"train", "val", "test"}
     tok = load_tokenizer("byte")
-    firsts = {s: tok.decode(docs_of(np.asarray(load_lm_split(tmp_path / "wt", s)), 256)[0].tolist())
-              for s in ("train", "val", "test")}
+    firsts = {
+        s: tok.decode(docs_of(np.asarray(load_lm_split(tmp_path / "wt", s)), 256)[0].tolist())
+        for s in ("train", "val", "test")
+    }
     assert firsts["train"].startswith(" = Valkyria Chronicles III = \n")
     assert firsts["val"].startswith(" = Homarus gammarus = \n")
     assert firsts["test"].startswith(" = Robert Boulter = \n") and "\n = Robert Boulter" not in firsts["test"][1:]
@@ -139,8 +142,9 @@ def test_tinystories_folder_recognises_head_files(tmp_path: Path) -> None:
 
 def test_jsonl_source_and_text_field(tmp_path: Path) -> None:
     src = tmp_path / "docs.jsonl"
-    src.write_text("\n".join(json.dumps({"id": i, "body": f"document {i} <|endoftext|> stays text"})
-                             for i in range(20)) + "\n")
+    src.write_text(
+        "\n".join(json.dumps({"id": i, "body": f"document {i} <|endoftext|> stays text"}) for i in range(20)) + "\n"
+    )
     with pytest.raises(UserError, match="no 'text' field.*--text-field"):
         prepare_lm(src, "byte", tmp_path / "bad", verbose=False)
     meta = prepare_lm(src, "byte", tmp_path / "out", text_field="body", verbose=False)
@@ -150,10 +154,12 @@ def test_jsonl_source_and_text_field(tmp_path: Path) -> None:
 
 def test_hub_source_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     datasets = pytest.importorskip("datasets")
-    dsd = datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"text": [f"train doc {i}" for i in range(50)]}),
-        "validation": datasets.Dataset.from_dict({"text": ["val doc"]}),
-    })
+    dsd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": [f"train doc {i}" for i in range(50)]}),
+            "validation": datasets.Dataset.from_dict({"text": ["val doc"]}),
+        }
+    )
     calls = []
     monkeypatch.setattr("oelm.data.lm.require_hub", lambda *a, **k: None)  # a fake hub, reachable
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or dsd)
@@ -167,8 +173,7 @@ def test_hub_source_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # A hub dataset with train + validation only (TinyStories) gets a seeded test hold-out from
     # train, as a local source does: `oelm compare --preset full` reports on it.
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: dsd)
-    meta = prepare_lm("someone/corpus", "byte", tmp_path / "hub3", test_fraction=0.2, max_docs=40,
-                      verbose=False)
+    meta = prepare_lm("someone/corpus", "byte", tmp_path / "hub3", test_fraction=0.2, max_docs=40, verbose=False)
     assert meta["split_origin"] == {"val": "official", "test": "holdout"}
     assert meta["test_holdout"]["n_docs"] == 8 and meta["test_holdout"]["from_docs"] == 40
     train_eots = int((load_lm_split(tmp_path / "hub3", "train") == 256).sum())
@@ -230,12 +235,32 @@ def test_read_meta_and_load_split_errors(tmp_path: Path) -> None:
 
 def test_cli_prepare_lm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "py"
-    argv = ["prepare", "lm", "builtin:python-docs", "--tokenizer", "byte", "--out", str(out), "--max-docs", "12",
-            "--val-fraction", "0.25", "--seed", "7", "--workers", "2"]
+    argv = [
+        "prepare",
+        "lm",
+        "builtin:python-docs",
+        "--tokenizer",
+        "byte",
+        "--out",
+        str(out),
+        "--max-docs",
+        "12",
+        "--val-fraction",
+        "0.25",
+        "--seed",
+        "7",
+        "--workers",
+        "2",
+    ]
     assert main(argv) == 0
     assert "tokens/s" in capsys.readouterr().out
-    assert read_meta(out)["holdout"] == {"fraction": 0.25, "seed": 7, "n_docs": 3, "from_docs": 12,
-                                         "from_split": "train"}
+    assert read_meta(out)["holdout"] == {
+        "fraction": 0.25,
+        "seed": 7,
+        "n_docs": 3,
+        "from_docs": 12,
+        "from_split": "train",
+    }
     assert main(argv) == 2
     assert "already exists" in capsys.readouterr().err
     assert main(["prepare", "lm", str(tmp_path / "nothing.txt"), "--tokenizer", "byte", "--out", str(out)]) == 2

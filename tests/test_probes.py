@@ -105,12 +105,24 @@ def test_bad_probe_options_fail_before_work() -> None:
 
 def _probe_config(out: Path, **over) -> dict:
     cfg = {
-        "task": "probe", "data": "synthetic", "model": "gpt-tiny", "out": str(out),
+        "task": "probe",
+        "data": "synthetic",
+        "model": "gpt-tiny",
+        "out": str(out),
         "model_overrides": {"d_model": 32, "n_head": 2},
         "probe": {"kind": "induction", "vocab": 16, "seq_len": 16, "eval_size": 128},
-        "steps": 6, "batch_size": 16, "lr": 3e-3, "warmup": 0, "schedule": "constant",
-        "eval_every": 3, "eval_batches": 2, "checkpoint_every": 0, "progress": False,
-        "tensorboard": False, "device": "cpu", "method": "oelm-freeze",
+        "steps": 6,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "warmup": 0,
+        "schedule": "constant",
+        "eval_every": 3,
+        "eval_batches": 2,
+        "checkpoint_every": 0,
+        "progress": False,
+        "tensorboard": False,
+        "device": "cpu",
+        "method": "oelm-freeze",
     }
     cfg.update(over)
     return cfg
@@ -160,7 +172,7 @@ def test_probe_summary_tabulates_and_plots_mqar_accuracy_by_difficulty(tmp_path:
             train(_probe_config(tmp_path / f"{method}-p{pairs}-t{length}", method=method, probe=probe, steps=3))
     plot = tmp_path / "scaling.png"
     text = probe_report([tmp_path], plot=plot)
-    table = text[text.index("### mqar: test answer accuracy by difficulty"):].splitlines()
+    table = text[text.index("### mqar: test answer accuracy by difficulty") :].splitlines()
     # Columns sorted by length, then pairs; one row per method, every cell filled (n = 1 seed).
     head = table.index("| method | 2 pairs, length 16 | 3 pairs, length 16 | 2 pairs, length 24 |")
     rows = table[head + 2 : head + 4]
@@ -181,9 +193,18 @@ def test_probe_summary_tabulates_and_plots_mqar_accuracy_by_difficulty(tmp_path:
 def test_two_layer_baseline_learns_induction_above_chance(tmp_path: Path) -> None:
     from oelm.training.loop import train
 
-    cfg = _probe_config(tmp_path / "run", method="baseline", steps=250, batch_size=32, lr=3e-3,
-                        warmup=20, schedule="cosine", eval_every=50, eval_batches=4,
-                        model_overrides={"d_model": 64, "n_head": 2})
+    cfg = _probe_config(
+        tmp_path / "run",
+        method="baseline",
+        steps=250,
+        batch_size=32,
+        lr=3e-3,
+        warmup=20,
+        schedule="cosine",
+        eval_every=50,
+        eval_batches=4,
+        model_overrides={"d_model": 64, "n_head": 2},
+    )
     res = train(cfg)
     # Chance is 1/16; guessing among the tokens already seen (no copying) gets about 0.25 here.
     assert res["test_answer_accuracy"] > 0.6 > 8 * res["chance_accuracy"], res["accuracy_curve"]

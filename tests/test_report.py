@@ -33,24 +33,48 @@ def make_run(root: Path, method: str, lr: float, seed: int, **results) -> Path:
     run = root / "runs" / method / f"lr{lr:g}" / f"seed{seed}"
     run.mkdir(parents=True)
     task = results.pop("task", "lm")
-    config = {"task": task, "data": "data/tinystories", "model": "gpt-tiny", "method": method,
-              "seed": seed, "lr": lr, "steps": 40}
+    config = {
+        "task": task,
+        "data": "data/tinystories",
+        "model": "gpt-tiny",
+        "method": method,
+        "seed": seed,
+        "lr": lr,
+        "steps": 40,
+    }
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     curve = results.pop("curve", [2.0, 1.8])
     lines = [{"kind": "train", "step": 1, "loss": 3.0, "lr": lr, "tokens": 512, "step_time": 0.1}]
-    lines += [{"kind": "eval", "step": 20 * (i + 1), "split": "val", "loss": v,
-               "perplexity": float(np.exp(v))} for i, v in enumerate(curve)]
+    lines += [
+        {"kind": "eval", "step": 20 * (i + 1), "split": "val", "loss": v, "perplexity": float(np.exp(v))}
+        for i, v in enumerate(curve)
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     base = {
-        "schema_version": 1, "status": "complete", "task": task, "method": method,
-        "model_type": method, "model": "gpt-tiny", "dataset": "tinystories", "seed": seed,
-        "lr": lr, "steps": 40, "tokens_seen": 40 * 512, "best_step": 40, "total_wall_time": 5.0,
-        "mean_step_time": STEP_TIME.get(method, 0.1), "median_step_time": 0.1,
-        "tokens_per_second": 512 / STEP_TIME.get(method, 0.1), "peak_memory_bytes": 0,
+        "schema_version": 1,
+        "status": "complete",
+        "task": task,
+        "method": method,
+        "model_type": method,
+        "model": "gpt-tiny",
+        "dataset": "tinystories",
+        "seed": seed,
+        "lr": lr,
+        "steps": 40,
+        "tokens_seen": 40 * 512,
+        "best_step": 40,
+        "total_wall_time": 5.0,
+        "mean_step_time": STEP_TIME.get(method, 0.1),
+        "median_step_time": 0.1,
+        "tokens_per_second": 512 / STEP_TIME.get(method, 0.1),
+        "peak_memory_bytes": 0,
         "trainable_params": 1000 if method == "baseline" else 900,
         "frozen_params": 0 if method == "baseline" else 100,
-        "freeze_check": {"ok": True}, "git_commit": "abc", "device": "cpu",
-        "primary_metric": "test_perplexity", "selection_metric": "best_val_loss",
+        "freeze_check": {"ok": True},
+        "git_commit": "abc",
+        "device": "cpu",
+        "primary_metric": "test_perplexity",
+        "selection_metric": "best_val_loss",
     }
     base.update(results)
     (run / "results.json").write_text(json.dumps(base))
@@ -61,9 +85,16 @@ def make_run(root: Path, method: str, lr: float, seed: int, **results) -> Path:
 def lm_sweep(tmp_path: Path) -> Path:
     for (method, lr), seeds in LM.items():
         for seed, (ppl, val) in seeds.items():
-            make_run(tmp_path, method, lr, seed, test_perplexity=ppl, best_val_loss=val,
-                     theoretical_saving=0.05 if method != "baseline" else 0.0,
-                     curve=[val + 0.3, val])
+            make_run(
+                tmp_path,
+                method,
+                lr,
+                seed,
+                test_perplexity=ppl,
+                best_val_loss=val,
+                theoretical_saving=0.05 if method != "baseline" else 0.0,
+                curve=[val + 0.3, val],
+            )
     # A diverged run at the otherwise best-looking LR of oelm-random: that LR must not be chosen.
     make_run(tmp_path, "oelm-random", 1e-2, 0, test_perplexity=4.5, best_val_loss=float("nan"))
     make_run(tmp_path, "oelm-random", 1e-2, 1, test_perplexity=4.0, best_val_loss=1.1)
@@ -123,12 +154,30 @@ def test_classification_collapse_and_accuracy_in_points(tmp_path: Path) -> None:
     acc = {"baseline": [0.80, 0.82, 0.81], "oelm-freeze": [0.85, 0.86, 0.84]}
     for method, values in acc.items():
         for seed, a in enumerate(values):
-            make_run(tmp_path, method, 1e-4, seed, task="classification", heldout_accuracy=a,
-                     best_accuracy=a + 0.01, collapsed=False, primary_metric="heldout_accuracy",
-                     selection_metric="best_accuracy")
-    make_run(tmp_path, "oelm-freeze", 1e-4, 3, task="classification", heldout_accuracy=0.5,
-             best_accuracy=0.5, collapsed=True, primary_metric="heldout_accuracy",
-             selection_metric="best_accuracy")
+            make_run(
+                tmp_path,
+                method,
+                1e-4,
+                seed,
+                task="classification",
+                heldout_accuracy=a,
+                best_accuracy=a + 0.01,
+                collapsed=False,
+                primary_metric="heldout_accuracy",
+                selection_metric="best_accuracy",
+            )
+    make_run(
+        tmp_path,
+        "oelm-freeze",
+        1e-4,
+        3,
+        task="classification",
+        heldout_accuracy=0.5,
+        best_accuracy=0.5,
+        collapsed=True,
+        primary_metric="heldout_accuracy",
+        selection_metric="best_accuracy",
+    )
     md_path, comp = write_report([tmp_path])
     arm = comp.groups[0].arms[1]
     assert arm.method == "oelm-freeze" and arm.primary.n == 3  # the collapsed seed is excluded
@@ -188,8 +237,7 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
     assert f"cannot distinguish a gap below {arm.power.mde:.2f}%" in md
     n = stats.seeds_needed(gaps.mean() / gaps.std(ddof=1))
     assert f"needs about {n} seeds (`oelm sweep my.yaml --seeds $(seq 0 {n - 1})`" in md
-    assert "no difference" not in md.replace("not evidence of no difference", "").replace(
-        "never 'no difference'", "")
+    assert "no difference" not in md.replace("not evidence of no difference", "").replace("never 'no difference'", "")
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert _arm(report, "oelm-freeze")["power"]["underpowered"] is True
 
@@ -197,10 +245,23 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
 def test_the_tasks_recorded_direction_decides_selection_and_gaps(tmp_path: Path) -> None:
     # A metric whose name says nothing about its direction: only the recorded flag can decide.
     for seed in (0, 1, 2):
-        for method, lr, sel, test in (("baseline", 1e-3, 0.50, 0.60), ("baseline", 3e-3, 0.70, 0.70),
-                                      ("oelm-freeze", 1e-3, 0.40, 0.50), ("oelm-freeze", 3e-3, 0.65, 0.66)):
-            make_run(tmp_path, method, lr, seed, primary_metric="test_bleu", selection_metric="val_bleu",
-                     higher_is_better=True, val_bleu=sel + 0.01 * seed, test_bleu=test + 0.01 * seed)
+        for method, lr, sel, test in (
+            ("baseline", 1e-3, 0.50, 0.60),
+            ("baseline", 3e-3, 0.70, 0.70),
+            ("oelm-freeze", 1e-3, 0.40, 0.50),
+            ("oelm-freeze", 3e-3, 0.65, 0.66),
+        ):
+            make_run(
+                tmp_path,
+                method,
+                lr,
+                seed,
+                primary_metric="test_bleu",
+                selection_metric="val_bleu",
+                higher_is_better=True,
+                val_bleu=sel + 0.01 * seed,
+                test_bleu=test + 0.01 * seed,
+            )
     group = compare(load_runs([tmp_path / "runs"])).groups[0]
     assert group.higher_is_better
     arms = {a.method: a for a in group.arms}
@@ -216,11 +277,20 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
         for method, shift in (("baseline", 0.0), ("oelm-freeze", 0.05 + 0.01 * seed)):
             losses = hard + shift + rng.normal(0, 0.01, size=hard.size)
             loss = float(losses.mean())
-            run = make_run(tmp_path, method, 1e-3, seed, test_loss=loss, test_perplexity=float(np.exp(loss)),
-                           best_val_loss=1.5, test_windows=hard.size,
-                           test_loss_se=float(losses.std(ddof=1) / np.sqrt(hard.size)))
+            run = make_run(
+                tmp_path,
+                method,
+                1e-3,
+                seed,
+                test_loss=loss,
+                test_perplexity=float(np.exp(loss)),
+                best_val_loss=1.5,
+                test_windows=hard.size,
+                test_loss_se=float(losses.std(ddof=1) / np.sqrt(hard.size)),
+            )
             (run / records.TEST_ITEMS_FILE).write_text(
-                json.dumps({"metric": "test_loss", "unit": "window", "values": losses.tolist()}))
+                json.dumps({"metric": "test_loss", "unit": "window", "values": losses.tolist()})
+            )
     group = compare(load_runs([tmp_path])).groups[0]
     arms = {a.method: a for a in group.arms}
     unpaired, paired = arms["baseline"].noise, arms["oelm-freeze"].paired_noise
@@ -243,10 +313,16 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
 def test_reading_says_where_the_validation_curves_cross(tmp_path: Path) -> None:
     """A method ahead early and behind at the end: the reading names the budget dependence."""
     for seed in range(3):
-        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=4.0, best_val_loss=1.40,
-                 curve=[2.4, 1.9, 1.6, 1.4])
-        make_run(tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=4.2 + 0.01 * seed, best_val_loss=1.45,
-                 curve=[2.2, 1.85, 1.65, 1.45])
+        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=4.0, best_val_loss=1.40, curve=[2.4, 1.9, 1.6, 1.4])
+        make_run(
+            tmp_path,
+            "oelm-freeze",
+            1e-3,
+            seed,
+            test_perplexity=4.2 + 0.01 * seed,
+            best_val_loss=1.45,
+            curve=[2.2, 1.85, 1.65, 1.45],
+        )
     group = compare(load_runs([tmp_path])).groups[0]
     from oelm.reports.aggregate import crossing
     from oelm.reports.reading import reading
@@ -270,10 +346,26 @@ def test_reading_says_where_the_validation_curves_cross(tmp_path: Path) -> None:
 def test_reading_flags_a_measured_saving_larger_than_the_flop_saving(tmp_path: Path) -> None:
     """A step-time saving beyond the theoretical one is not credited to the FLOPs removed."""
     for seed in range(3):
-        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=4.0, best_val_loss=1.4,
-                 mean_step_time=0.100, theoretical_saving=0.0)
-        make_run(tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=4.1 + 0.01 * seed, best_val_loss=1.45,
-                 mean_step_time=0.090, theoretical_saving=0.037)
+        make_run(
+            tmp_path,
+            "baseline",
+            1e-3,
+            seed,
+            test_perplexity=4.0,
+            best_val_loss=1.4,
+            mean_step_time=0.100,
+            theoretical_saving=0.0,
+        )
+        make_run(
+            tmp_path,
+            "oelm-freeze",
+            1e-3,
+            seed,
+            test_perplexity=4.1 + 0.01 * seed,
+            best_val_loss=1.45,
+            mean_step_time=0.090,
+            theoretical_saving=0.037,
+        )
     from oelm.reports.reading import reading
 
     text = reading(compare(load_runs([tmp_path])).groups[0])

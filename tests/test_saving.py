@@ -166,9 +166,18 @@ def test_load_model_rebuilds_a_gpt_classifier_run(tmp_path):
     oelm.apply_method(model, "oelm-global", seed=5)
     with torch.no_grad():
         model.score.bias.add_(0.5)  # trained, as far as the loader can tell
-    meta = {"num_labels": 3, "label_names": ["a", "b", "c"], "max_length": 16, "method": "oelm-global",
-            "gpt_config": dataclasses.asdict(cfg), "tokenizer": "byte", "causal": True, "task": "classification",
-            "seed": 5, "step": 10}
+    meta = {
+        "num_labels": 3,
+        "label_names": ["a", "b", "c"],
+        "max_length": 16,
+        "method": "oelm-global",
+        "gpt_config": dataclasses.asdict(cfg),
+        "tokenizer": "byte",
+        "causal": True,
+        "task": "classification",
+        "seed": 5,
+        "step": 10,
+    }
     save_best(tmp_path / "checkpoints", model, meta)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"method": "oelm-global", "seed": 5, "method_options": {}}))
     loaded = oelm.load_model(tmp_path)
@@ -196,8 +205,15 @@ def test_load_model_of_runs_with_a_schedule_or_an_adapter(method, tmp_path):
     from oelm.training.checkpoint import load_weights, read_metadata
     from oelm.training.runs import _model_from_meta
 
-    cfg = tiny_config(synthetic_lm_dir(tmp_path / "data", n_train=2000), tmp_path / "run", method=method,
-                      steps=8, eval_every=4, checkpoint_every=4, warmup=1)
+    cfg = tiny_config(
+        synthetic_lm_dir(tmp_path / "data", n_train=2000),
+        tmp_path / "run",
+        method=method,
+        steps=8,
+        eval_every=4,
+        checkpoint_every=4,
+        warmup=1,
+    )
     with one_thread():
         train(cfg)
     model = oelm.load_model(tmp_path / "run", which="latest")

@@ -27,9 +27,19 @@ ACC = {  # (method, lr): per-seed (validation best accuracy, held-out accuracy)
 def _cls_sweep(root: Path) -> None:
     for (method, lr), seeds in ACC.items():
         for seed, (val, held) in enumerate(seeds):
-            make_run(root, method, lr, seed, task="classification", best_accuracy=val,
-                     heldout_accuracy=held, collapsed=False, heldout_collapsed=False,
-                     primary_metric="heldout_accuracy", selection_metric="best_accuracy")
+            make_run(
+                root,
+                method,
+                lr,
+                seed,
+                task="classification",
+                best_accuracy=val,
+                heldout_accuracy=held,
+                collapsed=False,
+                heldout_collapsed=False,
+                primary_metric="heldout_accuracy",
+                selection_metric="best_accuracy",
+            )
 
 
 def _edit(run: Path, **changes) -> None:
@@ -55,8 +65,7 @@ def test_heldout_changes_do_not_move_the_choice_but_validation_changes_do(tmp_pa
     # Held-out collapse and held-out accuracies changed everywhere: information only.
     rng = np.random.default_rng(0)
     for run in tmp_path.glob("runs/*/lr*/seed*"):
-        _edit(run, heldout_accuracy=float(rng.uniform(0.3, 0.6)), heldout_collapsed=True,
-              majority_accuracy=0.95)
+        _edit(run, heldout_accuracy=float(rng.uniform(0.3, 0.6)), heldout_collapsed=True, majority_accuracy=0.95)
     assert _chosen(tmp_path) == before
     md = (tmp_path / "report" / "report.md").read_text()
     assert "Held-out information" in md and "heldout_collapsed: true" in md
@@ -91,9 +100,9 @@ def test_divergence_is_judged_on_validation(tmp_path: Path) -> None:
 def test_real_sweep_choice_is_unchanged_when_the_test_split_changes(tmp_path: Path) -> None:
     """Train a tiny sweep twice, on data that differ only in test.bin: same choices, other test numbers."""
     spec = {
-        "name": "sel", "out": str(tmp_path / "a"),
-        "prepare": {"source": "builtin:python-docs", "tokenizer": "byte", "max_docs": 20,
-                    "test_fraction": 0.2},
+        "name": "sel",
+        "out": str(tmp_path / "a"),
+        "prepare": {"source": "builtin:python-docs", "tokenizer": "byte", "max_docs": 20, "test_fraction": 0.2},
         "config": {**TINY, "steps": 4, "data": str(tmp_path / "data")},
         "methods": {"baseline": {"lr": [1e-3, 1e-2]}, "oelm-freeze": {"lr": [1e-3, 1e-2]}},
         "seeds": [0],
@@ -106,9 +115,18 @@ def test_real_sweep_choice_is_unchanged_when_the_test_split_changes(tmp_path: Pa
     meta = json.loads((tmp_path / "data" / "meta.json").read_text())
     dtype = np.dtype(meta["dtype"])
     np.fromfile(test_bin, dtype=dtype)[::-1].copy().tofile(test_bin)
-    second = run_sweep(spec_from_dict({**spec, "out": str(tmp_path / "b"), "prepare": None,
-                                       "config": {**spec["config"], "data": str(tmp_path / "data2")}}),
-                       progress=False, threads=1)
+    second = run_sweep(
+        spec_from_dict(
+            {
+                **spec,
+                "out": str(tmp_path / "b"),
+                "prepare": None,
+                "config": {**spec["config"], "data": str(tmp_path / "data2")},
+            }
+        ),
+        progress=False,
+        threads=1,
+    )
     arms = [{a.method: a for a in o.comparison.groups[0].arms} for o in (first, second)]
     assert {m: a.setting for m, a in arms[0].items()} == {m: a.setting for m, a in arms[1].items()}
     assert arms[0]["baseline"].primary.mean != arms[1]["baseline"].primary.mean  # test numbers moved

@@ -43,8 +43,9 @@ def test_paired_test_needs_three_seeds_and_wilcoxon_six() -> None:
     m = {s: float(s) + 0.1 * s for s in range(6)}
     b = {s: float(s) for s in range(6)}
     test = stats.paired_test(m, b)
-    assert test is not None and test.wilcoxon_p == pytest.approx(sps.wilcoxon(
-        [m[s] for s in range(6)], [b[s] for s in range(6)]).pvalue)
+    assert test is not None and test.wilcoxon_p == pytest.approx(
+        sps.wilcoxon([m[s] for s in range(6)], [b[s] for s in range(6)]).pvalue
+    )
     same = stats.paired_test({0: 2.0, 1: 3.0, 2: 4.0}, {0: 1.0, 1: 2.0, 2: 3.0})
     assert same is not None and same.p_value is None  # constant differences: t undefined
 
@@ -55,8 +56,7 @@ def test_relative_gap_sign_means_worse() -> None:
     # Accuracy 0.80 vs baseline 0.90 is (0.90 - 0.80) / 0.90 = 11.11% worse.
     assert stats.relative_gap(0.80, 0.90, higher_is_better=True) == pytest.approx(11.111111)
     assert stats.relative_gap(0.95, 0.90, higher_is_better=True) < 0
-    assert stats.paired_gaps({0: 2.2, 1: 3.3}, {0: 2.0, 1: 3.0, 2: 1.0}, False) == pytest.approx(
-        [10.0, 10.0])
+    assert stats.paired_gaps({0: 2.2, 1: 3.3}, {0: 2.0, 1: 3.0, 2: 1.0}, False) == pytest.approx([10.0, 10.0])
 
 
 def test_metric_direction() -> None:

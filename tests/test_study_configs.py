@@ -15,9 +15,27 @@ from oelm.utils.io import read_yaml
 STUDY = Path(__file__).resolve().parents[1] / "configs" / "study"
 CONFIGS = sorted(p for p in STUDY.glob("*.yaml") if p.name != "study_numbers.yaml")
 EXPECTED = {
-    "GPT-01", "GPT-02", "GPT-03", "GPT-04", "GPT-05", "GPT-06", "GPT-07", "XNLI-01", "XNLI-02",
-    "SST-2-01", "SST-2-02", "MNLI-01", "MNLI-02", "GPTCLS-IMDB-01", "GPTCLS-IMDB-02",
-    "GPTCLS-AGNEWS-01", "GPTCLS-AGNEWS-02", "GPTCLS-XNLI-01", "GPTCLS-XNLI-02", "FFN-01", "FFN-02",
+    "GPT-01",
+    "GPT-02",
+    "GPT-03",
+    "GPT-04",
+    "GPT-05",
+    "GPT-06",
+    "GPT-07",
+    "XNLI-01",
+    "XNLI-02",
+    "SST-2-01",
+    "SST-2-02",
+    "MNLI-01",
+    "MNLI-02",
+    "GPTCLS-IMDB-01",
+    "GPTCLS-IMDB-02",
+    "GPTCLS-AGNEWS-01",
+    "GPTCLS-AGNEWS-02",
+    "GPTCLS-XNLI-01",
+    "GPTCLS-XNLI-02",
+    "FFN-01",
+    "FFN-02",
 }
 
 

@@ -15,20 +15,33 @@ from oelm.training.records import load_runs
 from oelm.utils.errors import UserError
 
 TINY = {
-    "task": "lm", "model": "gpt-tiny", "steps": 6, "batch_size": 2, "seq_len": 32, "warmup": 1,
-    "eval_every": 3, "eval_batches": 2, "final_eval_batches": 2, "checkpoint_every": 3,
-    "device": "cpu", "tensorboard": False, "log_every": 1, "timing_warmup": 1,
+    "task": "lm",
+    "model": "gpt-tiny",
+    "steps": 6,
+    "batch_size": 2,
+    "seq_len": 32,
+    "warmup": 1,
+    "eval_every": 3,
+    "eval_batches": 2,
+    "final_eval_batches": 2,
+    "checkpoint_every": 3,
+    "device": "cpu",
+    "tensorboard": False,
+    "log_every": 1,
+    "timing_warmup": 1,
     "model_overrides": {"n_layer": 1, "d_model": 32, "n_head": 2},
 }
 
 
 def _spec(tmp_path: Path, seeds=(0, 1), **extra) -> dict:
     return {
-        "name": "tiny", "out": str(tmp_path / "sweep"),
+        "name": "tiny",
+        "out": str(tmp_path / "sweep"),
         "prepare": {"source": "builtin:python-docs", "tokenizer": "byte", "max_docs": 20},
         "config": {**TINY, "data": str(tmp_path / "data")},
         "methods": {"baseline": {"lr": [1e-3, 3e-3]}, "oelm-freeze": {"lr": [3e-3, 1e-2]}},
-        "seeds": list(seeds), **extra,
+        "seeds": list(seeds),
+        **extra,
     }
 
 
@@ -39,7 +52,9 @@ def test_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert len(first.trained) == 8 and not first.failed
     runs = sorted((tmp_path / "sweep" / "runs").glob("*/lr*/seed*"))
     assert [p.relative_to(tmp_path / "sweep").as_posix() for p in runs][:2] == [
-        "runs/baseline/lr0.001/seed0", "runs/baseline/lr0.001/seed1"]
+        "runs/baseline/lr0.001/seed0",
+        "runs/baseline/lr0.001/seed1",
+    ]
     # Equal budgets, same data order per seed: every arm saw the same tokens.
     results = [json.loads((p / "results.json").read_text()) for p in runs]
     assert {r["tokens_seen"] for r in results} == {6 * 2 * 32}
@@ -49,8 +64,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     records = load_runs([tmp_path / "sweep" / "runs"])
     for arm in report["groups"][0]["arms"]:
         mine = [r for r in records if r.method == arm["method"]]
-        by_lr = {lr: np.mean([r.results["best_val_loss"] for r in mine if r.lr == lr])
-                 for lr in {r.lr for r in mine}}
+        by_lr = {lr: np.mean([r.results["best_val_loss"] for r in mine if r.lr == lr]) for lr in {r.lr for r in mine}}
         best = min(by_lr, key=by_lr.get)
         assert arm["lr"] == best
         primary = [r.results[r.results["primary_metric"]] for r in mine if r.lr == best]
@@ -117,7 +131,8 @@ def test_methods_option_trains_only_the_named_arms_in_the_spec_s_form(tmp_path: 
     assert {r.method for r in chosen} == {"oelm-random", "baseline"}
     assert [(r.seed, r.method, r.lr) for r in chosen] == sorted(
         ((r.seed, r.method, r.lr) for r in full.runs() if r.method in {"oelm-random", "baseline"}),
-        key=lambda t: (t[0], t[1] != "oelm-random"))
+        key=lambda t: (t[0], t[1] != "oelm-random"),
+    )
     assert full.selected_runs() == full.runs()
     with pytest.raises(UserError, match="not an arm of .*its arms are baseline"):
         load_spec(path, out=tmp_path / "s", methods=["oelm-temp"])
@@ -129,8 +144,11 @@ def test_dry_run_piped_into_a_reader_that_stops_is_not_an_error(tmp_path: Path) 
     import sys
 
     spec = Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "gap-tinystories.yaml"
-    proc = subprocess.Popen([sys.executable, "-m", "oelm", "sweep", str(spec), "--dry-run", "--out",
-                             str(tmp_path / "s")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oelm", "sweep", str(spec), "--dry-run", "--out", str(tmp_path / "s")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     first = proc.stdout.readline()
     proc.stdout.close()  # the reader stops after one line, as `head -1` does
     err = proc.stderr.read().decode()

@@ -45,12 +45,15 @@ def test_classifier_claim_specs(name: str, tmp_path: Path) -> None:
     cfgs = [make_config(r.config) for r in spec.runs()]
     assert {c.steps for c in cfgs} == {steps} and spec.seeds == [0, 1, 2]
     assert set(spec.methods) == {"baseline", "oelm-freeze"}
-    opts = {(c.classification.max_length, c.classification.max_train, c.classification.epochs,
-             c.classification.tokenizer) for c in cfgs}
+    opts = {
+        (c.classification.max_length, c.classification.max_train, c.classification.epochs, c.classification.tokenizer)
+        for c in cfgs
+    }
     assert opts == {(length, cap, None, "gpt2:../shared/data/tokenizers/gpt2")}
     if name.endswith("gpt-medium"):  # the GPU presets of the H100 measurements
         assert {(c.model, c.dtype, c.device, c.batch_size) for c in cfgs} == {
-            ("gpt-medium-512", "bfloat16", "cuda", 32)}
+            ("gpt-medium-512", "bfloat16", "cuda", 32)
+        }
         assert all(a["lr"] == [1e-4, 3e-4, 1e-3] for a in spec.methods.values())
     else:
         assert {(c.model, c.device) for c in cfgs} == {("gpt-tiny", "cpu")}

@@ -23,12 +23,21 @@ from train_utils import one_thread, synthetic_lm_dir, tiny_config
 @pytest.mark.parametrize("method", ["oelm-freeze", "oelm-unfreeze"])
 def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) -> None:
     data = synthetic_lm_dir(tmp_path / "data")
-    cfg = tiny_config(data, tmp_path / "ddp", steps=12, batch_size=4, eval_every=6, checkpoint_every=0,
-                      method=method)
+    cfg = tiny_config(data, tmp_path / "ddp", steps=12, batch_size=4, eval_every=6, checkpoint_every=0, method=method)
     config_file = tmp_path / "ddp.yaml"
     config_file.write_text(yaml.safe_dump(cfg))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "oelm", "train", str(config_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "oelm",
+        "train",
+        str(config_file),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -17,11 +17,36 @@ from oelm.training.loop import lr_factor, train
 from train_utils import one_thread, synthetic_lm_dir, tiny_config, tinystories_dir
 
 RESULT_KEYS = {
-    "schema_version", "status", "task", "method", "model_type", "model", "dataset", "seed", "lr",
-    "steps", "tokens_seen", "best_val_loss", "best_step", "total_wall_time", "mean_step_time",
-    "median_step_time", "tokens_per_second", "peak_memory_bytes", "trainable_params",
-    "frozen_params", "freeze_check", "git_commit", "device", "primary_metric", "selection_metric",
-    "val_loss", "val_perplexity", "test_loss", "test_perplexity", "final_perplexity",
+    "schema_version",
+    "status",
+    "task",
+    "method",
+    "model_type",
+    "model",
+    "dataset",
+    "seed",
+    "lr",
+    "steps",
+    "tokens_seen",
+    "best_val_loss",
+    "best_step",
+    "total_wall_time",
+    "mean_step_time",
+    "median_step_time",
+    "tokens_per_second",
+    "peak_memory_bytes",
+    "trainable_params",
+    "frozen_params",
+    "freeze_check",
+    "git_commit",
+    "device",
+    "primary_metric",
+    "selection_metric",
+    "val_loss",
+    "val_perplexity",
+    "test_loss",
+    "test_perplexity",
+    "final_perplexity",
 }
 
 
@@ -31,9 +56,20 @@ def ts_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("ts")
     data = tinystories_dir(root / "data", max_docs=300)
     cfg = tiny_config(
-        data, root / "run", model_overrides={"block_size": 64}, seq_len=64, batch_size=8, steps=36,
-        eval_every=12, eval_batches=4, final_eval_batches=8, checkpoint_every=12, keep_last=2,
-        weight_decay=0.1, log_every=4, tensorboard=True,
+        data,
+        root / "run",
+        model_overrides={"block_size": 64},
+        seq_len=64,
+        batch_size=8,
+        steps=36,
+        eval_every=12,
+        eval_batches=4,
+        final_eval_batches=8,
+        checkpoint_every=12,
+        keep_last=2,
+        weight_decay=0.1,
+        log_every=4,
+        tensorboard=True,
     )
     with one_thread():
         return root / "run", train(cfg)
@@ -120,8 +156,9 @@ def test_every_method_sees_the_same_batches(tmp_path: Path) -> None:
     data = synthetic_lm_dir(tmp_path / "d")
 
     def batches(method: str, seed: int) -> list[torch.Tensor]:
-        task = LMTask(make_config(tiny_config(data, tmp_path / "r", method=method, seed=seed)),
-                      DistInfo(), torch.device("cpu"))
+        task = LMTask(
+            make_config(tiny_config(data, tmp_path / "r", method=method, seed=seed)), DistInfo(), torch.device("cpu")
+        )
         task.validate()
         return [task.next_batch()["idx"] for _ in range(3)]
 
@@ -143,8 +180,9 @@ def test_lr_schedule_warmup_then_cosine_to_min() -> None:
 def test_compiled_training_runs_and_matches_eager(tmp_path: Path) -> None:
     """`compile: true` trains (fused QKV with frozen blocks, the logits-free loss) to the eager run's losses."""
     data = synthetic_lm_dir(tmp_path / "data")
-    cfg = tiny_config(data, tmp_path / "eager", steps=8, batch_size=4, eval_every=4, checkpoint_every=0,
-                      method="oelm-freeze")
+    cfg = tiny_config(
+        data, tmp_path / "eager", steps=8, batch_size=4, eval_every=4, checkpoint_every=0, method="oelm-freeze"
+    )
     with one_thread():
         eager = train(cfg)
         compiled = train({**cfg, "out": str(tmp_path / "compiled"), "compile": True})

@@ -26,8 +26,16 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
     data = synthetic_lm_dir(tmp_path / "data")
     # Dropout draws from the global torch RNG, so RNG restore is exercised too.
     overrides = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "dropout": 0.1}
-    cfg = tiny_config(data, tmp_path / "ref", steps=30, model_overrides=overrides, checkpoint_every=10,
-                      eval_every=5, keep_last=3, grad_accum=2)
+    cfg = tiny_config(
+        data,
+        tmp_path / "ref",
+        steps=30,
+        model_overrides=overrides,
+        checkpoint_every=10,
+        eval_every=5,
+        keep_last=3,
+        grad_accum=2,
+    )
     # One thread here and in the subprocesses: same kernels and reduction order, and no
     # oversubscription when the test suite runs next to other work on a small machine.
     with one_thread():

@@ -15,8 +15,19 @@ REPO = Path(__file__).resolve().parents[1]
 def test_study_config_smoke_scale_runs_end_to_end(shared_data, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO)  # study configs name data relative to the repo root
     data, out = tmp_path / "data", tmp_path / "run"
-    argv = ["train", "configs/study/gpt-02.yaml", "--scale", "smoke", f"data={data}", f"out={out}",
-            "steps=12", "warmup=2", "eval_every=6", "eval_batches=2", "final_eval_batches=4"]
+    argv = [
+        "train",
+        "configs/study/gpt-02.yaml",
+        "--scale",
+        "smoke",
+        f"data={data}",
+        f"out={out}",
+        "steps=12",
+        "warmup=2",
+        "eval_every=6",
+        "eval_batches=2",
+        "final_eval_batches=4",
+    ]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert (data / "meta.json").is_file()
@@ -38,8 +49,18 @@ def test_scale_errors_are_clear(tmp_path, monkeypatch, capsys):
 def test_classification_study_configs_run_at_smoke_scale(config, shared_data, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     out = tmp_path / "run"
-    argv = ["train", f"configs/study/{config}", "--scale", "smoke", f"out={out}", "steps=6", "warmup=1",
-            "eval_every=3", "classification.max_train=48", "classification.max_eval=24"]
+    argv = [
+        "train",
+        f"configs/study/{config}",
+        "--scale",
+        "smoke",
+        f"out={out}",
+        "steps=6",
+        "warmup=1",
+        "eval_every=3",
+        "classification.max_train=48",
+        "classification.max_eval=24",
+    ]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["task"] == "classification" and results["steps"] == 6

@@ -207,8 +207,14 @@ def _hf_lm(family: str):
     if family == "gpt2":
         cfg = tf.GPT2Config(n_embd=D, n_layer=L, n_head=H, n_positions=T, **common)
     else:
-        cfg = tf.LlamaConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
-                            intermediate_size=64, **common)
+        cfg = tf.LlamaConfig(
+            hidden_size=D,
+            num_hidden_layers=L,
+            num_attention_heads=H,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            **common,
+        )
     return tf.AutoModelForCausalLM.from_config(cfg)
 
 
@@ -223,8 +229,12 @@ def test_adapters_work_on_hugging_face_families(family, method):
     assert ref_keys <= keys and all(".oelm_adapter." in k for k in keys - ref_keys)  # originals stable
     added = {n: p for n, p in model.named_parameters() if ".oelm_adapter." in n}
     n_kv = 2 if family == "llama" else H
-    per_layer = {"oelm-temp": H, "oelm-gain": D, "oelm-qknorm": 2 * (D // H),
-                 "oelm-lowrank": 8 * (D + D) + 8 * (D + n_kv * (D // H))}[method]
+    per_layer = {
+        "oelm-temp": H,
+        "oelm-gain": D,
+        "oelm-qknorm": 2 * (D // H),
+        "oelm-lowrank": 8 * (D + D) + 8 * (D + n_kv * (D // H)),
+    }[method]
     assert sum(p.numel() for p in added.values()) == L * per_layer
     audit = audit_model(model)
     assert audit.totals["by_role"]["adapter"]["trainable"] == L * per_layer

@@ -20,8 +20,21 @@ from oelm.utils.errors import UserError
 from test_train_resume import metrics_without_timing
 from train_utils import one_thread, sigkill_then_resume, synthetic_lm_dir, tiny_config
 
-NEW = ["oelm-freeze-q", "oelm-freeze-k", "oelm-temp", "oelm-gain", "oelm-qknorm", "oelm-lowrank", "oelm-qbias",
-       "oelm-late-freeze", "oelm-early-freeze", "oelm-unfreeze", "oelm-lower-half", "oelm-upper-half", "oelm-alternate"]
+NEW = [
+    "oelm-freeze-q",
+    "oelm-freeze-k",
+    "oelm-temp",
+    "oelm-gain",
+    "oelm-qknorm",
+    "oelm-lowrank",
+    "oelm-qbias",
+    "oelm-late-freeze",
+    "oelm-early-freeze",
+    "oelm-unfreeze",
+    "oelm-lower-half",
+    "oelm-upper-half",
+    "oelm-alternate",
+]
 LAYERS2 = {"n_layer": 2, "d_model": 32, "n_head": 4, "block_size": 32}
 
 
@@ -30,8 +43,16 @@ def test_every_method_is_registered_and_runs_through_train(tmp_path: Path) -> No
     data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
     with one_thread():
         for method in NEW:
-            cfg = tiny_config(data, tmp_path / method, method=method, steps=4, eval_every=0,
-                              checkpoint_every=0, model_overrides=LAYERS2, timing_warmup=0)
+            cfg = tiny_config(
+                data,
+                tmp_path / method,
+                method=method,
+                steps=4,
+                eval_every=0,
+                checkpoint_every=0,
+                model_overrides=LAYERS2,
+                timing_warmup=0,
+            )
             results = train(cfg)
             assert results["freeze_check"]["ok"], (method, results["freeze_check"])
             audit = json.loads((tmp_path / method / "freeze_audit.json").read_text())
@@ -54,8 +75,10 @@ def test_a_bogus_method_option_fails_up_front_with_exit_2_and_no_run_dir(tmp_pat
     err = capsys.readouterr().err
     assert rc == 2 and "'bogus'" in err and "valid options: qk_init, layers, rank" in err
     assert not out.exists()
-    spec = {"config": tiny_config(data, tmp_path / "x"), "methods": {"oelm-temp": {"lr": [1e-3],
-                                                                                   "method_options": {"rnak": 2}}}}
+    spec = {
+        "config": tiny_config(data, tmp_path / "x"),
+        "methods": {"oelm-temp": {"lr": [1e-3], "method_options": {"rnak": 2}}},
+    }
     from oelm.experiments.sweep import spec_from_dict
 
     with pytest.raises(UserError, match="unknown method option 'rnak'"):
@@ -70,8 +93,17 @@ def test_sample_reloads_a_run_with_adapters_and_layer_lr(tmp_path: Path) -> None
     data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
     # The synthetic data claims the byte tokenizer: size the model for its ids.
     overrides = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "vocab_size": 260}
-    cfg = tiny_config(data, tmp_path / "run", method="oelm-lowrank", method_options={"rank": 2},
-                      layer_lr_decay=0.7, steps=6, eval_every=3, checkpoint_every=3, model_overrides=overrides)
+    cfg = tiny_config(
+        data,
+        tmp_path / "run",
+        method="oelm-lowrank",
+        method_options={"rank": 2},
+        layer_lr_decay=0.7,
+        steps=6,
+        eval_every=3,
+        checkpoint_every=3,
+        model_overrides=overrides,
+    )
     with one_thread():
         results = train(cfg)
     assert results["freeze_check"]["ok"]
@@ -96,12 +128,21 @@ def _truncate_to(src: Path, dst: Path, step: int) -> None:
     (dst / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 
-@pytest.mark.parametrize("method,options", [("oelm-late-freeze", {"on_freeze": "reorthogonalize"}),
-                                            ("oelm-unfreeze", {})])
+@pytest.mark.parametrize(
+    "method,options", [("oelm-late-freeze", {"on_freeze": "reorthogonalize"}), ("oelm-unfreeze", {})]
+)
 def test_schedule_state_survives_resume_exactly(tmp_path: Path, method: str, options: dict) -> None:
     data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
-    cfg = tiny_config(data, tmp_path / "ref", method=method, method_options=options, steps=20,
-                      checkpoint_every=5, keep_last=5, eval_every=5)
+    cfg = tiny_config(
+        data,
+        tmp_path / "ref",
+        method=method,
+        method_options=options,
+        steps=20,
+        checkpoint_every=5,
+        keep_last=5,
+        eval_every=5,
+    )
     with one_thread():
         ref = train(cfg)
         # Step 10 is the switch (f = 0.5): its checkpoint is taken before it; 15 is after it.
@@ -131,8 +172,15 @@ def test_late_freeze_with_best_checkpoint_before_the_freeze_passes_its_check(tmp
     scores = iter(range(100))  # the first validation eval (step 5) is the best one
     monkeypatch.setattr(Task, "selection_score", lambda self, metrics: next(scores))
     data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
-    cfg = tiny_config(data, tmp_path / "run", method="oelm-late-freeze", steps=20, eval_every=5,
-                      checkpoint_every=0, model_overrides=LAYERS2)
+    cfg = tiny_config(
+        data,
+        tmp_path / "run",
+        method="oelm-late-freeze",
+        steps=20,
+        eval_every=5,
+        checkpoint_every=0,
+        model_overrides=LAYERS2,
+    )
     with one_thread():
         results = train(cfg)
     check = results["freeze_check"]
@@ -149,16 +197,28 @@ def test_late_freeze_with_best_checkpoint_before_the_freeze_passes_its_check(tmp
 
     group = compare(load_runs([tmp_path / "run"])).groups[0]
     assert group.arms[0].primary.n == 1
-    assert any("oelm-late-freeze: 1 of 1 runs were scored at a best checkpoint saved before their late "
-               "freeze (seed 0: step 5)" in w for w in group.warnings), group.warnings
+    assert any(
+        "oelm-late-freeze: 1 of 1 runs were scored at a best checkpoint saved before their late "
+        "freeze (seed 0: step 5)" in w
+        for w in group.warnings
+    ), group.warnings
 
 
 @pytest.mark.slow  # a subprocess killed mid-run plus a reference run
 def test_sigkill_during_late_freeze_then_resume_matches(tmp_path: Path) -> None:
     data = synthetic_lm_dir(tmp_path / "data")
     overrides = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "dropout": 0.1}
-    cfg = tiny_config(data, tmp_path / "ref", method="oelm-late-freeze", method_options={"f": 0.4},
-                      steps=30, model_overrides=overrides, checkpoint_every=10, eval_every=5, keep_last=3)
+    cfg = tiny_config(
+        data,
+        tmp_path / "ref",
+        method="oelm-late-freeze",
+        method_options={"f": 0.4},
+        steps=30,
+        model_overrides=overrides,
+        checkpoint_every=10,
+        eval_every=5,
+        keep_last=3,
+    )
     with one_thread():
         reference = train(cfg)
     run = tmp_path / "killed"

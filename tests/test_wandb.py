@@ -46,8 +46,16 @@ def test_wandb_is_off_by_default_and_needs_the_package(tmp_path, monkeypatch):
 def test_wandb_logs_train_and_eval_scalars_next_to_tensorboard(tmp_path, fake_wandb, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     data = synthetic_lm_dir(tmp_path / "data", n_train=4000)
-    cfg = tiny_config(data, tmp_path / "run", steps=6, eval_every=3, checkpoint_every=0, wandb=True,
-                      wandb_project="oelm-test", tensorboard=True)
+    cfg = tiny_config(
+        data,
+        tmp_path / "run",
+        steps=6,
+        eval_every=3,
+        checkpoint_every=0,
+        wandb=True,
+        wandb_project="oelm-test",
+        tensorboard=True,
+    )
     with one_thread():
         train(cfg)
     (run,) = fake_wandb

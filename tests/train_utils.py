@@ -23,8 +23,7 @@ SHARED_DATA = REPO / ".." / "shared" / "data"
 TINYSTORIES = SHARED_DATA / "lm" / "tinystories"
 
 
-def synthetic_lm_dir(path: Path, vocab: int = 64, n_train: int = 20_000, seed: int = 0,
-                     test: bool = True) -> Path:
+def synthetic_lm_dir(path: Path, vocab: int = 64, n_train: int = 20_000, seed: int = 0, test: bool = True) -> Path:
     """An LM data directory per the contract: a learnable periodic token stream + noise."""
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True, exist_ok=True)
@@ -37,8 +36,16 @@ def synthetic_lm_dir(path: Path, vocab: int = 64, n_train: int = 20_000, seed: i
         noise = rng.random(n) < 0.1
         tokens[noise] = rng.integers(0, vocab - 1, size=int(noise.sum()))
         tokens.astype(np.uint16).tofile(path / f"{split}.bin")
-    meta = {"source": "synthetic", "tokenizer": "byte", "vocab_size": vocab, "eot_id": vocab - 1,
-            "dtype": "uint16", "splits": sizes, "split_origin": {"val": "holdout"}, "holdout": None}
+    meta = {
+        "source": "synthetic",
+        "tokenizer": "byte",
+        "vocab_size": vocab,
+        "eot_id": vocab - 1,
+        "dtype": "uint16",
+        "splits": sizes,
+        "split_origin": {"val": "holdout"},
+        "holdout": None,
+    }
     (path / "meta.json").write_text(json.dumps(meta))
     return path
 
@@ -56,11 +63,25 @@ def tinystories_dir(path: Path, max_docs: int = 400) -> Path:
 def tiny_config(data: Path, out: Path, **overrides: Any) -> dict[str, Any]:
     """A gpt-tiny config that trains in a couple of seconds on CPU."""
     cfg = {
-        "data": str(data), "out": str(out), "model": "gpt-tiny", "method": "oelm-freeze",
+        "data": str(data),
+        "out": str(out),
+        "model": "gpt-tiny",
+        "method": "oelm-freeze",
         "model_overrides": {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32},
-        "steps": 20, "batch_size": 4, "seq_len": 32, "lr": 3e-3, "warmup": 2,
-        "eval_every": 10, "eval_batches": 2, "final_eval_batches": 2, "checkpoint_every": 10,
-        "log_every": 1, "progress": False, "tensorboard": False, "device": "cpu", "seed": 0,
+        "steps": 20,
+        "batch_size": 4,
+        "seq_len": 32,
+        "lr": 3e-3,
+        "warmup": 2,
+        "eval_every": 10,
+        "eval_batches": 2,
+        "final_eval_batches": 2,
+        "checkpoint_every": 10,
+        "log_every": 1,
+        "progress": False,
+        "tensorboard": False,
+        "device": "cpu",
+        "seed": 0,
     }
     cfg.update(overrides)
     return cfg
@@ -98,8 +119,9 @@ def wait_for(cond, proc: subprocess.Popen, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def sigkill_then_resume(cfg: dict[str, Any], run: Path, config_file: Path, checkpoint_step: int,
-                        past_step: int) -> None:
+def sigkill_then_resume(
+    cfg: dict[str, Any], run: Path, config_file: Path, checkpoint_step: int, past_step: int
+) -> None:
     """`oelm train` in a subprocess, SIGKILLed once checkpoint_step is saved and past_step logged,
     then resumed with --resume to the end (one thread each, as the reference run)."""
     config_file.write_text(yaml.safe_dump({**cfg, "out": str(run)}))

@@ -8,7 +8,18 @@ import sys
 
 # Each name is a module `oelm.cli.<name>` exposing `register(subparsers)`, which adds
 # its parser and sets `func` (a callable taking the parsed args and returning an exit code).
-COMMANDS: list[str] = ["methods", "params", "report", "prepare", "train", "sample", "sweep", "compare", "export", "leaderboard"]
+COMMANDS: list[str] = [
+    "methods",
+    "params",
+    "report",
+    "prepare",
+    "train",
+    "sample",
+    "sweep",
+    "compare",
+    "export",
+    "leaderboard",
+]
 
 
 class Parser(argparse.ArgumentParser):

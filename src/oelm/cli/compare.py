@@ -21,20 +21,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "GPU, bf16), or a YAML file of the same shape. Options below replace the preset's values. "
         "Re-running continues where it stopped; more --seeds extend it.",
     )
-    p.add_argument("--preset", default=DEFAULT_PRESET,
-                   help=f"{' | '.join(preset_names())} | PATH.yaml (default {DEFAULT_PRESET})")
+    p.add_argument(
+        "--preset", default=DEFAULT_PRESET, help=f"{' | '.join(preset_names())} | PATH.yaml (default {DEFAULT_PRESET})"
+    )
     p.add_argument("--data", default=None, help="LM source (file, folder, builtin:..., hub name)")
     p.add_argument("--tokenizer", default=None, help="tokenizer spec (byte, gpt2, ...)")
     p.add_argument("--model", default=None, help="GPT preset")
-    p.add_argument("--methods", nargs="+", default=None, help="methods to compare (a subset of the preset's, or any with --lrs)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (3+ give paired p-values; more extend a finished comparison)")
+    p.add_argument(
+        "--methods", nargs="+", default=None, help="methods to compare (a subset of the preset's, or any with --lrs)"
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="seeds (3+ give paired p-values; more extend a finished comparison)",
+    )
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (equal for all)")
-    p.add_argument("--lrs", type=float, nargs="+", default=None, help="one LR grid for every method (replaces the per-method grids)")
+    p.add_argument(
+        "--lrs",
+        type=float,
+        nargs="+",
+        default=None,
+        help="one LR grid for every method (replaces the per-method grids)",
+    )
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--device", default=None)
-    p.add_argument("--parallel", type=int, default=None, metavar="N",
-                   help="runs at once (default on CPU: min(4, cores), one thread each)")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="runs at once (default on CPU: min(4, cores), one thread each)",
+    )
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run (default 1 on CPU)")
     p.add_argument("--out", default=None, help="output directory (default runs/compare/<preset>)")
     p.set_defaults(func=run)
@@ -47,17 +67,27 @@ def run(args: argparse.Namespace) -> int:
     from oelm.reports.report import print_summary
 
     preset = apply_overrides(
-        load_preset(args.preset), methods=args.methods, lrs=args.lrs, data=args.data,
-        tokenizer=args.tokenizer, model=args.model, seeds=args.seeds, steps=args.steps,
-        batch_size=args.batch_size, seq_len=args.seq_len, device=args.device,
+        load_preset(args.preset),
+        methods=args.methods,
+        lrs=args.lrs,
+        data=args.data,
+        tokenizer=args.tokenizer,
+        model=args.model,
+        seeds=args.seeds,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        device=args.device,
     )
     out = Path(args.out) if args.out else None
     extend = extend_command(args.preset, out)
     outcome = run_compare(preset, out=out, parallel=args.parallel, threads=args.threads, extend=extend)
     if outcome.comparison is not None:
         print_summary(outcome.comparison, extend)
-    print(f"report: {outcome.report}  ({len(outcome.trained)} trained, {len(outcome.skipped)} reused, "
-          f"{len(outcome.failed)} failed, {outcome.wall_time:.0f} s)")
+    print(
+        f"report: {outcome.report}  ({len(outcome.trained)} trained, {len(outcome.skipped)} reused, "
+        f"{len(outcome.failed)} failed, {outcome.wall_time:.0f} s)"
+    )
     if outcome.comparison is not None:
         for group in outcome.comparison.groups:  # the output ends with the reading
             print()

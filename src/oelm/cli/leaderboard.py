@@ -18,11 +18,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="SWEEP_DIR", help="sweep (or run) directories")
     p.add_argument("--out", required=True, help="output directory (e.g. docs/results)")
-    p.add_argument("--baseline", default=None,
-                   help="method the others are compared to (default: the sweep's, else baseline)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None,
-                   help="only runs of these seeds (e.g. the seeds every method has, when the main "
-                   "comparison has more)")
+    p.add_argument(
+        "--baseline", default=None, help="method the others are compared to (default: the sweep's, else baseline)"
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="only runs of these seeds (e.g. the seeds every method has, when the main comparison has more)",
+    )
     p.set_defaults(func=run)
 
 

@@ -23,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
     for m in methods:
         own = ", ".join(f"{o.name}={o.default}" for o in m.options)
         print(f"{m.name:<{width}}  {m.summary}" + (f"  [{own}]" if own else ""))
-    print("\nEvery method takes method_options.layers (all | lower-half | upper-half | every-other | [i, ...]) "
-          "and method_options.qk_init (pretrained models: reinit | orthogonalize | keep).")
+    print(
+        "\nEvery method takes method_options.layers (all | lower-half | upper-half | every-other | [i, ...]) "
+        "and method_options.qk_init (pretrained models: reinit | orthogonalize | keep)."
+    )
     return 0

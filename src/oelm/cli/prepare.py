@@ -44,18 +44,33 @@ def register_lm(kinds: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("source", metavar="SOURCE")
-    p.add_argument("--tokenizer", required=True, metavar="TOK",
-                   help="byte | gpt2 | gpt2:DIR | DIR | FILE.tiktoken | HF tokenizer folder or hub name")
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="TOK",
+        help="byte | gpt2 | gpt2:DIR | DIR | FILE.tiktoken | HF tokenizer folder or hub name",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--config", default=None, help="Hugging Face dataset config (or SOURCE as NAME:CONFIG)")
-    p.add_argument("--val-fraction", type=float, default=0.05, metavar="F",
-                   help="documents held out for validation when the source has no official split (default 0.05)")
-    p.add_argument("--test-fraction", type=float, default=0.0, metavar="F",
-                   help="also hold out this fraction as a test split when the source has none (default 0)")
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.05,
+        metavar="F",
+        help="documents held out for validation when the source has no official split (default 0.05)",
+    )
+    p.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="also hold out this fraction as a test split when the source has none (default 0)",
+    )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the hold-out (default 0)")
     p.add_argument("--max-docs", type=int, default=None, metavar="N", help="keep the first N documents of each split")
-    p.add_argument("--workers", type=int, default=None, metavar="W",
-                   help="tokenizer threads/processes (default: all cores)")
+    p.add_argument(
+        "--workers", type=int, default=None, metavar="W", help="tokenizer threads/processes (default: all cores)"
+    )
     p.add_argument("--text-field", default="text", metavar="FIELD", help="text column of JSON lines / hub datasets")
     p.add_argument("--overwrite", action="store_true", help="replace the LM files in an existing --out folder")
     p.set_defaults(func=run_lm)
@@ -66,8 +81,16 @@ def run_lm(args: argparse.Namespace) -> int:
     from oelm.data.lm import prepare_lm
 
     prepare_lm(
-        args.source, args.tokenizer, args.out,
-        config=args.config, val_fraction=args.val_fraction, test_fraction=args.test_fraction, seed=args.seed, max_docs=args.max_docs,
-        workers=args.workers, text_field=args.text_field, overwrite=args.overwrite,
+        args.source,
+        args.tokenizer,
+        args.out,
+        config=args.config,
+        val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
+        seed=args.seed,
+        max_docs=args.max_docs,
+        workers=args.workers,
+        text_field=args.text_field,
+        overwrite=args.overwrite,
     )
     return 0

@@ -23,6 +23,16 @@ def run(args: argparse.Namespace) -> int:
     """Print the prompt followed by the sampled continuation."""
     from oelm.training.sample import sample
 
-    print(sample(args.run_dir, args.prompt, args.tokens, args.temperature, args.top_k, args.seed,
-                 args.checkpoint, args.device))
+    print(
+        sample(
+            args.run_dir,
+            args.prompt,
+            args.tokens,
+            args.temperature,
+            args.top_k,
+            args.seed,
+            args.checkpoint,
+            args.device,
+        )
+    )
     return 0

@@ -16,12 +16,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("spec", help="sweep spec YAML (see configs/sweeps/)")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once (subprocesses)")
-    p.add_argument("--threads", type=int, default=None, metavar="T",
-                   help="torch threads per run (default: all cores, or cores // N with --parallel)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="T",
+        help="torch threads per run (default: all cores, or cores // N with --parallel)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="replace the spec's seeds (extend a sweep)")
-    p.add_argument("--methods", nargs="+", default=None, metavar="M",
-                   help="train only these arms of the spec (e.g. the main comparison first); the "
-                   "report still covers every finished run in the sweep directory")
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        metavar="M",
+        help="train only these arms of the spec (e.g. the main comparison first); the "
+        "report still covers every finished run in the sweep directory",
+    )
     p.add_argument("--out", default=None, help="sweep directory (default: the spec's out)")
     p.add_argument("--no-report", action="store_true", help="train only; run `oelm report` later")
     p.add_argument("--dry-run", action="store_true", help="validate the spec and list the runs, train nothing")
@@ -43,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     if outcome.comparison is not None:
         print_summary(outcome.comparison, spec.extend)
         print(f"report: {outcome.report}")
-    print(f"{len(outcome.trained)} trained, {len(outcome.skipped)} already finished, "
-          f"{len(outcome.failed)} failed in {outcome.wall_time:.0f} s")
+    print(
+        f"{len(outcome.trained)} trained, {len(outcome.skipped)} already finished, "
+        f"{len(outcome.failed)} failed in {outcome.wall_time:.0f} s"
+    )
     return 1 if outcome.failed else 0

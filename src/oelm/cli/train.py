@@ -90,16 +90,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "then key=value overrides (dots reach nested fields, e.g. model_overrides.n_layer=2). "
         "Multi-process: torchrun --nproc_per_node N -m oelm train ...",
     )
-    p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key=value",
-                   help="an optional YAML config, then key=value overrides")
+    p.add_argument(
+        "items", nargs="*", metavar="CONFIG.yaml | key=value", help="an optional YAML config, then key=value overrides"
+    )
     for flag, field, kind, choices, text, default in config_flags():
         if kind is bool:
             p.add_argument(flag, dest=field, action="store_true", default=None, help=text)
             continue
         shown = "" if default is None or default == [] or "default" in text else f" (default {default})"
         shown = " (required here or in CONFIG.yaml)" if default == "(required)" else shown
-        p.add_argument(flag, dest=field, type=kind, default=None, choices=choices,
-                       metavar=None if choices else field.split(".")[-1].upper(), help=text + shown)
+        p.add_argument(
+            flag,
+            dest=field,
+            type=kind,
+            default=None,
+            choices=choices,
+            metavar=None if choices else field.split(".")[-1].upper(),
+            help=text + shown,
+        )
     for flag, (field, text) in ALIASES.items():
         p.add_argument(flag, dest=field, type=str, default=None, metavar=field.split(".")[-1].upper(), help=text)
     p.add_argument(
@@ -144,8 +152,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2))
     else:
         metric = results.get("primary_metric")
-        print(
-            f"{cfg.run_dir()}: {metric} = {results.get(metric)}, "
-            f"freeze_check ok = {results['freeze_check']['ok']}"
-        )
+        print(f"{cfg.run_dir()}: {metric} = {results.get(metric)}, freeze_check ok = {results['freeze_check']['ok']}")
     return 0

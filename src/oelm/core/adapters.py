@@ -110,8 +110,9 @@ class LowRank(Adapter):
 
     kind, roles = "lowrank", ("q", "k")
 
-    def __init__(self, n_heads: int, head_dim: int, d_in: int, rank: int = 8,
-                 generator: torch.Generator | None = None, **_: Any) -> None:
+    def __init__(
+        self, n_heads: int, head_dim: int, d_in: int, rank: int = 8, generator: torch.Generator | None = None, **_: Any
+    ) -> None:
         super().__init__(n_heads, head_dim, d_in)
         bound = 1.0 / math.sqrt(d_in)  # kaiming_uniform(a=sqrt(5)), LoRA's init of A
         a = torch.empty(rank, d_in).uniform_(-bound, bound, generator=generator)
@@ -139,8 +140,15 @@ class QueryBias(Adapter):
         return y + self.bias.to(y.dtype)
 
 
-def make_adapter(kind: str, n_heads: int, head_dim: int, d_in: int, like: torch.Tensor,
-                 generator: torch.Generator, options: dict[str, Any]) -> Adapter:
+def make_adapter(
+    kind: str,
+    n_heads: int,
+    head_dim: int,
+    d_in: int,
+    like: torch.Tensor,
+    generator: torch.Generator,
+    options: dict[str, Any],
+) -> Adapter:
     """An adapter of `kind` on the device and dtype of the tensor `like` (the projection weight)."""
     module = adapter_class(kind)(n_heads, head_dim, d_in, generator=generator, **options)
     return module.to(device=like.device, dtype=like.dtype)

@@ -55,8 +55,13 @@ class Audit:
         return {r.name: r.fingerprint for r in self.rows if r.fingerprint is not None}
 
     def to_dict(self) -> dict:
-        out = {"family": self.family, "method": self.method, "options": self.options, "totals": self.totals,
-               "rows": [asdict(r) for r in self.rows]}
+        out = {
+            "family": self.family,
+            "method": self.method,
+            "options": self.options,
+            "totals": self.totals,
+            "rows": [asdict(r) for r in self.rows],
+        }
         if self.schedule is not None:
             out["schedule"] = self.schedule
         return out

@@ -119,7 +119,10 @@ def _peak_and_note(device: torch.device | str, dtype: torch.dtype | None) -> tup
         return None, "float32 compute: MFU is given against the bf16/fp16 tensor-core peak only (train with dtype bf16)"
     name = torch.cuda.get_device_name(device)
     peak = next((v for key, v in PEAK_FLOPS.items() if key in name), None)
-    return peak, None if peak else "no known peak FLOP/s for this GPU (add it to oelm.core.flops.PEAK_FLOPS): MFU not given"
+    return (
+        peak,
+        None if peak else "no known peak FLOP/s for this GPU (add it to oelm.core.flops.PEAK_FLOPS): MFU not given",
+    )
 
 
 def device_peak_flops(device: torch.device | str, dtype: torch.dtype | None = torch.bfloat16) -> float | None:

@@ -21,7 +21,9 @@ from oelm.core.targets import LayerTargets, Proj, attach_adapter, find_targets, 
 from oelm.utils.errors import UserError
 
 
-def _new_qk(method: Method, layer: LayerTargets, role: str, proj: Proj, seed: int, qk_init: str | None) -> tuple[torch.Tensor | None, str]:
+def _new_qk(
+    method: Method, layer: LayerTargets, role: str, proj: Proj, seed: int, qk_init: str | None
+) -> tuple[torch.Tensor | None, str]:
     """The new [out, in] weight for Q or K (None = keep) and the name of the init used."""
     n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
     n_rows, d_in = proj.shape_out_in
@@ -169,15 +171,24 @@ def optimizer_groups(model: nn.Module, weight_decay: float, layer_lr_decay: floa
     """
     if layer_lr_decay == 1.0:
         return [
-            {"params": [p for p in model.parameters() if p.requires_grad and p.ndim >= 2], "weight_decay": weight_decay},
+            {
+                "params": [p for p in model.parameters() if p.requires_grad and p.ndim >= 2],
+                "weight_decay": weight_decay,
+            },
             {"params": [p for p in model.parameters() if p.requires_grad and p.ndim < 2], "weight_decay": 0.0},
         ]
     depths, n = layer_depths(model)
     groups: dict[tuple[int, bool], dict] = {}
     for p in model.parameters():
         key = (depths[id(p)], p.ndim >= 2)
-        g = groups.setdefault(key, {"params": [], "weight_decay": weight_decay if key[1] else 0.0,
-                                    "lr_scale": layer_lr_decay ** (n + 1 - key[0])})
+        g = groups.setdefault(
+            key,
+            {
+                "params": [],
+                "weight_decay": weight_decay if key[1] else 0.0,
+                "lr_scale": layer_lr_decay ** (n + 1 - key[0]),
+            },
+        )
         if p.requires_grad:
             g["params"].append(p)
     return [groups[k] for k in sorted(groups)]
@@ -191,8 +202,9 @@ def scale_group_lrs(groups: list[dict], lr: float) -> list[dict]:
     return groups
 
 
-def sync_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, weight_decay: float,
-                   layer_lr_decay: float = 1.0) -> None:
+def sync_optimizer(
+    optimizer: torch.optim.Optimizer, model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0
+) -> None:
     """Refill the optimizer's groups with the currently trainable parameters; drop others' state."""
     fresh = optimizer_groups(model, weight_decay, layer_lr_decay)
     if len(fresh) != len(optimizer.param_groups):

@@ -62,7 +62,11 @@ def _coerce_layers(where: str, value: Any) -> str | list[int]:
     """A layer selection name or a sorted list of distinct indices."""
     if isinstance(value, str) and value in LAYER_SELECTIONS:
         return value
-    if isinstance(value, (list, tuple)) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+    ):
         return sorted(set(value))
     raise UserError(f"{where} must be one of {list(LAYER_SELECTIONS)} or a list of layer indices, got {value!r}")
 
@@ -70,11 +74,16 @@ def _coerce_layers(where: str, value: Any) -> str | list[int]:
 # Options every method takes.
 COMMON_OPTIONS = (
     Option("qk_init", None, "str", "pretrained models: how their Q/K meet the method's init", PRETRAINED_QK),
-    Option("layers", "all", "layers", "the layers the method touches: all, lower-half, upper-half, every-other or [i, ...]"),
+    Option(
+        "layers", "all", "layers", "the layers the method touches: all, lower-half, upper-half, every-other or [i, ...]"
+    ),
 )
 F_OPTION = Option("f", 0.5, "float", "fraction of the steps at which the schedule switches", low=0.0, high=1.0)
 ON_FREEZE_OPTION = Option(
-    "on_freeze", "keep", "str", "at the freeze step: keep the learned Q/K or re-orthogonalize each head",
+    "on_freeze",
+    "keep",
+    "str",
+    "at the freeze step: keep the learned Q/K or re-orthogonalize each head",
     ("keep", "reorthogonalize"),
 )
 RANK_OPTION = Option("rank", 8, "int", "rank r of the trainable update x A^T B^T", low=1)
@@ -128,7 +137,8 @@ class Method:
         """Every option this method takes: the common ones (with this record's defaults), then its own."""
         common = tuple(
             Option(o.name, list(self.layers) if isinstance(self.layers, tuple) else self.layers, o.kind, o.help)
-            if o.name == "layers" else o
+            if o.name == "layers"
+            else o
             for o in COMMON_OPTIONS
         )
         return common + self.options
@@ -166,38 +176,66 @@ for _m in (
     ),
     Method("oelm-global", "globally orthogonal Q/K (one QR per matrix), frozen", "global-orthogonal", QK),
     Method("oelm-nofreeze", "head-wise orthogonal Q/K init, trainable", HW),
-    Method("oelm-qk-ffn", "head-wise orthogonal Q/K and orthogonal FFN, all frozen", HW, QK | {"ffn"}, ffn_init="orthogonal"),
+    Method(
+        "oelm-qk-ffn",
+        "head-wise orthogonal Q/K and orthogonal FFN, all frozen",
+        HW,
+        QK | {"ffn"},
+        ffn_init="orthogonal",
+    ),
     Method("ffn-only", "FFN frozen at its default init, Q/K trainable", freeze=frozenset({"ffn"})),
     # Role subsets.
     Method("oelm-freeze-q", "head-wise orthogonal Q, frozen; K default init, trainable", HW, {"q"}, {"q"}),
     Method("oelm-freeze-k", "head-wise orthogonal K, frozen; Q default init, trainable", HW, {"k"}, {"k"}),
     # Trainable additions on frozen orthogonal Q/K.
-    Method("oelm-temp", "oelm-freeze + a trainable logit temperature per head (n_head per layer)", HW, QK, adapter="temp"),
+    Method(
+        "oelm-temp", "oelm-freeze + a trainable logit temperature per head (n_head per layer)", HW, QK, adapter="temp"
+    ),
     Method("oelm-gain", "oelm-freeze + a trainable gain per Q dimension (d_model per layer)", HW, QK, adapter="gain"),
     Method("oelm-qknorm", "oelm-freeze + per-head RMSNorm on q and k with trainable gains", HW, QK, adapter="qknorm"),
     Method(
-        "oelm-lowrank", "oelm-freeze + a trainable rank-r update of each frozen Q/K (B zero-init)", HW, QK,
-        adapter="lowrank", options=(RANK_OPTION,),
+        "oelm-lowrank",
+        "oelm-freeze + a trainable rank-r update of each frozen Q/K (B zero-init)",
+        HW,
+        QK,
+        adapter="lowrank",
+        options=(RANK_OPTION,),
     ),
     Method("oelm-qbias", "oelm-freeze + a trainable bias on Q (d_model per layer, init 0)", HW, QK, adapter="qbias"),
     # Schedules.
     Method(
-        "oelm-late-freeze", "orthogonal Q/K train for the first fraction f of steps, then freeze", HW, QK,
-        schedule="late-freeze", options=(F_OPTION, ON_FREEZE_OPTION),
+        "oelm-late-freeze",
+        "orthogonal Q/K train for the first fraction f of steps, then freeze",
+        HW,
+        QK,
+        schedule="late-freeze",
+        options=(F_OPTION, ON_FREEZE_OPTION),
     ),
     # The same schedule switched early: Q/K learn their patterns in the first fifth of training,
     # then freeze, so the method keeps 80% of oelm-freeze's Q/K weight-gradient saving.
     Method(
-        "oelm-early-freeze", "orthogonal Q/K train for the first fraction f (0.2) of steps, then freeze", HW, QK,
-        schedule="late-freeze", options=(replace(F_OPTION, default=0.2), ON_FREEZE_OPTION),
+        "oelm-early-freeze",
+        "orthogonal Q/K train for the first fraction f (0.2) of steps, then freeze",
+        HW,
+        QK,
+        schedule="late-freeze",
+        options=(replace(F_OPTION, default=0.2), ON_FREEZE_OPTION),
     ),
     Method(
-        "oelm-unfreeze", "frozen orthogonal Q/K become trainable from fraction f of the steps", HW, QK,
-        schedule="unfreeze", options=(F_OPTION,),
+        "oelm-unfreeze",
+        "frozen orthogonal Q/K become trainable from fraction f of the steps",
+        HW,
+        QK,
+        schedule="unfreeze",
+        options=(F_OPTION,),
     ),
     # Layer subsets.
-    Method("oelm-lower-half", "frozen orthogonal Q/K in the lower half of the layers only", HW, QK, layers="lower-half"),
-    Method("oelm-upper-half", "frozen orthogonal Q/K in the upper half of the layers only", HW, QK, layers="upper-half"),
+    Method(
+        "oelm-lower-half", "frozen orthogonal Q/K in the lower half of the layers only", HW, QK, layers="lower-half"
+    ),
+    Method(
+        "oelm-upper-half", "frozen orthogonal Q/K in the upper half of the layers only", HW, QK, layers="upper-half"
+    ),
     Method("oelm-alternate", "frozen orthogonal Q/K in every other layer (0, 2, ...)", HW, QK, layers="every-other"),
 ):
     register_method(_m)
@@ -211,8 +249,7 @@ def get_method(name: str | Method) -> Method:
         return _REGISTRY[name]
     except KeyError:
         raise UserError(
-            f"unknown method {name!r}; registered methods: {', '.join(_REGISTRY)} "
-            "(see `oelm methods`)"
+            f"unknown method {name!r}; registered methods: {', '.join(_REGISTRY)} (see `oelm methods`)"
         ) from None
 
 
@@ -225,7 +262,6 @@ def validate_method_options(method_name: str | Method, options: dict[str, Any] |
     """All options of a method with defaults filled in and types checked; UserError names a bad key."""
     m = get_method(method_name)
     if m.adapter is not None:
-
         adapter_class(m.adapter)  # UserError listing the kinds
     spec = {o.name: o for o in m.all_options()}
     options = dict(options or {})

@@ -31,9 +31,7 @@ def _check_heads(n_rows: int, n_heads: int, d_in: int) -> int:
         raise UserError(f"{n_rows} output rows cannot be split into {n_heads} heads")
     head_dim = n_rows // n_heads
     if head_dim > d_in:
-        raise UserError(
-            f"head_dim={head_dim} exceeds the input width {d_in}: its rows cannot be orthonormal"
-        )
+        raise UserError(f"head_dim={head_dim} exceeds the input width {d_in}: its rows cannot be orthonormal")
     return head_dim
 
 

@@ -96,5 +96,3 @@ def install_save_hook(model: nn.Module) -> None:
     base = unwrap(model)
     if callable(getattr(type(base), "save_pretrained", None)) and "save_pretrained" not in vars(base):
         base.save_pretrained = _SaveWithRecord(base)
-
-

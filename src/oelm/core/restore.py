@@ -81,7 +81,9 @@ def _restore_flags(base: nn.Module, frozen: dict[str, str], scheduled: bool) -> 
         params[name].requires_grad_(False)  # tensors frozen outside the method (e.g. embeddings) too
     extra = sorted(n for n, p in params.items() if not p.requires_grad and n not in frozen)
     if extra and not scheduled:
-        raise UserError(f"the method freezes tensors that were trainable when saved: {extra[:5]}; "
-                        "the folder mixes two models or the method's record changed")
+        raise UserError(
+            f"the method freezes tensors that were trainable when saved: {extra[:5]}; "
+            "the folder mixes two models or the method's record changed"
+        )
     for name in extra:  # a schedule had unfrozen them by the time of saving
         params[name].requires_grad_(True)

@@ -106,10 +106,16 @@ class FreezeSchedule:
 
     def summary(self) -> dict[str, Any]:
         """What the audit records about the schedule."""
-        return {"kind": self.kind, "at_step": self.at_step, "total_steps": self.total_steps,
-                "frozen_fraction": self.state.scheduled_frozen_fraction, "switched": self.switched,
-                "on_freeze": self.on_freeze if self.kind == "late-freeze" else None,
-                "projections": list(self.state.scheduled), "problems": list(self.problems)}
+        return {
+            "kind": self.kind,
+            "at_step": self.at_step,
+            "total_steps": self.total_steps,
+            "frozen_fraction": self.state.scheduled_frozen_fraction,
+            "switched": self.switched,
+            "on_freeze": self.on_freeze if self.kind == "late-freeze" else None,
+            "projections": list(self.state.scheduled),
+            "problems": list(self.problems),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """The phase and the checks so far (stored in checkpoints)."""

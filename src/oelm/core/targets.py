@@ -196,7 +196,10 @@ def _bert(name: str, layer: nn.Module, cfg) -> LayerTargets:
         _lin(f"{p}.self.key", s.key),
         _lin(f"{p}.self.value", s.value),
         _lin(f"{p}.output.dense", layer.attention.output.dense),
-        [_lin(f"{name}.intermediate.dense", layer.intermediate.dense), _lin(f"{name}.output.dense", layer.output.dense)],
+        [
+            _lin(f"{name}.intermediate.dense", layer.intermediate.dense),
+            _lin(f"{name}.output.dense", layer.output.dense),
+        ],
         cfg.num_attention_heads,
         cfg.num_attention_heads,
     )
@@ -222,8 +225,7 @@ def _gpt2(name: str, layer: nn.Module, cfg) -> LayerTargets:
         attn.c_attn = SplitQKV(attn.c_attn)
     c = attn.c_attn
     q, k, v = (
-        Proj(f"{p}.c_attn.{x}", getattr(c, f"{x}_weight"), getattr(c, f"{x}_bias"), True, c, "split", x)
-        for x in "qkv"
+        Proj(f"{p}.c_attn.{x}", getattr(c, f"{x}_weight"), getattr(c, f"{x}_bias"), True, c, "split", x) for x in "qkv"
     )
     mlp = [_conv(f"{name}.mlp.c_fc", layer.mlp.c_fc), _conv(f"{name}.mlp.c_proj", layer.mlp.c_proj)]
     return LayerTargets(0, q, k, v, _conv(f"{p}.c_proj", attn.c_proj), mlp, cfg.n_head, cfg.n_head)

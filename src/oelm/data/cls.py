@@ -122,11 +122,9 @@ def _load_registered(spec: DatasetSpec, data_dir: Path | None, hub_loader: Calla
             if (data_dir / fname).is_file()
         }
         plan = _drop_missing_extras(spec.local_plan, splits)
-        return _Loaded(splits, plan, spec.split_names, list(spec.label_names), f"local:{data_dir}",
-                       spec.eval_split, {})
+        return _Loaded(splits, plan, spec.split_names, list(spec.label_names), f"local:{data_dir}", spec.eval_split, {})
     wanted = _plan_splits(spec.hub_plan) | {spec.eval_split}
     if hub_loader is None:  # the real hub (tests pass their own loader)
-
         files = ", ".join(f for f, _ in spec.local_files.values())
         require_hub(spec.hub[0], "dataset", f"pass --data-dir with the official files ({files})")
     try:
@@ -142,8 +140,7 @@ def _load_registered(spec: DatasetSpec, data_dir: Path | None, hub_loader: Calla
             f"official files: {files}"
         ) from None
     hub_name = f"hub:{spec.hub[0]}" + (f"/{spec.hub[1]}" if spec.hub[1] else "")
-    return _Loaded(splits, spec.hub_plan, spec.split_names, list(spec.label_names), hub_name,
-                   spec.eval_split, {})
+    return _Loaded(splits, spec.hub_plan, spec.split_names, list(spec.label_names), hub_name, spec.eval_split, {})
 
 
 def _plan_splits(plan: RolePlan) -> set[str]:
@@ -221,8 +218,7 @@ def load_classification(
 ) -> ClassificationData:
     """Load a classification dataset with train / validation / held-out roles (seeded splits)."""
     _check_fractions(val_fraction, three_way_fractions, max_train, max_eval)
-    loaded = _load_any(name, data_dir, Columns(text_column, text_pair_column, label_column), num_labels,
-                       hub_loader)
+    loaded = _load_any(name, data_dir, Columns(text_column, text_pair_column, label_column), num_labels, hub_loader)
     roles = _assign_roles(loaded, seed, val_fraction, three_way_fractions)
     train, validation, heldout, extra, split_roles, info = roles
     display = _spec(name).name if _spec(name) else LOCAL
@@ -236,9 +232,15 @@ def load_classification(
     train, validation, heldout, extra = _cap(train, validation, heldout, extra, max_train, max_eval, seed, info)
     return ClassificationData(
         name=display if eval_dataset is None else f"{display}->{_canonical(eval_dataset)}",
-        train=train, validation=validation, heldout=heldout,
-        num_labels=len(loaded.label_names), label_names=loaded.label_names,
-        split_roles=split_roles, source=source, extra_eval=extra, info=info,
+        train=train,
+        validation=validation,
+        heldout=heldout,
+        num_labels=len(loaded.label_names),
+        label_names=loaded.label_names,
+        split_roles=split_roles,
+        source=source,
+        extra_eval=extra,
+        info=info,
     )
 
 
@@ -247,15 +249,17 @@ def _canonical(name: str) -> str:
     return spec.name if spec else LOCAL
 
 
-def _load_any(name: str, data_dir: str | Path | None, cols: Columns, num_labels: int | None,
-              hub_loader: Callable | None) -> _Loaded:
+def _load_any(
+    name: str, data_dir: str | Path | None, cols: Columns, num_labels: int | None, hub_loader: Callable | None
+) -> _Loaded:
     spec = _spec(name)
     path = Path(data_dir) if data_dir is not None else None
     return _load_local(path, cols, num_labels) if spec is None else _load_registered(spec, path, hub_loader)
 
 
-def _check_fractions(val_fraction: float, three: tuple[float, float, float], max_train: int | None,
-                     max_eval: int | None) -> None:
+def _check_fractions(
+    val_fraction: float, three: tuple[float, float, float], max_train: int | None, max_eval: int | None
+) -> None:
     if not 0.0 < val_fraction < 1.0:
         raise UserError(f"val_fraction must be in (0, 1), got {val_fraction}")
     if len(three) != 3 or min(three) <= 0 or abs(sum(three) - 1.0) > 1e-6:
@@ -265,8 +269,9 @@ def _check_fractions(val_fraction: float, three: tuple[float, float, float], max
             raise UserError(f"{key} must be a positive number of rows, got {value}")
 
 
-def _assign_roles(loaded: _Loaded, seed: int, val_fraction: float,
-                  three: tuple[float, float, float]) -> tuple[Any, ...]:
+def _assign_roles(
+    loaded: _Loaded, seed: int, val_fraction: float, three: tuple[float, float, float]
+) -> tuple[Any, ...]:
     plan, s, names = loaded.plan, loaded.splits, loaded.names
     info: dict[str, Any] = {}
     if plan.three_way:
@@ -287,22 +292,31 @@ def _assign_roles(loaded: _Loaded, seed: int, val_fraction: float,
         roles = {
             "train": f"{train_src} minus the validation carve",
             "validation": f"{pct} of {train_src} carved by seed {seed} (grouped by first text); "
-                          "picks the best checkpoint",
+            "picks the best checkpoint",
         }
         info["split_fractions"] = {"validation_of_train": val_fraction}
     else:
         train, validation = s[plan.train], s[plan.validation]
-        roles = {"train": train_src,
-                 "validation": f"{names.get(plan.validation, plan.validation)}; picks the best checkpoint"}
+        roles = {
+            "train": train_src,
+            "validation": f"{names.get(plan.validation, plan.validation)}; picks the best checkpoint",
+        }
     roles["heldout"] = f"{names.get(plan.heldout, plan.heldout)}; reported"
     extra = {e: s[e] for e in plan.extra}
     roles.update({e: f"{names.get(e, e)}; also reported" for e in extra})
     return train, validation, s[plan.heldout], extra, roles, info
 
 
-def _swap_heldout(loaded: _Loaded, display: str, eval_name: str, eval_dir: str | Path | None,
-                  heldout: list[Example], extra: dict[str, list[Example]], roles: dict[str, str],
-                  hub_loader: Callable | None) -> tuple[Any, ...]:
+def _swap_heldout(
+    loaded: _Loaded,
+    display: str,
+    eval_name: str,
+    eval_dir: str | Path | None,
+    heldout: list[Example],
+    extra: dict[str, list[Example]],
+    roles: dict[str, str],
+    hub_loader: Callable | None,
+) -> tuple[Any, ...]:
     # Cross-dataset evaluation (e.g. train MNLI, report XNLI-en): selection stays on the training
     # dataset's validation split; the eval dataset's split is the held-out one.
     spec = _spec(eval_name)
@@ -315,8 +329,11 @@ def _swap_heldout(loaded: _Loaded, display: str, eval_name: str, eval_dir: str |
             f"{loaded.label_names}; pick datasets with the same label set"
         )
     new_extra = {f"{display}/heldout": heldout, **{f"{display}/{k}": v for k, v in extra.items()}}
-    new_roles = {"train": roles["train"], "validation": roles["validation"],
-                 "heldout": f"{spec.name}: {ev.names.get(ev.eval_split, ev.eval_split)} (all rows); reported"}
+    new_roles = {
+        "train": roles["train"],
+        "validation": roles["validation"],
+        "heldout": f"{spec.name}: {ev.names.get(ev.eval_split, ev.eval_split)} (all rows); reported",
+    }
     new_roles[f"{display}/heldout"] = roles["heldout"].replace("; reported", "; also reported")
     new_roles.update({f"{display}/{k}": roles[k] for k in extra})
     return ev.splits[ev.eval_split], new_extra, new_roles, f"{loaded.source} + {ev.source}"
@@ -352,9 +369,16 @@ def _subsample(rows: list[Example], n: int | None, seed: int) -> list[Example]:
     return [rows[i] for i in keep]
 
 
-def _cap(train: list[Example], validation: list[Example], heldout: list[Example],
-         extra: dict[str, list[Example]], max_train: int | None, max_eval: int | None, seed: int,
-         info: dict[str, Any]) -> tuple[Any, ...]:
+def _cap(
+    train: list[Example],
+    validation: list[Example],
+    heldout: list[Example],
+    extra: dict[str, list[Example]],
+    max_train: int | None,
+    max_eval: int | None,
+    seed: int,
+    info: dict[str, Any],
+) -> tuple[Any, ...]:
     if max_train is not None or max_eval is not None:
         info["row_caps"] = {"max_train": max_train, "max_eval": max_eval, "how": f"seeded sample, seed {seed}"}
     return (

@@ -68,9 +68,7 @@ def _check_label(label: int, num_labels: int, path: Path, row: int, names: Itera
 
 def _named_label(value: str, names: tuple[str, ...], path: Path, row: int) -> int:
     if value not in names:
-        raise UserError(
-            f"{path} row {row}: label {value!r} is not one of {', '.join(names)}; fix the file"
-        )
+        raise UserError(f"{path} row {row}: label {value!r} is not one of {', '.join(names)}; fix the file")
     return names.index(value)
 
 
@@ -94,9 +92,7 @@ def _header_rows(path: Path, required: list[str], hint: str) -> tuple[list[str],
         raise UserError(f"{path} is empty; expected a header with columns {', '.join(required)}")
     missing = [c for c in required if c not in header]
     if missing:
-        raise UserError(
-            f"{path} lacks column(s) {', '.join(missing)}; found columns: {', '.join(header)}; {hint}"
-        )
+        raise UserError(f"{path} lacks column(s) {', '.join(missing)}; found columns: {', '.join(header)}; {hint}")
     return header, rows
 
 
@@ -194,8 +190,7 @@ def _require_keys(rows: list[dict[str, Any]], path: Path, keys: list[str], hint:
         missing = [k for k in keys if k not in r]
         if missing:
             raise UserError(
-                f"{path} line {n} lacks column(s) {', '.join(missing)}; found columns: "
-                f"{', '.join(r)}; {hint}"
+                f"{path} line {n} lacks column(s) {', '.join(missing)}; found columns: {', '.join(r)}; {hint}"
             )
 
 

@@ -70,7 +70,8 @@ def read_meta(data_dir: str | os.PathLike) -> dict:
     ok = (
         isinstance(meta.get("splits"), dict)
         and all(isinstance(v, int) and v >= 0 for v in meta["splits"].values())
-        and isinstance(meta.get("vocab_size"), int) and meta["vocab_size"] > 0
+        and isinstance(meta.get("vocab_size"), int)
+        and meta["vocab_size"] > 0
         and meta.get("dtype") in ("uint16", "uint32")
     )
     if not ok:
@@ -160,7 +161,6 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         return
     what = ""
     if (out / "meta.json").is_file():
-
         meta = read_json(out / "meta.json") or {}
         meta = meta if isinstance(meta, dict) else {}
         what = f" (LM data from {meta.get('source')!r} with tokenizer {meta.get('tokenizer')!r})"
@@ -219,10 +219,8 @@ def _local_docs(kind: str, path: Path, text_field: str, max_docs: int | None) ->
 def _builtin_docs(name: str) -> list[str]:
     """Documents of a corpus that ships with Python itself or with oelm (offline everywhere)."""
     if name.endswith("tales"):
-
         return tales(TALES, seed=0)
     if name.endswith("python-stdlib"):
-
         docs, total = [], 0
         for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
             text = path.read_text(encoding="utf-8", errors="replace").strip()
@@ -240,8 +238,9 @@ def _builtin_docs(name: str) -> list[str]:
 
 def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:
     """Official split files if the folder has them, else every text file as train documents."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
-                   and p.suffix.lower() in _TEXT_SUFFIXES)
+    files = sorted(
+        p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in _TEXT_SUFFIXES
+    )
     if not files:
         raise UserError(f"folder {str(folder)!r} holds no text files (.txt, .raw, .jsonl, ...)")
     by_split: dict[str, Path] = {}
@@ -369,8 +368,9 @@ def _holdout_info(fraction: float, seed: int, n_val: int, n_total: int) -> dict:
 # ---------------------------------------------------------------------------- hub sources
 
 
-def _hub_splits(name: str, config: str | None, text_field: str, max_docs: int | None,
-                fraction: float, seed: int) -> tuple[dict, dict, dict | None]:
+def _hub_splits(
+    name: str, config: str | None, text_field: str, max_docs: int | None, fraction: float, seed: int
+) -> tuple[dict, dict, dict | None]:
     """Load a Hugging Face dataset; map its splits to train/val/test; hold out val if needed."""
 
     require_hub(name, "dataset", "use a local text file, folder or .jsonl instead (oelm prepare lm PATH ...)")
@@ -389,8 +389,9 @@ def _hub_splits(name: str, config: str | None, text_field: str, max_docs: int | 
         splits = {s: ds.select(range(min(max_docs, len(ds)))) for s, ds in splits.items()}
     if "wikitext" in name.lower():
         # WikiText rows are lines; regroup them into articles like the raw files.
-        return _holdout_local({s: _wikitext_articles("".join(ds[text_field])) for s, ds in splits.items()},
-                              fraction, seed)
+        return _holdout_local(
+            {s: _wikitext_articles("".join(ds[text_field])) for s, ds in splits.items()}, fraction, seed
+        )
     origin = {split: "official" for split in SPLITS[1:] if split in splits}
     if "val" in splits:
         return splits, origin, None
@@ -412,17 +413,24 @@ def _map_hub_splits(dsd: Any, name: str, text_field: str) -> dict:
         raise UserError(f"dataset {name!r} has no train split (splits: {list(dsd)})")
     for ds in splits.values():
         if text_field not in ds.column_names:
-            raise UserError(f"dataset {name!r} has no {text_field!r} column (columns: {ds.column_names}); "
-                            "pass --text-field")
+            raise UserError(
+                f"dataset {name!r} has no {text_field!r} column (columns: {ds.column_names}); pass --text-field"
+            )
     return splits
 
 
 def _hub_batches(ds: Any, tok: Tokenizer, text_field: str, workers: int) -> Iterator[list[list[int]]]:
     """Tokenize with datasets.map over worker processes, then stream the ids in batches."""
     num_proc = workers if workers > 1 and len(ds) >= 10_000 else None
-    mapped = ds.map(_encode_rows, batched=True, batch_size=1000, num_proc=num_proc,
-                    remove_columns=ds.column_names, fn_kwargs={"tok": tok, "field": text_field},
-                    desc="tokenizing")
+    mapped = ds.map(
+        _encode_rows,
+        batched=True,
+        batch_size=1000,
+        num_proc=num_proc,
+        remove_columns=ds.column_names,
+        fn_kwargs={"tok": tok, "field": text_field},
+        desc="tokenizing",
+    )
     for batch in mapped.iter(batch_size=10_000):
         yield batch["ids"]
 
@@ -439,7 +447,7 @@ def _local_batches(docs: Sequence[str], tok: Tokenizer, workers: int, desc: str)
     """Tokenize documents in batches; the backends parallelise each batch over the cores."""
     with tqdm(total=len(docs), desc=desc, unit="doc", disable=None, leave=False) as bar:
         for start in range(0, len(docs), _DOC_BATCH):
-            chunk = docs[start:start + _DOC_BATCH]
+            chunk = docs[start : start + _DOC_BATCH]
             yield tok.encode_batch(chunk, num_threads=workers)
             bar.update(len(chunk))
 
@@ -460,9 +468,18 @@ def _write_split(path: Path, batches: Iterable[list[list[int]]], eot_id: int, dt
     return n_tokens
 
 
-def _write_all(out: Path, splits: dict, tok: Tokenizer, source: str, origin: dict,
-               holdout: dict | None, workers: int, verbose: bool, text_field: str,
-               test_holdout: dict | None = None) -> dict:
+def _write_all(
+    out: Path,
+    splits: dict,
+    tok: Tokenizer,
+    source: str,
+    origin: dict,
+    holdout: dict | None,
+    workers: int,
+    verbose: bool,
+    text_field: str,
+    test_holdout: dict | None = None,
+) -> dict:
     """Write every split to a temp file, then rename them all and write meta.json last."""
     out.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(tok.vocab_size)
@@ -472,12 +489,23 @@ def _write_all(out: Path, splits: dict, tok: Tokenizer, source: str, origin: dic
     try:
         for split, tmp in temps.items():
             data = splits[split]
-            batches = (_local_batches(data, tok, workers, f"tokenizing {split}") if isinstance(data, list)
-                       else _hub_batches(data, tok, text_field, workers))
+            batches = (
+                _local_batches(data, tok, workers, f"tokenizing {split}")
+                if isinstance(data, list)
+                else _hub_batches(data, tok, text_field, workers)
+            )
             counts[split] = _write_split(tmp, batches, tok.eot_id, dtype)
         elapsed = time.perf_counter() - start
-        meta = {"source": source, "tokenizer": tok.spec, "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
-                "dtype": dtype.name, "splits": counts, "split_origin": origin, "holdout": holdout}
+        meta = {
+            "source": source,
+            "tokenizer": tok.spec,
+            "vocab_size": tok.vocab_size,
+            "eot_id": tok.eot_id,
+            "dtype": dtype.name,
+            "splits": counts,
+            "split_origin": origin,
+            "holdout": holdout,
+        }
         if test_holdout is not None:
             meta["test_holdout"] = test_holdout
         _publish(out, temps, meta)
@@ -487,8 +515,10 @@ def _write_all(out: Path, splits: dict, tok: Tokenizer, source: str, origin: dic
     if verbose:
         total = sum(counts.values())
         sizes = ", ".join(f"{s} {n:,}" for s, n in counts.items())
-        print(f"prepared {total:,} tokens ({sizes}) in {elapsed:.1f}s, "
-              f"{total / max(elapsed, 1e-9):,.0f} tokens/s -> {out}")
+        print(
+            f"prepared {total:,} tokens ({sizes}) in {elapsed:.1f}s, "
+            f"{total / max(elapsed, 1e-9):,.0f} tokens/s -> {out}"
+        )
     return meta
 
 

@@ -151,7 +151,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
     if spec == "gpt2":
         return _gpt2_from_hub()
     if spec.startswith("gpt2:"):
-        return _gpt2_from_files(Path(spec[len("gpt2:"):]).expanduser(), spec)
+        return _gpt2_from_files(Path(spec[len("gpt2:") :]).expanduser(), spec)
     path = Path(spec).expanduser()
     if path.exists():
         return _from_local_path(path, spec)
@@ -196,8 +196,7 @@ def _gpt2_from_files(path: Path, spec: str) -> Tokenizer:
     if len(rank_files) == 1:
         return _tiktoken_from_file(rank_files[0], spec)
     raise UserError(
-        f"folder {str(path)!r} holds neither vocab.json + merges.txt nor exactly one *.tiktoken file; "
-        f"{ACCEPTED_SPECS}"
+        f"folder {str(path)!r} holds neither vocab.json + merges.txt nor exactly one *.tiktoken file; {ACCEPTED_SPECS}"
     )
 
 

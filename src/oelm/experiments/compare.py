@@ -69,17 +69,24 @@ def load_preset(name: str | Path) -> ComparePreset:
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
         path = PRESET_DIR / f"{name}.yaml"
         if not path.is_file():
-            raise UserError(f"unknown compare preset {str(name)!r}; choose one of "
-                            f"{', '.join(preset_names())} or pass a preset YAML file")
+            raise UserError(
+                f"unknown compare preset {str(name)!r}; choose one of "
+                f"{', '.join(preset_names())} or pass a preset YAML file"
+            )
     raw = load_yaml(path)
     try:
         return ComparePreset(**{"name": path.stem, **raw})
     except (ValidationError, TypeError) as err:
-        raise UserError(format_validation(err, f"compare preset {path}") if isinstance(err, ValidationError) else f"compare preset {path} is not valid: {err}") from None
+        raise UserError(
+            format_validation(err, f"compare preset {path}")
+            if isinstance(err, ValidationError)
+            else f"compare preset {path} is not valid: {err}"
+        ) from None
 
 
-def apply_overrides(preset: ComparePreset, methods: Sequence[str] | None = None,
-                    lrs: Sequence[float] | None = None, **fields: Any) -> ComparePreset:
+def apply_overrides(
+    preset: ComparePreset, methods: Sequence[str] | None = None, lrs: Sequence[float] | None = None, **fields: Any
+) -> ComparePreset:
     """The preset with command-line values (None = keep) replacing its own."""
     data = preset.model_dump()
     data.update({k: v for k, v in fields.items() if v is not None})
@@ -87,8 +94,9 @@ def apply_overrides(preset: ComparePreset, methods: Sequence[str] | None = None,
     if methods:
         missing = [m for m in methods if m not in grids and not lrs]
         if missing:
-            raise UserError(f"preset {preset.name!r} has no LR grid for {missing}; add --lrs or "
-                            f"pick from {sorted(grids)}")
+            raise UserError(
+                f"preset {preset.name!r} has no LR grid for {missing}; add --lrs or pick from {sorted(grids)}"
+            )
         grids = {m: grids.get(m, {"lr": list(lrs or [])}) for m in methods}
     if lrs:
         grids = {m: {"lr": [float(x) for x in lrs]} for m in grids}
@@ -108,16 +116,31 @@ def compare_spec(preset: ComparePreset, out: str | Path = DEFAULT_OUT) -> dict[s
         "out": out.as_posix(),
         # Seeded validation and test hold-outs (for sources without them): LRs are chosen on
         # validation and perplexity is reported on documents no choice has seen.
-        "prepare": {"source": p.data, "tokenizer": p.tokenizer, "val_fraction": p.val_fraction,
-                    "test_fraction": p.test_fraction, "seed": p.split_seed,
-                    **({"max_docs": p.max_docs} if p.max_docs else {})},
+        "prepare": {
+            "source": p.data,
+            "tokenizer": p.tokenizer,
+            "val_fraction": p.val_fraction,
+            "test_fraction": p.test_fraction,
+            "seed": p.split_seed,
+            **({"max_docs": p.max_docs} if p.max_docs else {}),
+        },
         "config": {
-            "task": "lm", "data": (out / "data").as_posix(), "model": p.model, "steps": p.steps,
-            "batch_size": p.batch_size, "seq_len": p.seq_len,
+            "task": "lm",
+            "data": (out / "data").as_posix(),
+            "model": p.model,
+            "steps": p.steps,
+            "batch_size": p.batch_size,
+            "seq_len": p.seq_len,
             "warmup": max(1, round(p.warmup_fraction * p.steps)),
-            "eval_every": max(1, p.steps // p.evals), "eval_batches": p.eval_batches,
-            "final_eval_batches": None, "checkpoint_every": 0, "device": p.device,
-            "dtype": p.dtype, "tensorboard": False, "log_every": 10, "progress": False,
+            "eval_every": max(1, p.steps // p.evals),
+            "eval_batches": p.eval_batches,
+            "final_eval_batches": None,
+            "checkpoint_every": 0,
+            "device": p.device,
+            "dtype": p.dtype,
+            "tensorboard": False,
+            "log_every": 10,
+            "progress": False,
         },
         "methods": {m: {"lr": list(grid.lr)} for m, grid in p.methods.items()},
         "seeds": list(p.seeds),
@@ -146,9 +169,14 @@ def default_parallel(device: str = "cpu") -> tuple[int, int | None]:
     return max(1, min(4, os.cpu_count() or 1)), 1
 
 
-def run_compare(preset: ComparePreset, out: str | Path | None = None, progress: bool = True,
-                parallel: int | None = None, threads: int | None = None,
-                extend: str | None = None) -> SweepOutcome:
+def run_compare(
+    preset: ComparePreset,
+    out: str | Path | None = None,
+    progress: bool = True,
+    parallel: int | None = None,
+    threads: int | None = None,
+    extend: str | None = None,
+) -> SweepOutcome:
     """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report.
 
     report.md ends with the plain-language reading (see `oelm.reports.reading`).
@@ -162,5 +190,10 @@ def run_compare(preset: ComparePreset, out: str | Path | None = None, progress: 
     if extend:
         spec.extend = extend
     auto_parallel, auto_threads = default_parallel(preset.device)
-    return run_sweep(spec, parallel=parallel or auto_parallel, progress=progress,
-                     threads=threads or auto_threads, epilogue=reading_lines)
+    return run_sweep(
+        spec,
+        parallel=parallel or auto_parallel,
+        progress=progress,
+        threads=threads or auto_threads,
+        epilogue=reading_lines,
+    )

@@ -41,9 +41,11 @@ class Target:
 
     def text(self) -> str:
         """The target in one sentence."""
-        return (f"gap to the baseline at most {self.max_gap:g}% with the upper end of its paired 95% "
-                f"interval at most {self.max_upper:g}%, while keeping at least "
-                f"{self.min_share * 100:g}% of {self.reference}'s Q/K weight-gradient saving")
+        return (
+            f"gap to the baseline at most {self.max_gap:g}% with the upper end of its paired 95% "
+            f"interval at most {self.max_upper:g}%, while keeping at least "
+            f"{self.min_share * 100:g}% of {self.reference}'s Q/K weight-gradient saving"
+        )
 
 
 @dataclass
@@ -124,16 +126,23 @@ def _planned(roots: Sequence[str | Path], seeds: set[int] | None = None) -> dict
             continue
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            spec = SweepSpec(name=str(raw.get("name", "sweep")), base=raw.get("base") or {},
-                             methods=raw["methods"], seeds=list(raw["seeds"]),
-                             grid=raw.get("grid") or {}, out=Path(root))
+            spec = SweepSpec(
+                name=str(raw.get("name", "sweep")),
+                base=raw.get("base") or {},
+                methods=raw["methods"],
+                seeds=list(raw["seeds"]),
+                grid=raw.get("grid") or {},
+                out=Path(root),
+            )
             for run in spec.runs():
                 if seeds is not None and run.seed not in seeds:
                     continue
                 planned.setdefault(run.method, set()).add(os.path.normpath(run.run_dir))
         except (KeyError, TypeError, ValueError, yaml.YAMLError) as err:
-            raise UserError(f"{path} is not a readable sweep spec ({err}); pass the sweep directory "
-                            "that `oelm sweep` wrote, or remove the stray sweep.yaml") from err
+            raise UserError(
+                f"{path} is not a readable sweep spec ({err}); pass the sweep directory "
+                "that `oelm sweep` wrote, or remove the stray sweep.yaml"
+            ) from err
     return planned
 
 
@@ -163,8 +172,7 @@ def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
     front = []
     for name, (gap, save) in points.items():
         dominated = any(
-            g <= gap and s >= save and (g < gap or s > save)
-            for other, (g, s) in points.items() if other != name
+            g <= gap and s >= save and (g < gap or s > save) for other, (g, s) in points.items() if other != name
         )
         if not dominated:
             front.append(name)
@@ -178,18 +186,23 @@ def _check(entry: Entry, target: Target) -> None:
     if gap is None or gap > target.max_gap:
         misses.append(f"gap {_pct(gap)} > {target.max_gap:g}%" if gap is not None else "no gap")
     if upper is None or upper > target.max_upper:
-        misses.append(f"paired upper end {_pct(upper)} > {target.max_upper:g}%" if upper is not None
-                      else "no paired interval (needs >= 2 paired seeds)")
+        misses.append(
+            f"paired upper end {_pct(upper)} > {target.max_upper:g}%"
+            if upper is not None
+            else "no paired interval (needs >= 2 paired seeds)"
+        )
     if share is None or share < target.min_share:
-        misses.append(f"keeps {share * 100:.0f}% < {target.min_share * 100:g}% of the saving"
-                      if share is not None else f"saving share unknown (no {target.reference} saving)")
+        misses.append(
+            f"keeps {share * 100:.0f}% < {target.min_share * 100:g}% of the saving"
+            if share is not None
+            else f"saving share unknown (no {target.reference} saving)"
+        )
     entry.misses, entry.meets = misses, not misses
 
 
 def _closest(candidates: list[Entry], target: Target) -> Entry | None:
     """Among methods keeping enough saving, the smallest paired upper end; else the smallest gap."""
-    keeps = [e for e in candidates if e.share is not None and e.share >= target.min_share
-             and e.upper is not None]
+    keeps = [e for e in candidates if e.share is not None and e.share >= target.min_share and e.upper is not None]
     if keeps:
         return min(keeps, key=lambda e: (e.upper, e.method))
     gapped = [e for e in candidates if e.arm.gap is not None]
@@ -208,25 +221,27 @@ def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple
     close = _closest(candidates, target)
     if close is None:
         return [], None, "**No method meets the target**: no ranked method has a gap to compare."
-    text = (f"**No method meets the target.** Closest: {close.method}, {_entry_numbers(close)}; "
-            f"it misses: {'; '.join(close.misses)}.")
+    text = (
+        f"**No method meets the target.** Closest: {close.method}, {_entry_numbers(close)}; "
+        f"it misses: {'; '.join(close.misses)}."
+    )
     gapped = [e for e in candidates if e.arm.gap is not None]
     best_gap = min(gapped, key=lambda e: (e.arm.gap, e.method))
     if best_gap is not close:  # the smallest gap fails on another criterion: say which
-        text += (f" The smallest gap is {best_gap.method}'s ({_entry_numbers(best_gap)}), which "
-                 f"misses: {'; '.join(best_gap.misses)}.")
+        text += (
+            f" The smallest gap is {best_gap.method}'s ({_entry_numbers(best_gap)}), which "
+            f"misses: {'; '.join(best_gap.misses)}."
+        )
     return [], close.method, text
 
 
 def _entry_numbers(e: Entry) -> str:
     """Gap, paired interval, p and saving share of one entry in words."""
     paired = e.arm.gap_paired
-    ci = (f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]" if paired is not None and paired.ci_low is not None
-          else "")
+    ci = f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]" if paired is not None and paired.ci_low is not None else ""
     p = e.arm.test.p_value if e.arm.test else None
     share = NA if e.share is None else f"{e.share * 100:.0f}%"
-    return (f"gap {_pct(e.arm.gap)}{ci} (p {NA if p is None else f'{p:.3g}'}), keeps {share} of the "
-            f"saving")
+    return f"gap {_pct(e.arm.gap)}{ci} (p {NA if p is None else f'{p:.3g}'}), keeps {share} of the saving"
 
 
 def _pct(x: float | None) -> str:
@@ -234,8 +249,9 @@ def _pct(x: float | None) -> str:
     return NA if x is None else f"{x:+.2f}%"
 
 
-def build_board(group: Group, runs: Sequence[RunRecord], planned: dict[str, set[str]],
-                target: Target = Target()) -> Board:
+def build_board(
+    group: Group, runs: Sequence[RunRecord], planned: dict[str, set[str]], target: Target = Target()
+) -> Board:
     """Rank the complete methods of one table, list the rest, apply the target, find the front."""
     base = next((a for a in group.arms if a.method == group.baseline), None)
     ref = next((a for a in group.arms if a.method == target.reference), None)
@@ -256,20 +272,24 @@ def build_board(group: Group, runs: Sequence[RunRecord], planned: dict[str, set[
     for i, e in enumerate(ranked, 1):
         e.rank = i
     unranked = sorted((e for e in entries if e.incomplete), key=lambda e: e.method)
-    points = {e.method: (e.arm.gap, e.saving * 100) for e in ranked
-              if e.arm.gap is not None and e.saving is not None}
+    points = {e.method: (e.arm.gap, e.saving * 100) for e in ranked if e.arm.gap is not None and e.saving is not None}
     passing, closest, verdict = _verdict(ranked, group.baseline, target)
     warnings = list(group.warnings)
     if ref_saving is None:
-        warnings.append(f"no {target.reference} runs with a recorded saving: the saving share and "
-                        "its criterion cannot be evaluated")
+        warnings.append(
+            f"no {target.reference} runs with a recorded saving: the saving share and its criterion cannot be evaluated"
+        )
     if base is not None and any(e.method == base.method for e in unranked):
         warnings.append(f"the baseline {base.method} is itself incomplete: every gap is provisional")
     return Board(group, ranked, unranked, pareto_front(points), passing, closest, verdict, warnings)
 
 
-def build(paths: Sequence[str | Path], baseline: str | None = None, target: Target = Target(),
-          seeds: Sequence[int] | None = None) -> tuple[list[Board], list[str], list[RunRecord]]:
+def build(
+    paths: Sequence[str | Path],
+    baseline: str | None = None,
+    target: Target = Target(),
+    seeds: Sequence[int] | None = None,
+) -> tuple[list[Board], list[str], list[RunRecord]]:
     """Boards of every table under the sweep directories, planned methods without a run, the runs.
 
     `seeds` keeps only runs of those seeds: a board over the seeds every method has, when some
@@ -278,8 +298,10 @@ def build(paths: Sequence[str | Path], baseline: str | None = None, target: Targ
     keep = None if seeds is None else set(seeds)
     runs = [r for r in load_runs(paths) if keep is None or r.seed in keep]
     if not runs and keep is not None:
-        raise UserError(f"no run of seeds {sorted(keep)} under {', '.join(map(str, paths))}; "
-                        "pass seeds the sweep has (its runs live in .../seed<N>/)")
+        raise UserError(
+            f"no run of seeds {sorted(keep)} under {', '.join(map(str, paths))}; "
+            "pass seeds the sweep has (its runs live in .../seed<N>/)"
+        )
     planned = _planned(paths, keep)
     if baseline is None:
         baseline = _stored_baseline(paths) or BASELINE
@@ -308,9 +330,11 @@ def _stored_baseline(paths: Sequence[str | Path]) -> str | None:
 # Output
 
 
-def command_line(paths: Sequence[str | Path], out: str | Path, baseline: str | None,
-                 seeds: Sequence[int] | None = None) -> str:
+def command_line(
+    paths: Sequence[str | Path], out: str | Path, baseline: str | None, seeds: Sequence[int] | None = None
+) -> str:
     """The exact command that regenerates the leaderboard (paths relative to here when inside)."""
+
     def rel(p: str | Path) -> str:
         text = str(p)
         if os.path.isabs(text):
@@ -366,22 +390,44 @@ def _table(board: Board) -> list[str]:
     g = board.group
     scale = pct_scale(g)
     direction = "higher" if g.higher_is_better else "lower"
-    head = ["rank", "method", "lr (chosen on val)",
-            f"{g.primary_metric}: mean ± 95% CI (n seeds), {direction} is better",
-            f"gap vs {g.baseline or BASELINE} (%, + = worse) [paired 95% CI]", "p (paired t)",
-            "min. detectable gap", "trainable / frozen / added params", "theoretical saving",
-            f"share of {REFERENCE}'s saving", "step-time ratio vs baseline (indicative)", "target"]
+    head = [
+        "rank",
+        "method",
+        "lr (chosen on val)",
+        f"{g.primary_metric}: mean ± 95% CI (n seeds), {direction} is better",
+        f"gap vs {g.baseline or BASELINE} (%, + = worse) [paired 95% CI]",
+        "p (paired t)",
+        "min. detectable gap",
+        "trainable / frozen / added params",
+        "theoretical saving",
+        f"share of {REFERENCE}'s saving",
+        "step-time ratio vs baseline (indicative)",
+        "target",
+    ]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for e in board.ranked:
         is_base = e.method == g.baseline
         target = "—" if is_base else ("**meets**" if e.meets else "no")
-        rows.append("| " + " | ".join([
-            str(e.rank), e.method, NA if e.arm.lr is None else f"{e.arm.lr:g}",
-            fmt_summary(e.arm.primary, scale), _gap_cell(e, g.baseline),
-            fmt_p(e.arm, g) if not is_base else "—", "—" if is_base else _mde(e.arm), _params(e),
-            NA if e.saving is None else f"{e.saving * 100:.2f}%",
-            NA if e.share is None else f"{e.share * 100:.0f}%", _ratio(e.step_ratio), target,
-        ]) + " |")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    str(e.rank),
+                    e.method,
+                    NA if e.arm.lr is None else f"{e.arm.lr:g}",
+                    fmt_summary(e.arm.primary, scale),
+                    _gap_cell(e, g.baseline),
+                    fmt_p(e.arm, g) if not is_base else "—",
+                    "—" if is_base else _mde(e.arm),
+                    _params(e),
+                    NA if e.saving is None else f"{e.saving * 100:.2f}%",
+                    NA if e.share is None else f"{e.share * 100:.0f}%",
+                    _ratio(e.step_ratio),
+                    target,
+                ]
+            )
+            + " |"
+        )
     return rows
 
 
@@ -390,13 +436,20 @@ def _unranked(board: Board, not_started: Sequence[str]) -> list[str]:
     if not board.unranked and not not_started:
         return []
     scale = pct_scale(board.group)
-    lines = ["### Incomplete (listed, not ranked)", "",
-             "Fewer seeds than the other methods, or settings of the LR grid not finished: their "
-             "numbers are not comparable yet.", "",
-             f"| method | why | {board.group.primary_metric} so far | gap so far |", "|---|---|---|---|"]
+    lines = [
+        "### Incomplete (listed, not ranked)",
+        "",
+        "Fewer seeds than the other methods, or settings of the LR grid not finished: their "
+        "numbers are not comparable yet.",
+        "",
+        f"| method | why | {board.group.primary_metric} so far | gap so far |",
+        "|---|---|---|---|",
+    ]
     for e in board.unranked:
-        lines.append(f"| {e.method} | {e.incomplete} | {fmt_summary(e.arm.primary, scale)} | "
-                     f"{_gap_cell(e, board.group.baseline)} |")
+        lines.append(
+            f"| {e.method} | {e.incomplete} | {fmt_summary(e.arm.primary, scale)} | "
+            f"{_gap_cell(e, board.group.baseline)} |"
+        )
     for m in not_started:
         lines.append(f"| {m} | planned by the sweep, no finished run | {NA} | {NA} |")
     return lines + [""]
@@ -429,13 +482,26 @@ def _notes(target: Target) -> list[str]:
     ]
 
 
-def render(boards: Sequence[Board], not_started: Sequence[str], command: str, n_runs: int,
-           target: Target = Target()) -> str:
+def render(
+    boards: Sequence[Board], not_started: Sequence[str], command: str, n_runs: int, target: Target = Target()
+) -> str:
     """leaderboard.md: the command first, then one ranked table per table of runs."""
-    lines = ["# Leaderboard", "", "Regenerate with:", "", "```", command, "```", "",
-             f"Built from {n_runs} stored run directories (results.json, timing_stats.json, "
-             "freeze_audit.json) only.", "", f"**Target:** a variant with a {target.text()}.", "",
-             *_notes(target), ""]
+    lines = [
+        "# Leaderboard",
+        "",
+        "Regenerate with:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"Built from {n_runs} stored run directories (results.json, timing_stats.json, freeze_audit.json) only.",
+        "",
+        f"**Target:** a variant with a {target.text()}.",
+        "",
+        *_notes(target),
+        "",
+    ]
     if not boards:
         lines += ["No finished runs: nothing to rank.", ""]
         lines += _unranked_only(not_started)
@@ -466,32 +532,56 @@ def _entry_json(e: Entry) -> dict[str, Any]:
     """One row for leaderboard.json."""
     a = e.arm
     return {
-        "rank": e.rank, "method": a.method, "lr": a.lr, "setting": a.setting,
-        "primary": a.primary.to_dict(), "by_seed": {str(k): v for k, v in sorted(a.by_seed.items())},
-        "gap_percent": a.gap, "gap_paired": _summary_json(a.gap_paired),
+        "rank": e.rank,
+        "method": a.method,
+        "lr": a.lr,
+        "setting": a.setting,
+        "primary": a.primary.to_dict(),
+        "by_seed": {str(k): v for k, v in sorted(a.by_seed.items())},
+        "gap_percent": a.gap,
+        "gap_paired": _summary_json(a.gap_paired),
         "paired_test": a.test.to_dict() if a.test else None,
         "power": a.power.to_dict() if a.power else None,
-        "trainable_params": a.trainable_params, "frozen_params": a.frozen_params,
-        "added_params": e.added_params, "theoretical_saving": e.saving, "saving_share": e.share,
-        "step_time_ratio": _summary_json(e.step_ratio), "meets_target": e.meets,
-        "misses": e.misses, "incomplete": e.incomplete or None,
+        "trainable_params": a.trainable_params,
+        "frozen_params": a.frozen_params,
+        "added_params": e.added_params,
+        "theoretical_saving": e.saving,
+        "saving_share": e.share,
+        "step_time_ratio": _summary_json(e.step_ratio),
+        "meets_target": e.meets,
+        "misses": e.misses,
+        "incomplete": e.incomplete or None,
     }
 
 
-def to_json(boards: Sequence[Board], not_started: Sequence[str], command: str,
-            target: Target = Target()) -> dict[str, Any]:
+def to_json(
+    boards: Sequence[Board], not_started: Sequence[str], command: str, target: Target = Target()
+) -> dict[str, Any]:
     """leaderboard.json: the same numbers as the markdown."""
     return {
         "command": command,
-        "target": {"max_gap_percent": target.max_gap, "max_upper_percent": target.max_upper,
-                   "min_saving_share": target.min_share, "reference": target.reference},
+        "target": {
+            "max_gap_percent": target.max_gap,
+            "max_upper_percent": target.max_upper,
+            "min_saving_share": target.min_share,
+            "reference": target.reference,
+        },
         "tables": [
-            {"task": b.group.task, "dataset": b.group.dataset, "model": b.group.model,
-             "primary_metric": b.group.primary_metric, "higher_is_better": b.group.higher_is_better,
-             "baseline": b.group.baseline, "verdict": b.verdict, "passing": b.passing,
-             "closest": b.closest, "pareto_front": b.front, "warnings": b.warnings,
-             "ranked": [_entry_json(e) for e in b.ranked],
-             "incomplete": [_entry_json(e) for e in b.unranked]}
+            {
+                "task": b.group.task,
+                "dataset": b.group.dataset,
+                "model": b.group.model,
+                "primary_metric": b.group.primary_metric,
+                "higher_is_better": b.group.higher_is_better,
+                "baseline": b.group.baseline,
+                "verdict": b.verdict,
+                "passing": b.passing,
+                "closest": b.closest,
+                "pareto_front": b.front,
+                "warnings": b.warnings,
+                "ranked": [_entry_json(e) for e in b.ranked],
+                "incomplete": [_entry_json(e) for e in b.unranked],
+            }
             for b in boards
         ],
         "not_started": list(not_started),
@@ -535,14 +625,24 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
         ax.annotate(e.method, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     front = [e for m in board.front for e in pts if e.method == m]
     if len(front) > 1:
-        ax.plot([e.saving * 100 for e in front], [e.arm.gap for e in front], "--",
-                color="tab:red", alpha=0.7, label="Pareto front")
+        ax.plot(
+            [e.saving * 100 for e in front],
+            [e.arm.gap for e in front],
+            "--",
+            color="tab:red",
+            alpha=0.7,
+            label="Pareto front",
+        )
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.axhline(target.max_gap, color="tab:green", linestyle=":", linewidth=1,
-               label=f"target gap {target.max_gap:g}%")
+    ax.axhline(target.max_gap, color="tab:green", linestyle=":", linewidth=1, label=f"target gap {target.max_gap:g}%")
     if ref_saving is not None:
-        ax.axvline(ref_saving * 100 * target.min_share, color="tab:green", linestyle="-.", linewidth=1,
-                   label=f"{target.min_share * 100:g}% of {target.reference}'s saving")
+        ax.axvline(
+            ref_saving * 100 * target.min_share,
+            color="tab:green",
+            linestyle="-.",
+            linewidth=1,
+            label=f"{target.min_share * 100:g}% of {target.reference}'s saving",
+        )
     ax.legend(fontsize=7, loc="upper left")
     ax.set_xlabel("compute saved: theoretical training-FLOP saving (%)")
     ax.set_ylabel(f"gap vs {board.group.baseline or BASELINE} (%, + = worse), paired 95% CI")
@@ -550,8 +650,13 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
     ax.grid(alpha=0.3)
 
 
-def write_leaderboard(paths: Sequence[str | Path], out: str | Path, baseline: str | None = None,
-                      target: Target = Target(), seeds: Sequence[int] | None = None) -> tuple[Path, list[Board]]:
+def write_leaderboard(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    baseline: str | None = None,
+    target: Target = Target(),
+    seeds: Sequence[int] | None = None,
+) -> tuple[Path, list[Board]]:
     """Read the records under `paths`, write OUT/leaderboard.md, leaderboard.json and pareto.png."""
     if not paths:
         raise UserError("no sweep directory given; pass the directory `oelm sweep` wrote")

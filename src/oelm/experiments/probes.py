@@ -43,7 +43,9 @@ def captured_attention() -> Iterator[list[torch.Tensor]]:
         if is_causal:
             logits = logits.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
         if attn_mask is not None:
-            logits = logits + attn_mask if attn_mask.dtype != torch.bool else logits.masked_fill(~attn_mask, float("-inf"))
+            logits = (
+                logits + attn_mask if attn_mask.dtype != torch.bool else logits.masked_fill(~attn_mask, float("-inf"))
+            )
         maps.append(logits.softmax(-1))
         return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
 
@@ -169,8 +171,14 @@ def group_table(group: Group) -> list[str]:
     target = runs[0].results.get("target_accuracy", 0.9) if runs else 0.9
     chance = runs[0].results.get("chance_accuracy") if runs else None
     steps = [s for s in CURVE_STEPS if any(dict(r.eval_curve("accuracy")).get(s) is not None for r in runs)]
-    head = ["method", "lr (val)", "test answer acc ± 95% CI (n)", "test sequence acc",
-            f"seeds reaching {target:.0%} val", f"steps to {target:.0%} val per seed"]
+    head = [
+        "method",
+        "lr (val)",
+        "test answer acc ± 95% CI (n)",
+        "test sequence acc",
+        f"seeds reaching {target:.0%} val",
+        f"steps to {target:.0%} val per seed",
+    ]
     head += [f"val acc @{s}" for s in steps]
     induction = group.dataset.startswith("induction")
     if induction:
@@ -178,14 +186,24 @@ def group_table(group: Group) -> list[str]:
     mqar = group.dataset.startswith("mqar")
     if mqar:
         head += ["test acc, first / last query (recall / elimination possible)"]
-    lines = [f"### {group.dataset} ({group.model}; chance {_fmt(chance)})", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"### {group.dataset} ({group.model}; chance {_fmt(chance)})",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for arm in group.arms:
         seqs = [r.results.get("test_sequence_accuracy") for r in arm.runs]
         seqs = [s for s in seqs if s is not None]
         hits, per_seed = _steps(arm)
-        row = [arm.method, f"{arm.lr:g}" if arm.lr is not None else "-", _ci(arm),
-               _fmt(statistics.fmean(seqs)) if seqs else "-", hits, per_seed]
+        row = [
+            arm.method,
+            f"{arm.lr:g}" if arm.lr is not None else "-",
+            _ci(arm),
+            _fmt(statistics.fmean(seqs)) if seqs else "-",
+            hits,
+            per_seed,
+        ]
         row += [_curve(arm, s) for s in steps]
         if induction:
             row += _head_cells(arm)
@@ -217,11 +235,15 @@ def scaling_table(groups: Sequence[Group], kind: str = "mqar") -> list[str]:
     cols.sort(key=lambda c: (c[1]["seq_len"], c[1].get("n_pairs", 0)))
     methods = list(dict.fromkeys(a.method for g, _ in cols for a in g.arms))
     head = ["method"] + [f"{o.get('n_pairs')} pairs, length {o['seq_len']}" for _, o in cols]
-    lines = [f"### {kind}: test answer accuracy by difficulty (mean ± 95% CI (n seeds); seeds reaching "
-             "the target on validation)", "",
-             "Solving is all-or-nothing per seed here, so a 3-seed t interval can span [0, 1]; the seed "
-             "count says more.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"### {kind}: test answer accuracy by difficulty (mean ± 95% CI (n seeds); seeds reaching "
+        "the target on validation)",
+        "",
+        "Solving is all-or-nothing per seed here, so a 3-seed t interval can span [0, 1]; the seed count says more.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for m in methods:
         cells = []
         for g, _ in cols:
@@ -259,8 +281,9 @@ def scaling_plot(groups: Sequence[Group], out: Path, kind: str = "mqar") -> Path
                 if len(line) < 2:
                     continue
                 xs, ys, seeds = zip(*line)
-                (ln,) = ax.plot([x * shift for x in xs], ys, marker="o",
-                                label=f"{m} ({'length' if fixed == 0 else 'pairs'} {f})")
+                (ln,) = ax.plot(
+                    [x * shift for x in xs], ys, marker="o", label=f"{m} ({'length' if fixed == 0 else 'pairs'} {f})"
+                )
                 sx = [x * shift for x, ss in zip(xs, seeds) for _ in ss]
                 ax.scatter(sx, [s for ss in seeds for s in ss], s=12, alpha=0.45, color=ln.get_color())
         ax.set_xscale("log", base=2)
@@ -281,11 +304,15 @@ def scaling_plot(groups: Sequence[Group], out: Path, kind: str = "mqar") -> Path
 def probe_report(paths: Sequence[str | Path], plot: Path | None = None) -> str:
     """Markdown summary of every probe group found under the paths (and the scaling plot)."""
     comparison = compare(load_runs(paths))
-    out = ["## Probes: answer accuracy and steps to target", "",
-           "Per method at the LR chosen on validation (mean over seeds). Induction score: attention "
-           "mass a head puts, at answer positions, on positions whose previous token equals the "
-           "current one (an induction head's target); previous-token score: attention on t - 1. "
-           "Both from the best checkpoint on 128 test rows; uniform attention gives about 0.1 here.", ""]
+    out = [
+        "## Probes: answer accuracy and steps to target",
+        "",
+        "Per method at the LR chosen on validation (mean over seeds). Induction score: attention "
+        "mass a head puts, at answer positions, on positions whose previous token equals the "
+        "current one (an induction head's target); previous-token score: attention on t - 1. "
+        "Both from the best checkpoint on 128 test rows; uniform attention gives about 0.1 here.",
+        "",
+    ]
     for group in comparison.groups:
         if group.task != "probe":
             continue

@@ -32,7 +32,9 @@ def _read_source(source: Source, scale: str | None) -> tuple[dict[str, Any], dic
     """(TrainConfig keys, study meta) of a source; study configs get their scale applied."""
     if source is None:
         if scale is not None:
-            raise UserError("--scale needs a study config file, e.g. oelm train configs/study/gpt-01.yaml --scale smoke")
+            raise UserError(
+                "--scale needs a study config file, e.g. oelm train configs/study/gpt-01.yaml --scale smoke"
+            )
         return {}, {}
     data = copy.deepcopy(source) if isinstance(source, dict) else read_yaml(source, "config file")
     if not any(k in data for k in (*META_KEYS, SCALES_KEY)):
@@ -59,8 +61,12 @@ def _set_flags(raw: dict[str, Any], flags: dict[str, Any] | None) -> dict[str, A
     return out
 
 
-def resolve_raw(source: Source = None, scale: str | None = None, flags: dict[str, Any] | None = None,
-                overrides: list[str] | dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve_raw(
+    source: Source = None,
+    scale: str | None = None,
+    flags: dict[str, Any] | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config dict, study meta) with scale, flags and overrides applied, not yet validated."""
     raw, meta = _read_source(source, scale)
     raw = _set_flags(raw, flags)
@@ -71,8 +77,12 @@ def resolve_raw(source: Source = None, scale: str | None = None, flags: dict[str
     return raw, meta
 
 
-def resolve_config(source: Source = None, scale: str | None = None, flags: dict[str, Any] | None = None,
-                   overrides: list[str] | dict[str, Any] | None = None) -> Resolved:
+def resolve_config(
+    source: Source = None,
+    scale: str | None = None,
+    flags: dict[str, Any] | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+) -> Resolved:
     """Resolve and validate one run's config (UserError naming the problem and the fix)."""
     raw, meta = resolve_raw(source, scale, flags, overrides)
     cfg = make_config(raw)

@@ -47,8 +47,9 @@ def _check_existing(spec: SweepSpec) -> None:
         return
     stored = read_yaml(path, "sweep record")
     if stored.get("base") != json.loads(json.dumps(spec.base)) or stored.get("grid") != spec.grid:
-        diff = sorted(k for k in set(stored.get("base", {})) | set(spec.base)
-                      if stored.get("base", {}).get(k) != spec.base.get(k))
+        diff = sorted(
+            k for k in set(stored.get("base", {})) | set(spec.base) if stored.get("base", {}).get(k) != spec.base.get(k)
+        )
         raise UserError(
             f"{spec.out} already holds a sweep with a different base config or grid (differs in: "
             f"{', '.join(diff) or 'grid'}); equal budgets need the same base: use another --out"
@@ -111,16 +112,25 @@ def _start_worker(spec: SweepSpec, index: int, runs: list[RunSpec], threads: int
     env = {**os.environ, "OELM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     log = open(_logs(spec) / f"worker{index}.log", "a", encoding="utf-8")  # noqa: SIM115 (closed by the poller)
     # One process per worker, not per run: importing torch for every run would dominate tiny runs.
-    proc = subprocess.Popen([sys.executable, "-m", "oelm.experiments.worker", *paths],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oelm.experiments.worker", *paths], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
     proc.log = log  # type: ignore[attr-defined]
     return proc
 
 
 def _bar(total: int, done: int, show: bool) -> tqdm:
     """Progress over runs: which run, how many left, ETA."""
-    return tqdm(total=total, initial=done, desc="sweep", unit="run", disable=not show,
-                dynamic_ncols=True, position=0, leave=True)
+    return tqdm(
+        total=total,
+        initial=done,
+        desc="sweep",
+        unit="run",
+        disable=not show,
+        dynamic_ncols=True,
+        position=0,
+        leave=True,
+    )
 
 
 @contextmanager
@@ -138,8 +148,9 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _run_sequential(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome,
-                    bar: tqdm, inner_progress: bool) -> None:
+def _run_sequential(
+    spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome, bar: tqdm, inner_progress: bool
+) -> None:
     """One run after another in this process; a failed run is reported and the sweep goes on."""
     for run in pending:
         bar.set_postfix_str(f"{run.label} ({len(pending) - pending.index(run)} left)")
@@ -154,8 +165,9 @@ def _run_sequential(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutco
         bar.update(1)
 
 
-def _run_parallel(spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome,
-                  bar: tqdm, parallel: int, threads: int | None) -> None:
+def _run_parallel(
+    spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome, bar: tqdm, parallel: int, threads: int | None
+) -> None:
     """N worker processes, each on `threads` (default cores // N) threads, runs dealt round-robin."""
     threads = threads or max(1, (os.cpu_count() or 1) // parallel)
     shares = [pending[i::parallel] for i in range(parallel) if pending[i::parallel]]
@@ -210,9 +222,16 @@ def run_sweep(
         return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
 
 
-def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: bool, report: bool,
-                on_report: Callable[[Comparison], None] | None, threads: int | None,
-                epilogue: Callable[[Comparison], list[str]] | None = None) -> SweepOutcome:
+def _run_locked(
+    spec: SweepSpec,
+    parallel: int,
+    progress: bool,
+    inner_progress: bool,
+    report: bool,
+    on_report: Callable[[Comparison], None] | None,
+    threads: int | None,
+    epilogue: Callable[[Comparison], list[str]] | None = None,
+) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
 
     start = time.perf_counter()
@@ -225,8 +244,11 @@ def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: 
     outcome = SweepOutcome(skipped=[r for r in runs if r.finished()])
     pending = [r for r in runs if not r.finished()]
     if progress:
-        print(f"sweep {spec.name}: {len(runs)} runs ({len(outcome.skipped)} finished, "
-              f"{len(pending)} to run) -> {spec.out}", file=sys.stderr)
+        print(
+            f"sweep {spec.name}: {len(runs)} runs ({len(outcome.skipped)} finished, "
+            f"{len(pending)} to run) -> {spec.out}",
+            file=sys.stderr,
+        )
     with _bar(len(runs), len(outcome.skipped), progress) as bar:
         if parallel == 1:
             with _torch_threads(threads):
@@ -236,10 +258,13 @@ def _run_locked(spec: SweepSpec, parallel: int, progress: bool, inner_progress: 
     for run, err in outcome.failed:
         print(f"run failed: {run.label}: {err.strip().splitlines()[-1]}", file=sys.stderr)
     if report:
-
         outcome.report, outcome.comparison = write_report(
-            [spec.out / "runs"], spec.out / "report", spec.baseline, spec.study_numbers,
-            extend=spec.extend, epilogue=epilogue,
+            [spec.out / "runs"],
+            spec.out / "report",
+            spec.baseline,
+            spec.study_numbers,
+            extend=spec.extend,
+            epilogue=epilogue,
         )
         if on_report:
             on_report(outcome.comparison)

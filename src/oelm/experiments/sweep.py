@@ -21,8 +21,20 @@ from oelm.utils.errors import UserError
 PER_RUN = ("method", "lr", "seed", "out", "resume", "overwrite", "data_seed")
 # Fields allowed to differ between the runs of one sweep (everything else is the equal budget).
 VARYING = ("method", "lr", "seed", "method_options")
-SPEC_KEYS = {"name", "base", "scale", "config", "overrides", "methods", "seeds", "grid",
-             "out", "study_numbers", "baseline", "prepare"}
+SPEC_KEYS = {
+    "name",
+    "base",
+    "scale",
+    "config",
+    "overrides",
+    "methods",
+    "seeds",
+    "grid",
+    "out",
+    "study_numbers",
+    "baseline",
+    "prepare",
+}
 
 
 @dataclass
@@ -71,8 +83,13 @@ class SweepSpec:
     def to_dict(self) -> dict[str, Any]:
         """The spec as resolved (what SWEEP/sweep.yaml holds)."""
         return {
-            "name": self.name, "base": self.base, "methods": self.methods, "seeds": self.seeds,
-            "grid": self.grid, "prepare": self.prepare, "study_numbers": self.study_numbers,
+            "name": self.name,
+            "base": self.base,
+            "methods": self.methods,
+            "seeds": self.seeds,
+            "grid": self.grid,
+            "prepare": self.prepare,
+            "study_numbers": self.study_numbers,
             "baseline": self.baseline,
         }
 
@@ -150,8 +167,10 @@ def _parse_methods(raw: Any, default_lr: float | None) -> dict[str, dict[str, An
         lrs = _as_list(arm.get("lr", default_lr), f"methods.{name}.lr")
         if any(not isinstance(x, (int, float)) or x <= 0 for x in lrs):
             raise UserError(f"methods.{name}.lr must be positive numbers, got {lrs}")
-        methods[name] = {"lr": [float(x) for x in lrs], **({"method_options": arm["method_options"]}
-                                                           if arm.get("method_options") else {})}
+        methods[name] = {
+            "lr": [float(x) for x in lrs],
+            **({"method_options": arm["method_options"]} if arm.get("method_options") else {}),
+        }
     return methods
 
 
@@ -199,8 +218,12 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
     return spec
 
 
-def load_spec(path: str | Path, seeds: Sequence[int] | None = None, out: str | Path | None = None,
-              methods: Sequence[str] | None = None) -> SweepSpec:
+def load_spec(
+    path: str | Path,
+    seeds: Sequence[int] | None = None,
+    out: str | Path | None = None,
+    methods: Sequence[str] | None = None,
+) -> SweepSpec:
     """Read a sweep spec YAML; `seeds` and `out` replace the spec's own, `methods` keeps those arms."""
     path = Path(path)
     raw = load_yaml(path)
@@ -223,8 +246,7 @@ def _check_methods(raw: Any, names: Sequence[str], path: Path) -> list[str]:
     arms = list(raw or {})
     missing = [n for n in names if n not in arms]
     if missing:
-        raise UserError(f"--methods {' '.join(missing)}: not an arm of {path}; its arms are "
-                        f"{', '.join(arms)}")
+        raise UserError(f"--methods {' '.join(missing)}: not an arm of {path}; its arms are {', '.join(arms)}")
     return list(dict.fromkeys(names))
 
 

@@ -33,7 +33,6 @@ def resolve_hf_config(model: str):
     """A transformers config from a known name, a config.json (or its folder), or the hub."""
     import transformers  # heavy optional dependency: imported on use
 
-
     cfg = _builtin_hf_config(model)
     if cfg is not None:
         return cfg
@@ -41,7 +40,11 @@ def resolve_hf_config(model: str):
         model = resolve_hf_source(model)
     path = Path(model)
     if path.is_file() and path.suffix == ".json":
-        return transformers.AutoConfig.from_pretrained(str(path.parent)) if path.name == "config.json" else transformers.AutoConfig.from_json_file(str(path))
+        return (
+            transformers.AutoConfig.from_pretrained(str(path.parent))
+            if path.name == "config.json"
+            else transformers.AutoConfig.from_json_file(str(path))
+        )
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UserError(f"{path} has no config.json; point to a Hugging Face model folder")
@@ -67,7 +70,6 @@ def build_model(model: str, num_labels: int | None = None, causal_classifier: bo
 
     cfg = resolve_hf_config(model)
     if num_labels:
-
         cfg.num_labels = num_labels
         ensure_pad_token_id(cfg)
         return transformers.AutoModelForSequenceClassification.from_config(cfg)

@@ -44,8 +44,10 @@ def _check_maps(model: nn.Module) -> None:
     sd = model.state_dict()
     added = sorted({k.split(".oelm_adapter")[0] for k in sd if "oelm_adapter" in k})
     if added:
-        raise UserError(f"the run's method adds adapter modules (e.g. at {added[0]}) that GPT-2 has no place for; "
-                        "export supports methods without adapters")
+        raise UserError(
+            f"the run's method adds adapter modules (e.g. at {added[0]}) that GPT-2 has no place for; "
+            "export supports methods without adapters"
+        )
     if any(k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias")) for k in sd):
         raise UserError("this GPT has attention biases; the export expects bias-free Q/K/V/O")
     for name, module in model.named_modules():
@@ -60,16 +62,30 @@ def gpt2_config(model: nn.Module, eot_id: int | None = None) -> Any:
     c = model.config
     eot = c.vocab_size - 1 if eot_id is None else eot_id
     return transformers.GPT2Config(
-        vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model, n_layer=c.n_layer,
-        n_head=c.n_head, n_inner=c.d_ff, activation_function="gelu", resid_pdrop=c.dropout,
-        embd_pdrop=c.dropout, attn_pdrop=c.dropout, layer_norm_epsilon=1e-5, initializer_range=c.init_std,
-        scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False,
-        tie_word_embeddings=True, bos_token_id=eot, eos_token_id=eot,
+        vocab_size=c.vocab_size,
+        n_positions=c.block_size,
+        n_embd=c.d_model,
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        n_inner=c.d_ff,
+        activation_function="gelu",
+        resid_pdrop=c.dropout,
+        embd_pdrop=c.dropout,
+        attn_pdrop=c.dropout,
+        layer_norm_epsilon=1e-5,
+        initializer_range=c.init_std,
+        scale_attn_weights=True,
+        scale_attn_by_inverse_layer_idx=False,
+        reorder_and_upcast_attn=False,
+        tie_word_embeddings=True,
+        bos_token_id=eot,
+        eos_token_id=eot,
     )
 
 
 def gpt2_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
     """Our GPT's state dict in GPT2LMHeadModel's keys and layouts (Conv1D stores [in, out])."""
+
     def bias(module: str) -> torch.Tensor:
         """`module`'s bias, or zeros shaped like it where the model has none (GPTConfig.bias=False)."""
         if f"{module}.bias" in sd:
@@ -84,14 +100,22 @@ def gpt2_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torc
         a = f"{src}.attn"
         qkv = torch.cat([sd[f"{a}.{p}_proj.weight"].T for p in "qkv"], dim=1)
         d = qkv.shape[0]
-        out.update({
-            f"{dst}.ln_1.weight": sd[f"{src}.ln_1.weight"], f"{dst}.ln_1.bias": bias(f"{src}.ln_1"),
-            f"{dst}.ln_2.weight": sd[f"{src}.ln_2.weight"], f"{dst}.ln_2.bias": bias(f"{src}.ln_2"),
-            f"{dst}.attn.c_attn.weight": qkv, f"{dst}.attn.c_attn.bias": qkv.new_zeros(3 * d),
-            f"{dst}.attn.c_proj.weight": sd[f"{a}.o_proj.weight"].T, f"{dst}.attn.c_proj.bias": qkv.new_zeros(d),
-            f"{dst}.mlp.c_fc.weight": sd[f"{src}.mlp.fc_in.weight"].T, f"{dst}.mlp.c_fc.bias": bias(f"{src}.mlp.fc_in"),
-            f"{dst}.mlp.c_proj.weight": sd[f"{src}.mlp.fc_out.weight"].T, f"{dst}.mlp.c_proj.bias": bias(f"{src}.mlp.fc_out"),
-        })
+        out.update(
+            {
+                f"{dst}.ln_1.weight": sd[f"{src}.ln_1.weight"],
+                f"{dst}.ln_1.bias": bias(f"{src}.ln_1"),
+                f"{dst}.ln_2.weight": sd[f"{src}.ln_2.weight"],
+                f"{dst}.ln_2.bias": bias(f"{src}.ln_2"),
+                f"{dst}.attn.c_attn.weight": qkv,
+                f"{dst}.attn.c_attn.bias": qkv.new_zeros(3 * d),
+                f"{dst}.attn.c_proj.weight": sd[f"{a}.o_proj.weight"].T,
+                f"{dst}.attn.c_proj.bias": qkv.new_zeros(d),
+                f"{dst}.mlp.c_fc.weight": sd[f"{src}.mlp.fc_in.weight"].T,
+                f"{dst}.mlp.c_fc.bias": bias(f"{src}.mlp.fc_in"),
+                f"{dst}.mlp.c_proj.weight": sd[f"{src}.mlp.fc_out.weight"].T,
+                f"{dst}.mlp.c_proj.bias": bias(f"{src}.mlp.fc_out"),
+            }
+        )
     out["lm_head.weight"] = sd["transformer.wte.weight"]
     return {k: v.detach().contiguous().clone() for k, v in out.items()}
 
@@ -106,7 +130,9 @@ def to_gpt2(model: nn.Module, eot_id: int | None = None) -> nn.Module:
     # Non-persistent buffers aside, every GPT-2 tensor must come from ours and vice versa.
     buffers = {n for n, _ in hf.named_buffers()}
     if set(missing) - buffers or unexpected:
-        raise UserError(f"GPT-2 mapping incomplete: missing {sorted(set(missing) - buffers)[:4]}, unexpected {unexpected[:4]}")
+        raise UserError(
+            f"GPT-2 mapping incomplete: missing {sorted(set(missing) - buffers)[:4]}, unexpected {unexpected[:4]}"
+        )
     return hf.eval()
 
 
@@ -124,20 +150,23 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, which: str = "best", tol
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder")
-    spec = read_metadata(resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)).get("tokenizer", "")
+    spec = read_metadata(resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)).get(
+        "tokenizer", ""
+    )
     model = load_model(run_dir, which)
     tok, note = hf_tokenizer(spec)
     hf = to_gpt2(model, tok.eos_token_id if tok is not None else None)
     diff = max_logit_diff(model, hf)
     if diff > tolerance:
-        raise UserError(f"exported logits differ by {diff:.2e} (> {tolerance:g}); not writing a folder that is not exact")
+        raise UserError(
+            f"exported logits differ by {diff:.2e} (> {tolerance:g}); not writing a folder that is not exact"
+        )
     carry_method(model, hf)  # Q/K frozen in the export too, so oelm.from_pretrained restores the method
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out)
     if tok is not None:
         tok.save_pretrained(out)
-    return {"out_dir": str(out), "architecture": "GPT2LMHeadModel", "max_abs_logit_diff": diff,
-            "tokenizer": note}
+    return {"out_dir": str(out), "architecture": "GPT2LMHeadModel", "max_abs_logit_diff": diff, "tokenizer": note}
 
 
 def hf_tokenizer(spec: str) -> tuple[Any, str]:
@@ -146,8 +175,10 @@ def hf_tokenizer(spec: str) -> tuple[Any, str]:
     if not spec:
         return None, "no tokenizer recorded in the checkpoint; no tokenizer files written"
     if spec == "byte":
-        return None, ("byte tokenizer (UTF-8 bytes 0-255, 256 = <|endoftext|>) has no exact Hugging Face "
-                      "tokenizer; no tokenizer files written: feed list(text.encode('utf-8')) as input_ids")
+        return None, (
+            "byte tokenizer (UTF-8 bytes 0-255, 256 = <|endoftext|>) has no exact Hugging Face "
+            "tokenizer; no tokenizer files written: feed list(text.encode('utf-8')) as input_ids"
+        )
     try:
         ours = load_tokenizer(spec)
     except UserError as err:
@@ -181,8 +212,12 @@ def _tiktoken_backend(ours: Any) -> Any:
     ranks = ours._enc._mergeable_ranks
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ranks.tiktoken"
-        path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in sorted(ranks.items(), key=lambda x: x[1])))
-        return TikTokenConverter(vocab_file=str(path), pattern=r50k_pat_str, extra_special_tokens=["<|endoftext|>"]).converted()
+        path.write_text(
+            "".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in sorted(ranks.items(), key=lambda x: x[1]))
+        )
+        return TikTokenConverter(
+            vocab_file=str(path), pattern=r50k_pat_str, extra_special_tokens=["<|endoftext|>"]
+        ).converted()
 
 
 def _wrap(backend: Any, eot_id: int) -> Any:

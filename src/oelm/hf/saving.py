@@ -52,7 +52,6 @@ def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path
 
 def _save_gpt(model: nn.Module, folder: Path) -> None:
 
-
     arch: dict[str, Any] = {"class": type(model).__name__, "gpt_config": dataclasses.asdict(model.config)}
     if isinstance(model, GPTClassifier):
         arch.update(num_labels=model.num_labels, causal=model.causal)
@@ -103,7 +102,6 @@ def from_pretrained(
             "transformers' from_pretrained and call oelm.apply_method"
         )
     if (folder / GPT_FILE).is_file():
-
         model = _build_gpt(folder)
         reapply(model, record)  # first, so the tensors it adds exist to load
         load_weights(model, folder / WEIGHTS_FILE)
@@ -130,5 +128,3 @@ def _hf_class(folder: Path, model_class: Any) -> Any:
         if cls is not None:
             return cls
     raise UserError(f"config.json in {str(folder)!r} names no known architecture; pass model_class=...")
-
-

@@ -48,13 +48,17 @@ class OELMCallback(TrainerCallback):
         if self.audit is None:  # an audit given by the caller (e.g. taken before PEFT) is kept
             self.audit = audit_model(base)
 
-    def on_save(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
+    def on_save(
+        self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any
+    ) -> None:
         check = self._verify(state.global_step, model, optimizer)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and folder.is_dir():
             _write(folder / AUDIT_FILE, self.audit, check)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any
+    ) -> None:
         self._verify(state.global_step, model, optimizer)
 
     def _verify(self, step: int, model: Any, optimizer: Any) -> AuditCheck:

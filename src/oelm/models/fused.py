@@ -72,9 +72,16 @@ class FusedRowsLinear(torch.autograd.Function):
         # inside the run and the dtype of its weight / bias gradient (None: not wanted).
         plan = []
         for a, e in _runs([need[1 + i] or need[4 + i] for i in range(3)]):
-            blocks = [(i, starts[i] - starts[a], starts[i + 1] - starts[a],
-                       ws[i].dtype if need[1 + i] else None, bs[i].dtype if need[4 + i] else None)
-                      for i in range(a, e)]
+            blocks = [
+                (
+                    i,
+                    starts[i] - starts[a],
+                    starts[i + 1] - starts[a],
+                    ws[i].dtype if need[1 + i] else None,
+                    bs[i].dtype if need[4 + i] else None,
+                )
+                for i in range(a, e)
+            ]
             w_dt = b_dt = None
             for blk in blocks:  # the first wanted dtype of each kind
                 w_dt = w_dt or blk[3]

@@ -322,4 +322,3 @@ def _attention_bias(keep: torch.Tensor, causal: bool) -> torch.Tensor:
 def count_parameters(model: nn.Module) -> int:
     """Unique parameters of a model (tied weights counted once)."""
     return sum(p.numel() for p in model.parameters())
-

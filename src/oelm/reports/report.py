@@ -93,9 +93,7 @@ def _lr_table(group: Group) -> list[str]:
         for cell in arm.cells:
             excluded = ", ".join(f"seed {r.seed}: {r.status}" for r in cell.excluded) or "—"
             chosen = "**yes**" if cell.setting == arm.setting else ""
-            rows.append(
-                f"| {arm.method} | {cell.setting} | {fmt_summary(cell.selection)} | {excluded} | {chosen} |"
-            )
+            rows.append(f"| {arm.method} | {cell.setting} | {fmt_summary(cell.selection)} | {excluded} | {chosen} |")
     return rows
 
 
@@ -146,9 +144,7 @@ def _runs_list(title: str, runs: Sequence[RunRecord], note: str) -> list[str]:
         return []
     lines = [f"## {title}", "", note, ""]
     for run in runs:
-        lines.append(
-            f"- `{run.path.as_posix()}`: {run.method} lr={run.lr} seed={run.seed}: {run.reason}"
-        )
+        lines.append(f"- `{run.path.as_posix()}`: {run.method} lr={run.lr} seed={run.seed}: {run.reason}")
     return lines + [""]
 
 
@@ -214,11 +210,17 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "frozen_params": arm.frozen_params,
         "study": arm.study,
         "noise": None if arm.noise is None else {**asdict(arm.noise), "ratio": arm.noise.ratio},
-        "paired_noise": None if arm.paired_noise is None else {**asdict(arm.paired_noise),
-                                                               "ratio": arm.paired_noise.ratio},
+        "paired_noise": None
+        if arm.paired_noise is None
+        else {**asdict(arm.paired_noise), "ratio": arm.paired_noise.ratio},
         "lr_sweep": [
-            {"setting": c.setting, "lr": c.lr, "selection": c.selection.to_dict(), "runs": [str(r.path) for r in c.runs],
-             "excluded": [str(r.path) for r in c.excluded]}
+            {
+                "setting": c.setting,
+                "lr": c.lr,
+                "selection": c.selection.to_dict(),
+                "runs": [str(r.path) for r in c.runs],
+                "excluded": [str(r.path) for r in c.excluded],
+            }
             for c in arm.cells
         ],
     }
@@ -243,9 +245,13 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
     return {
         "groups": [
             {
-                "task": g.task, "dataset": g.dataset, "model": g.model,
-                "primary_metric": g.primary_metric, "selection_metric": g.selection_metric,
-                "baseline": g.baseline, "warnings": g.warnings,
+                "task": g.task,
+                "dataset": g.dataset,
+                "model": g.model,
+                "primary_metric": g.primary_metric,
+                "selection_metric": g.selection_metric,
+                "baseline": g.baseline,
+                "warnings": g.warnings,
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
                 "reading": _reading(g),
                 "arms": [_arm_json(a) for a in g.arms],
@@ -276,7 +282,6 @@ def write_report(
     plain-language reading of every table).
     """
     if epilogue is None:
-
         epilogue = reading_lines
     study = StudyNumbers.load(study_numbers) if study_numbers else None
     runs = load_runs(paths)
@@ -303,13 +308,24 @@ def print_summary(comparison: Comparison, extend: str = SWEEP_EXTEND) -> None:
     for group in comparison.groups:
         scale = pct_scale(group)
         table = Table(title=group.title, title_justify="left")
-        for col in ("method", "setting (val)", f"{group.primary_metric} ± 95% CI (n)",
-                    "gap % (+ = worse)", "p (paired)", "min. detectable gap", "ms/step",
-                    "ratio vs base", "FLOP saving"):
+        for col in (
+            "method",
+            "setting (val)",
+            f"{group.primary_metric} ± 95% CI (n)",
+            "gap % (+ = worse)",
+            "p (paired)",
+            "min. detectable gap",
+            "ms/step",
+            "ratio vs base",
+            "FLOP saving",
+        ):
             table.add_column(col)
         for arm in group.arms:
             table.add_row(
-                arm.method, arm.setting or NA, fmt_summary(arm.primary, scale), fmt_gap(arm, group),
+                arm.method,
+                arm.setting or NA,
+                fmt_summary(arm.primary, scale),
+                fmt_gap(arm, group),
                 fmt_p(arm, group).split(" (")[0] if arm.test else ("—" if arm.method == group.baseline else NA),
                 fmt_mde(arm, group).replace("**", ""),
                 fmt_ms(arm.step_time),
@@ -323,5 +339,7 @@ def print_summary(comparison: Comparison, extend: str = SWEEP_EXTEND) -> None:
             if text := power_text(arm, group, extend):
                 console.print(f"[cyan]power:[/] {escape(text.replace('**', ''))}")
     if comparison.excluded or comparison.incomplete:
-        console.print(f"{len(comparison.excluded)} excluded and {len(comparison.incomplete)} "
-                      "incomplete run(s) are listed in the report, not averaged")
+        console.print(
+            f"{len(comparison.excluded)} excluded and {len(comparison.incomplete)} "
+            "incomplete run(s) are listed in the report, not averaged"
+        )

@@ -71,13 +71,9 @@ def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summar
     return Summary(n, mean, std, mean - half, mean + half)
 
 
-def paired_test(
-    method: Mapping[object, float], baseline: Mapping[object, float]
-) -> PairedTest | None:
+def paired_test(method: Mapping[object, float], baseline: Mapping[object, float]) -> PairedTest | None:
     """Paired t-test (and Wilcoxon when n >= 6) of method - baseline over shared seeds."""
-    seeds = sorted(
-        s for s in method if s in baseline and _finite([method[s]]) and _finite([baseline[s]])
-    )
+    seeds = sorted(s for s in method if s in baseline and _finite([method[s]]) and _finite([baseline[s]]))
     if len(seeds) < MIN_PAIRED_SEEDS:
         return None
     m = np.array([float(method[s]) for s in seeds])

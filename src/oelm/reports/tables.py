@@ -102,27 +102,37 @@ def power_text(arm: Arm, group: Group, extend: str = SWEEP_EXTEND) -> str:
     if arm.method == group.baseline or pw is None:
         return ""
     if pw.mde is None or pw.sd_diff is None:
-        return (f"{arm.method}: {pw.n} paired seed(s), too few for a power estimate (>= 2) or a "
-                "test (>= 3): the gap is unmeasured, not zero.")
+        return (
+            f"{arm.method}: {pw.n} paired seed(s), too few for a power estimate (>= 2) or a "
+            "test (>= 3): the gap is unmeasured, not zero."
+        )
     if pw.sd_diff == 0:
-        return (f"{arm.method}: the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} "
-                "seeds, so the t-test is undefined; add seeds before reading it.")
-    text = (f"{arm.method}: with {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), the paired "
-            f"t-test (two-sided, alpha {pw.alpha:g}, power {pw.power:g}) detects gaps of "
-            f"±{pw.mde:.2f}% or more; observed {pw.observed:+.2f}%")
+        return (
+            f"{arm.method}: the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} "
+            "seeds, so the t-test is undefined; add seeds before reading it."
+        )
+    text = (
+        f"{arm.method}: with {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), the paired "
+        f"t-test (two-sided, alpha {pw.alpha:g}, power {pw.power:g}) detects gaps of "
+        f"±{pw.mde:.2f}% or more; observed {pw.observed:+.2f}%"
+    )
     p = arm.test.p_value if arm.test else None
     p_text = "no p-value" if p is None else f"p = {p:.3g}"
     if significant(arm):
         return text + f", significant ({p_text})."
     if pw.underpowered:
-        text += (f" ({p_text}). **Underpowered: this cannot distinguish a gap below {pw.mde:.2f}%**;"
-                 " a non-significant result here is not evidence of no difference.")
+        text += (
+            f" ({p_text}). **Underpowered: this cannot distinguish a gap below {pw.mde:.2f}%**;"
+            " a non-significant result here is not evidence of no difference."
+        )
     else:
         text += f", not significant ({p_text}); that is not evidence of no difference."
     if pw.seeds_for_observed and pw.seeds_for_observed > pw.n:
         cmd = extend.format(seeds=seeds_arg(pw.seeds_for_observed))
-        text += (f" Detecting a gap of {abs(pw.observed):.2f}% with power {pw.power:g} needs about "
-                 f"{pw.seeds_for_observed} seeds (`{cmd}` reuses the finished runs).")
+        text += (
+            f" Detecting a gap of {abs(pw.observed):.2f}% with power {pw.power:g} needs about "
+            f"{pw.seeds_for_observed} seeds (`{cmd}` reuses the finished runs)."
+        )
     return text
 
 

@@ -175,7 +175,6 @@ class ClassificationTask(Task):
     def build_model(self) -> nn.Module:
         """GPTClassifier sized to the tokenizer, or the HF model with a new num_labels head."""
         if self.hf:
-
             model = load_hf_classifier(self.cfg.model, self.data.num_labels, self.data.label_names)
             model.config.pad_token_id = self.collate.pad_id
             return model
@@ -220,7 +219,7 @@ class ClassificationTask(Task):
 
     # ---- evaluation --------------------------------------------------------------------------
     def has_split(self, split: str) -> bool:
-        """"val" is the validation split, "test" the held-out one."""
+        """ "val" is the validation split, "test" the held-out one."""
         return split in SPLITS
 
     @torch.no_grad()
@@ -292,8 +291,9 @@ class ClassificationTask(Task):
             # Collapse is decided on validation (it makes an LR ineligible, so it is part of the
             # selection); the held-out verdict is recorded for information only.
             "collapsed": M.collapsed(val["accuracy"], val_majority),
-            "heldout_collapsed": (M.collapsed(held["accuracy"], majority)
-                                  if held.get("accuracy") is not None else None),
+            "heldout_collapsed": (
+                M.collapsed(held["accuracy"], majority) if held.get("accuracy") is not None else None
+            ),
             "split_roles": dict(self.data.split_roles),
             "num_labels": self.data.num_labels,
             "label_names": list(self.data.label_names),
@@ -351,8 +351,13 @@ class ClassificationTask(Task):
     # ---- resume ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Data position: generator state before the current epoch's shuffle, position, epoch, history."""
-        return {"order_state": self.order_state, "pos": self.pos, "epoch": self.epoch, "history": self.history,
-                "has_order": bool(self.order)}
+        return {
+            "order_state": self.order_state,
+            "pos": self.pos,
+            "epoch": self.epoch,
+            "history": self.history,
+            "has_order": bool(self.order),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Rebuild the current epoch's order from the stored generator state and continue."""

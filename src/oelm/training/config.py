@@ -28,8 +28,20 @@ from oelm.utils.io import read_yaml
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
 # differ from the stored one in these without being "a different run".
 RUNTIME_FIELDS = frozenset(
-    {"out", "resume", "overwrite", "device", "compile", "compile_mode", "progress", "tensorboard", "log_every",
-     "allow_change", "wandb", "wandb_project"}
+    {
+        "out",
+        "resume",
+        "overwrite",
+        "device",
+        "compile",
+        "compile_mode",
+        "progress",
+        "tensorboard",
+        "log_every",
+        "allow_change",
+        "wandb",
+        "wandb_project",
+    }
 )
 
 
@@ -74,7 +86,9 @@ class TrainConfig(BaseModel):
     method: str = Field("baseline", description="training method (see `oelm methods`)")
     method_options: dict[str, Any] = Field(default_factory=dict, description="options of the method")
     seed: int = Field(0, description="seed of initialization (and data order unless data_seed)")
-    data_seed: int | None = Field(None, description="seed of the data order (default: seed, same batches for all methods)")
+    data_seed: int | None = Field(
+        None, description="seed of the data order (default: seed, same batches for all methods)"
+    )
 
     steps: int = Field(1000, gt=0, description="optimizer steps")
     batch_size: int = Field(16, gt=0, description="sequences per rank and micro-step")
@@ -89,11 +103,15 @@ class TrainConfig(BaseModel):
     betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
     clip: float = Field(1.0, ge=0, description="gradient-norm clipping (0 disables it)")
-    layer_lr_decay: float = Field(1.0, gt=0, le=1, description="LR x decay**(layers above this one): layer-wise LR; 1 = off")
+    layer_lr_decay: float = Field(
+        1.0, gt=0, le=1, description="LR x decay**(layers above this one): layer-wise LR; 1 = off"
+    )
 
     eval_every: int = Field(100, ge=0, description="validate every N steps (0: only at the end)")
     eval_batches: int = Field(20, gt=0, description="batches per periodic validation")
-    final_eval_batches: int | None = Field(None, gt=0, description="batches of the final evaluation (default: the whole split)")
+    final_eval_batches: int | None = Field(
+        None, gt=0, description="batches of the final evaluation (default: the whole split)"
+    )
     checkpoint_every: int = Field(500, ge=0, description="checkpoint every N steps (0: only at the end)")
     keep_last: int = Field(2, gt=0, description="step checkpoints kept (best/ is kept apart)")
     log_every: int = Field(10, gt=0, description="log training loss every N steps")
@@ -114,7 +132,9 @@ class TrainConfig(BaseModel):
     )
     progress: bool = Field(True, description="show a progress bar")
     tensorboard: bool = Field(True, description="write TensorBoard events to RUN/tb")
-    wandb: bool = Field(False, description="also log to Weights & Biases (pip install 'oelm[wandb]'; WANDB_MODE is respected)")
+    wandb: bool = Field(
+        False, description="also log to Weights & Biases (pip install 'oelm[wandb]'; WANDB_MODE is respected)"
+    )
     wandb_project: str | None = Field(None, description="Weights & Biases project (default: oelm)")
 
     classification: ClassificationOptions | None = Field(None, description="classification task options")
@@ -163,12 +183,9 @@ class TrainConfig(BaseModel):
         if self.compile_mode is not None and not self.compile:
             raise ValueError(f"compile_mode={self.compile_mode!r} needs compile=true; set both")
         if self.wandb:
-
             require_wandb()
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
-            raise ValueError(
-                f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup"
-            )
+            raise ValueError(f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup")
         return self
 
     def identity(self) -> dict[str, Any]:

@@ -162,8 +162,13 @@ class LMTask(Task):
         n = max(len(every), 1)
         loss = float(per_window.sum()) / n
         var = float(per_window.var()) if len(every) > 1 else 0.0
-        out = {"loss": loss, "perplexity": _perplexity(loss), "tokens": len(every) * self.seq_len,
-               "windows": len(every), "loss_se": math.sqrt(var / n)}
+        out = {
+            "loss": loss,
+            "perplexity": _perplexity(loss),
+            "tokens": len(every) * self.seq_len,
+            "windows": len(every),
+            "loss_se": math.sqrt(var / n),
+        }
         if split == "test":
             out["items"] = {"metric": "test_loss", "unit": "window", "values": per_window.tolist()}
         return out

@@ -35,7 +35,6 @@ from oelm.utils.lock import dir_lock
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
     """Train one run described by config (+ key=value overrides); return its results.json dict."""
 
-
     cfg = make_config(config, overrides)
     owns_group = not (tdist.is_available() and tdist.is_initialized())
     info, device = init_distributed(cfg.device)
@@ -154,8 +153,9 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
         # Not `compiled or self.model`: a compiled module's truth value calls len(), which torch
         # 2.13 refuses for a module that is not a container.
-        self.eval_model: nn.Module = (torch.compile(self.model, mode=self.cfg.compile_mode)
-                                      if self.cfg.compile else self.model)
+        self.eval_model: nn.Module = (
+            torch.compile(self.model, mode=self.cfg.compile_mode) if self.cfg.compile else self.model
+        )
         self._wrap_trainable()
 
     def _wrap_trainable(self) -> None:
@@ -163,7 +163,6 @@ class Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model: nn.Module = self.eval_model
         if self.dist.enabled:
-
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DDP(self.eval_model, device_ids=ids)
 
@@ -217,8 +216,9 @@ class Trainer:
         tb_dir = self.run_dir / "tb" if main and self.cfg.tensorboard else None
         self.tb = TensorBoard(tb_dir, purge_step=self.step + 1 if resumed else None)
         if main and self.cfg.wandb:
-
-            self.tb = FanOut(self.tb, WandbLogger(self.run_dir, self.cfg.model_dump(mode="json"), self.cfg.wandb_project))
+            self.tb = FanOut(
+                self.tb, WandbLogger(self.run_dir, self.cfg.model_dump(mode="json"), self.cfg.wandb_project)
+            )
         if main:
             atomic_write_json(self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": None})
 
@@ -226,8 +226,12 @@ class Trainer:
     def _loop(self) -> None:
         cfg = self.cfg
         bar = tqdm(
-            total=cfg.steps, initial=self.step, disable=not (self.dist.is_main and cfg.progress),
-            desc=f"{cfg.method} s{cfg.seed}", dynamic_ncols=True, mininterval=1.0,
+            total=cfg.steps,
+            initial=self.step,
+            disable=not (self.dist.is_main and cfg.progress),
+            desc=f"{cfg.method} s{cfg.seed}",
+            dynamic_ncols=True,
+            mininterval=1.0,
         )
         with bar:
             while self.step < cfg.steps:
@@ -279,8 +283,14 @@ class Trainer:
     def _log_train(self, loss_t: torch.Tensor, tokens: int, bar: tqdm) -> None:
         loss = all_reduce_sum([float(loss_t)], self.dist, self.device)[0] / self.dist.world
         step_time = self.timer.last()
-        record = {"kind": "train", "step": self.step, "loss": loss, "lr": self.last_lr,
-                  "tokens": self.tokens_seen, "step_time": step_time}
+        record = {
+            "kind": "train",
+            "step": self.step,
+            "loss": loss,
+            "lr": self.last_lr,
+            "tokens": self.tokens_seen,
+            "step_time": step_time,
+        }
         self.metrics.write(record)
         self.tb.scalars("train", {"loss": loss, "lr": self.last_lr, "step_time": step_time}, self.step)
         recent = self.timer.times[-20:]
@@ -315,8 +325,13 @@ class Trainer:
         return metrics, time.perf_counter() - start
 
     def _weights_meta(self) -> dict[str, Any]:
-        return {**self.task.model_metadata(), **ckpt.method_record(self.model), "task": self.cfg.task,
-                "seed": self.cfg.seed, "step": self.step}
+        return {
+            **self.task.model_metadata(),
+            **ckpt.method_record(self.model),
+            "task": self.cfg.task,
+            "seed": self.cfg.seed,
+            "step": self.step,
+        }
 
     def _wall_time(self) -> float:
         return self.prior_wall + time.perf_counter() - self.session_start
@@ -374,9 +389,11 @@ class Trainer:
         extra = [f"best/ (step {self.best_step}): {p}" for p in best.problems if p not in trained.problems]
         notes = []
         if early:
-            notes.append(f"best/ is step {self.best_step}, not after the late freeze (before optimizer step "
-                         f"{self.schedule.at_step + 1}): its {len(early)} late-frozen tensors are from their "
-                         "trainable phase, checked on the final weights only")
+            notes.append(
+                f"best/ is step {self.best_step}, not after the late freeze (before optimizer step "
+                f"{self.schedule.at_step + 1}): its {len(early)} late-frozen tensors are from their "
+                "trainable phase, checked on the final weights only"
+            )
         problems = trained.problems + extra
         return AuditCheck(not problems, problems, trained.n_frozen_checked, notes)
 
@@ -390,13 +407,26 @@ class Trainer:
         items = test.pop("items", None) if test else None
         mem, mem_kind = peak_memory(self.device)
         facts = RunFacts(
-            cfg=self.cfg, steps=self.step, tokens_seen=self.tokens_seen, best_val_loss=self.best_val_loss,
-            best_step=self.best_step, wall_time=self._wall_time(), step_times=self.timer.resolve(),
-            cuda_timer=self.timer.cuda, eval_times=list(self.eval_times), world=self.dist.world,
-            device=self.device, amp=self.amp, dataset=self.task.dataset_name(), audit_totals=self.audit.totals,
+            cfg=self.cfg,
+            steps=self.step,
+            tokens_seen=self.tokens_seen,
+            best_val_loss=self.best_val_loss,
+            best_step=self.best_step,
+            wall_time=self._wall_time(),
+            step_times=self.timer.resolve(),
+            cuda_timer=self.timer.cuda,
+            eval_times=list(self.eval_times),
+            world=self.dist.world,
+            device=self.device,
+            amp=self.amp,
+            dataset=self.task.dataset_name(),
+            audit_totals=self.audit.totals,
             method_options=dict(self.audit.options),
-            flops_per_step=self.task.flops_per_step(self.model), flops_saving=self.task.flops_saving(self.model),
-            peak_memory=mem, memory_kind=mem_kind, task_results=self.task.results(val, test),
+            flops_per_step=self.task.flops_per_step(self.model),
+            flops_saving=self.task.flops_saving(self.model),
+            peak_memory=mem,
+            memory_kind=mem_kind,
+            task_results=self.task.results(val, test),
             result_aliases=self.task.result_aliases(),
         )
         timing = build_timing(facts)
@@ -404,8 +434,9 @@ class Trainer:
         if self.dist.is_main:
             atomic_write_json(self.run_dir / "timing_stats.json", timing)
             if items is not None:
-                atomic_write_json(self.run_dir / TEST_ITEMS_FILE,
-                                  {**items, "values": [round(x, 6) for x in items["values"]]})
+                atomic_write_json(
+                    self.run_dir / TEST_ITEMS_FILE, {**items, "values": [round(x, 6) for x in items["values"]]}
+                )
             atomic_write_json(
                 self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": check.to_dict()}
             )

@@ -48,7 +48,9 @@ class ProbeTask(LMTask):
             raise UserError("task probe needs `probe: {kind: mqar|induction, ...}` (or probe.kind=induction)")
         opts = self.opts
         if self.cfg.seq_len not in (None, opts.seq_len):
-            raise UserError(f"seq_len {self.cfg.seq_len} differs from probe.seq_len {opts.seq_len}; set only probe.seq_len")
+            raise UserError(
+                f"seq_len {self.cfg.seq_len} differs from probe.seq_len {opts.seq_len}; set only probe.seq_len"
+            )
         overrides = {"vocab_size": opts.vocab, "block_size": opts.seq_len, **self.cfg.model_overrides}
         self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
         if self.model_cfg.vocab_size < opts.vocab or self.model_cfg.block_size < opts.seq_len:
@@ -93,8 +95,12 @@ class ProbeTask(LMTask):
                 sums[j] += v
         total, right, count, whole, nrows = all_reduce_sum(sums, self.dist, self.device)
         loss = total / max(count, 1.0)
-        out = {"loss": loss, "perplexity": _perplexity(loss), "accuracy": right / max(count, 1.0),
-               "sequence_accuracy": whole / max(nrows, 1.0)}
+        out = {
+            "loss": loss,
+            "perplexity": _perplexity(loss),
+            "accuracy": right / max(count, 1.0),
+            "sequence_accuracy": whole / max(nrows, 1.0),
+        }
         if split == "val" and not final:
             self.history.append((self.batches_drawn // self.cfg.grad_accum, out["accuracy"]))
         return out
@@ -137,8 +143,11 @@ class ProbeTask(LMTask):
 
     def state_dict(self) -> dict[str, Any]:
         """Train-stream generator state, batches drawn and the accuracy history."""
-        return {"generator": self.data.gen.get_state(), "batches_drawn": self.batches_drawn,
-                "history": [list(h) for h in self.history]}
+        return {
+            "generator": self.data.gen.get_state(),
+            "batches_drawn": self.batches_drawn,
+            "history": [list(h) for h in self.history],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the train stream exactly where the checkpoint left it."""

@@ -26,9 +26,7 @@ _RUN_MARKERS = ("results.json", "config.yaml", "metrics.jsonl")
 _SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
 # SWEEP/runs/<method>/lr<lr>[_<field><value>...]/seed<seed>: the setting directory names the LR
 # and any other swept field, so settings that share an LR stay apart.
-_LAYOUT = re.compile(
-    r"(?:^|/)runs/(?P<method>[^/]+)/(?P<setting>lr(?P<lr>[0-9.eE+-]+)[^/]*)/seed(?P<seed>-?\d+)$"
-)
+_LAYOUT = re.compile(r"(?:^|/)runs/(?P<method>[^/]+)/(?P<setting>lr(?P<lr>[0-9.eE+-]+)[^/]*)/seed(?P<seed>-?\d+)$")
 
 
 @dataclass

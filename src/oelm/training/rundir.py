@@ -85,8 +85,7 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
         return RunPlan(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise UserError(
-            f"output directory {str(run_dir)!r} is not empty and holds no run (no config.yaml); "
-            "choose another --out"
+            f"output directory {str(run_dir)!r} is not empty and holds no run (no config.yaml); choose another --out"
         )
     if cfg.overwrite or not has_progress(run_dir):
         # A start that failed before its first checkpoint left nothing to resume or protect.

@@ -54,8 +54,13 @@ def _skip_scheduled(model: nn.Module, state: MethodState, audit: Any) -> None:
     if not state.scheduled:
         return
     names = {id(p): n for n, p in unwrap(model).named_parameters()}
-    switched = {names[id(p)] for layer in find_targets(model).layers for _, proj in layer.by_role()
-                if proj.name in state.scheduled for _, p in proj.params()}
+    switched = {
+        names[id(p)]
+        for layer in find_targets(model).layers
+        for _, proj in layer.by_role()
+        if proj.name in state.scheduled
+        for _, p in proj.params()
+    }
     for row in audit.rows:
         if row.name in switched:
             row.fingerprint = None
@@ -93,7 +98,6 @@ def _model_from_meta(meta: dict[str, str], path: Path) -> nn.Module:
             return GPTClassifier(cfg, int(meta["num_labels"]), causal=json.loads(meta.get("causal", "false")))
         return GPT(cfg)
     if "hf_model" in meta:
-
         labels = json.loads(meta["label_names"]) if "label_names" in meta else None
         return load_hf_classifier(meta["hf_model"], int(meta["num_labels"]), labels)
     raise UserError(f"{str(path)!r} carries no model description (gpt_config or hf_model); not an oelm checkpoint")

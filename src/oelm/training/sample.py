@@ -20,7 +20,9 @@ def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = 
     which = "latest" if checkpoint == "last" else checkpoint
     model = load_model(run_dir, which=which, device=device)
     if not isinstance(model, GPT):
-        raise UserError(f"{str(run_dir)!r} is not a language-model run ({type(model).__name__}); sample needs an LM run")
+        raise UserError(
+            f"{str(run_dir)!r} is not a language-model run ({type(model).__name__}); sample needs an LM run"
+        )
     path = resolve_checkpoint(Path(run_dir), "last" if which == "latest" else which)
     return model, read_metadata(path).get("tokenizer", "")
 

@@ -108,8 +108,9 @@ def peak_memory(device: torch.device) -> tuple[int | None, str]:
 MFU_COUNTS = "matmul FLOPs of forward+backward incl. LM head and attention core (oelm.core.flops)"
 
 
-def mfu_fields(flops_per_step: float | None, stats: dict[str, Any], peak: float | None,
-               note: str | None = None) -> dict[str, Any]:
+def mfu_fields(
+    flops_per_step: float | None, stats: dict[str, Any], peak: float | None, note: str | None = None
+) -> dict[str, Any]:
     """Achieved FLOP/s and model FLOPs utilization from the mean and median step time."""
     mean, median = stats.get("mean"), stats.get("median")
     achieved = flops_per_step / mean if flops_per_step and mean else None

@@ -33,13 +33,22 @@ class WandbLogger:
         id_path = Path(run_dir) / ID_FILE
         run_id = id_path.read_text().strip() if id_path.is_file() else uuid.uuid4().hex[:12]
         id_path.write_text(run_id + "\n")
-        self._run = wandb.init(project=project or "oelm", name=Path(run_dir).name, id=run_id, resume="allow",
-                               dir=str(run_dir), config=config)
+        self._run = wandb.init(
+            project=project or "oelm",
+            name=Path(run_dir).name,
+            id=run_id,
+            resume="allow",
+            dir=str(run_dir),
+            config=config,
+        )
 
     def scalars(self, prefix: str, values: dict[str, Any], step: int) -> None:
         """Log each finite numeric value as prefix/name at `step`."""
-        data = {f"{prefix}/{k}": v for k, v in values.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        data = {
+            f"{prefix}/{k}": v
+            for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        }
         if data:
             self._run.log(data, step=step)
 

@@ -75,7 +75,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC2701  (torch has no public op-counting mode)
 
 # ---------------------------------------------------------------- the plain reference model ----
 

@@ -57,9 +57,9 @@ def test_classifier_pools_last_real_token_whatever_the_padding_side():
     # Positions differ between left and right padding, so compare each with its own unpadded twin.
     assert torch.allclose(m(right, mask_r)[0], plain, atol=1e-5)
     # Left padding: the pooled token is the last position, whose hidden state we rebuild by hand.
-    from oelm.models.gpt import _attention_bias
+    from oelm.models.gpt import attention_bias
 
-    hidden = m.transformer(left, causal=False, attn_mask=_attention_bias(mask_l.bool(), False))
+    hidden = m.transformer(left, causal=False, attn_mask=attention_bias(mask_l.bool(), False))
     assert torch.allclose(m(left, mask_l)[0], m.score(hidden[:, -1]), atol=1e-6)
     # And padding content is invisible: changing pad ids does not change the logits.
     assert torch.allclose(m(left, mask_l)[0], m(left.masked_fill(mask_l == 0, 5), mask_l)[0], atol=1e-6)

@@ -203,7 +203,7 @@ def test_from_pretrained_in_another_dtype_needs_verify_false(tmp_path):
 @pytest.mark.parametrize("method", ["oelm-unfreeze", "oelm-lowrank"])
 def test_load_model_of_runs_with_a_schedule_or_an_adapter(method, tmp_path):
     from oelm.training.checkpoint import load_weights, read_metadata
-    from oelm.training.runs import _model_from_meta
+    from oelm.training.runs import model_from_meta
 
     cfg = tiny_config(
         synthetic_lm_dir(tmp_path / "data", n_train=2000),
@@ -218,7 +218,7 @@ def test_load_model_of_runs_with_a_schedule_or_an_adapter(method, tmp_path):
         train(cfg)
     model = oelm.load_model(tmp_path / "run", which="latest")
     path = tmp_path / "run" / "checkpoints" / "step_0000008" / "model.safetensors"
-    reference = _model_from_meta(read_metadata(path), path)
+    reference = model_from_meta(read_metadata(path), path)
     meta = read_metadata(path)
     oelm.apply_method(reference, meta["method"], seed=int(meta["method_seed"]), **json.loads(meta["method_options"]))
     load_weights(reference, path)

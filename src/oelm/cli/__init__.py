@@ -6,6 +6,9 @@ import argparse
 import importlib
 import sys
 
+from oelm import __version__
+from oelm.utils.errors import UserError
+
 # Each name is a module `oelm.cli.<name>` exposing `register(subparsers)`, which adds
 # its parser and sets `func` (a callable taking the parsed args and returning an exit code).
 COMMANDS: list[str] = [
@@ -35,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="oelm",
         description="Orthogonal ELM Transformers: frozen head-wise orthogonal Q/K, compared fairly.",
     )
+    parser.add_argument("--version", action="version", version=f"oelm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"oelm.cli.{name}").register(sub)
@@ -64,8 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
 
-
-from oelm.utils.errors import UserError  # noqa: E402  (kept below main for a readable module top)
 
 if __name__ == "__main__":
     sys.exit(main())

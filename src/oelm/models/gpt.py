@@ -297,7 +297,7 @@ class GPTClassifier(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         keep = attention_mask.bool()
-        mask = _attention_bias(keep, self.causal)
+        mask = attention_bias(keep, self.causal)
         hidden = self.transformer(input_ids, causal=self.causal, attn_mask=mask)
         # Index of the last kept position per row: works for left and right padding alike.
         positions = torch.arange(t, device=input_ids.device).expand(b, t)
@@ -308,7 +308,7 @@ class GPTClassifier(nn.Module):
         return logits, loss
 
 
-def _attention_bias(keep: torch.Tensor, causal: bool) -> torch.Tensor:
+def attention_bias(keep: torch.Tensor, causal: bool) -> torch.Tensor:
     """Boolean [B, 1, T, T] mask (True = attend) from a key-padding mask, optionally causal."""
     b, t = keep.shape
     allowed = keep[:, None, None, :].expand(b, 1, t, t)

@@ -164,7 +164,7 @@ class LMTask(Task):
         var = float(per_window.var()) if len(every) > 1 else 0.0
         out = {
             "loss": loss,
-            "perplexity": _perplexity(loss),
+            "perplexity": perplexity(loss),
             "tokens": len(every) * self.seq_len,
             "windows": len(every),
             "loss_se": math.sqrt(var / n),
@@ -218,7 +218,7 @@ class LMTask(Task):
 
     def progress_fields(self, loss: float) -> dict[str, str]:
         """Loss and perplexity for the progress bar."""
-        return {"loss": f"{loss:.4f}", "ppl": f"{_perplexity(loss):.2f}"}
+        return {"loss": f"{loss:.4f}", "ppl": f"{perplexity(loss):.2f}"}
 
     def state_dict(self) -> dict[str, Any]:
         """The data position: generator state and number of global batches drawn."""
@@ -230,5 +230,5 @@ class LMTask(Task):
         self.batches_drawn = int(state["batches_drawn"])
 
 
-def _perplexity(loss: float) -> float:
+def perplexity(loss: float) -> float:
     return math.exp(loss) if loss < 700 else float("inf")

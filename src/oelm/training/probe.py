@@ -15,7 +15,7 @@ from torch import nn
 
 from oelm.data.synthetic import IGNORE, ProbeData, ProbeOptions
 from oelm.training.distributed import all_reduce_sum
-from oelm.training.lm import LMTask, _perplexity
+from oelm.training.lm import LMTask, perplexity
 from oelm.training.task import Batch, checked_gpt_config
 from oelm.utils.errors import UserError
 
@@ -97,7 +97,7 @@ class ProbeTask(LMTask):
         loss = total / max(count, 1.0)
         out = {
             "loss": loss,
-            "perplexity": _perplexity(loss),
+            "perplexity": perplexity(loss),
             "accuracy": right / max(count, 1.0),
             "sequence_accuracy": whole / max(nrows, 1.0),
         }

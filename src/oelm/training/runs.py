@@ -36,7 +36,7 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     meta = read_metadata(path)
     method, options, seed = _run_method(run_dir, meta)
     torch.manual_seed(seed)  # as the run did before building
-    model = _model_from_meta(meta, path)
+    model = model_from_meta(meta, path)
     state = apply_method(model, method, seed=seed, **options)
     start = audit_model(model)  # the run's start audit: building and applying are deterministic
     _skip_scheduled(model, state, start)
@@ -89,7 +89,7 @@ def _run_method(run_dir: Path, meta: dict[str, str]) -> tuple[str, dict[str, Any
     return method, dict(cfg.get("method_options") or {}), int(cfg.get("seed", meta.get("seed", 0)))
 
 
-def _model_from_meta(meta: dict[str, str], path: Path) -> nn.Module:
+def model_from_meta(meta: dict[str, str], path: Path) -> nn.Module:
     """A fresh model of the checkpoint's architecture, from the weights file's metadata."""
 
     if "gpt_config" in meta:

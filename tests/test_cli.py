@@ -1,0 +1,22 @@
+"""The `oelm` command's front: --version, help, and an unknown command."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import pytest
+
+import oelm
+from oelm.cli import main
+
+
+def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"oelm {oelm.__version__}"
+    assert oelm.__version__ == version("oelm")  # pyproject reads it from oelm.__version__
+
+
+def test_unknown_command_is_one_line_and_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trian"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trian" in err[0] and "--help" in err[0]

@@ -13,9 +13,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from oelm import apply_method, audit_model
-from oelm.core.audit import AuditCheck, verify_audit
-from oelm.core.freezing import optimizer_groups, scale_group_lrs, sync_optimizer
+from oelm.core.audit import AuditCheck, audit_model, verify_audit
+from oelm.core.freezing import apply_method, optimizer_groups, scale_group_lrs, sync_optimizer
 from oelm.core.schedules import make_schedule
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config

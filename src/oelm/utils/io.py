@@ -77,13 +77,79 @@ def read_json_object(path: str | os.PathLike, fix: str) -> dict[str, Any]:
     return data
 
 
+# A config is a few hundred nodes; an alias bomb (a few hundred bytes that expand to billions of
+# nodes once something walks the result) is refused before anything walks it.
+MAX_YAML_ALIASES = 100
+MAX_YAML_NODES = 100_000
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses duplicate keys and alias expansion beyond a small bound."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: let the base class raise its own error
+                break
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {first}); keep one", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count alias references and the node count after expanding them; raise past the bounds."""
+    sizes: dict[int, int] = {}
+    aliases = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes and not done:
+            aliases += 1  # the composer hands an alias back as the anchored node itself
+            if aliases > MAX_YAML_ALIASES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"more than {MAX_YAML_ALIASES} aliases; write the values out", node.start_mark
+                )
+            continue
+        children = (
+            [c for pair in node.value for c in pair]
+            if isinstance(node, yaml.MappingNode)
+            else (node.value if isinstance(node, yaml.SequenceNode) else [])
+        )
+        if not done:
+            sizes[id(node)] = 0  # in progress: a reference back to it counts as an alias
+            stack.append((node, True))
+            stack.extend((c, False) for c in children)
+            continue
+        sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+        if sizes[id(node)] > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"expands to more than {MAX_YAML_NODES:,} values through aliases", node.start_mark
+            )
+
+
+def load_yaml_text(text: str) -> Any:
+    """yaml.safe_load with StrictLoader (duplicate keys and alias bombs are YAMLErrors)."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506  (a SafeLoader subclass)
+
+
 def read_yaml(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
-    """Read a YAML mapping with the safe loader (an empty file gives {}); errors are UserErrors."""
+    """Read a YAML mapping with the strict safe loader (an empty file gives {}); errors are UserErrors."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{what} {str(p)!r} not found (the file does not exist); check the path")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(p.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         detail = " ".join(str(err).split())[:200] or type(err).__name__  # one line, however YAML words it
         raise UserError(f"{what} {str(p)!r} is not valid YAML ({detail}); fix the file") from None

@@ -376,3 +376,17 @@ def test_reading_flags_a_measured_saving_larger_than_the_flop_saving(tmp_path: P
         path.write_text(json.dumps(dict(rec, mean_step_time=0.097)))
     text = reading(compare(load_runs([tmp_path])).groups[0])
     assert "0.97x the baseline's time" in text and "more than the FLOP saving" not in text
+
+
+def test_every_markdown_table_comes_from_one_formatter(lm_sweep: Path) -> None:
+    from oelm.reports.tables import md_table
+
+    assert md_table(["a", "b"], [["1", 2], ["x", ""]]) == ["| a | b |", "|---|---|", "| 1 | 2 |", "| x |  |"]
+    assert md_table(["a", "b", "c"], [], align="lrc")[1] == "|:---|---:|:---:|"
+    with pytest.raises(ValueError, match="2 cells"):
+        md_table(["a", "b", "c"], [["1", "2"]])
+    # The report's tables are md_table's lines: header, rule, one line per row, same cell count.
+    md = (write_report([lm_sweep], lm_sweep / "out")[0]).read_text()
+    tables = [ln for ln in md.splitlines() if ln.startswith("|")]
+    rules = [ln for ln in tables if set(ln) <= set("|-:")]
+    assert len(rules) == 2 and all(ln.endswith(" |") for ln in tables if ln not in rules)

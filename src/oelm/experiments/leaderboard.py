@@ -22,7 +22,17 @@ import yaml
 from oelm.experiments.sweep import SweepSpec
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare
-from oelm.reports.tables import NA, fmt_int, fmt_p, fmt_summary, pct_scale, saving_fraction, significant
+from oelm.reports.tables import (
+    NA,
+    fmt_gap,
+    fmt_int,
+    fmt_p,
+    fmt_summary,
+    md_table,
+    pct_scale,
+    saving_fraction,
+    significant,
+)
 from oelm.training.records import INCOMPLETE, RunRecord, load_runs
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
@@ -374,17 +384,6 @@ def _params(e: Entry) -> str:
     return f"{fmt_int(e.arm.trainable_params)} / {fmt_int(e.arm.frozen_params)} / {fmt_int(e.added_params)}"
 
 
-def _gap_cell(e: Entry, baseline: str | None) -> str:
-    """Gap with its paired interval (the baseline is the reference)."""
-    if e.method == baseline:
-        return "0 (reference)"
-    paired = e.arm.gap_paired
-    text = _pct(e.arm.gap)
-    if paired is not None and paired.ci_low is not None:
-        text += f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]"
-    return text
-
-
 def _table(board: Board) -> list[str]:
     """Markdown rows of the ranked table."""
     g = board.group
@@ -404,31 +403,27 @@ def _table(board: Board) -> list[str]:
         "step-time ratio vs baseline (indicative)",
         "target",
     ]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for e in board.ranked:
         is_base = e.method == g.baseline
         target = "—" if is_base else ("**meets**" if e.meets else "no")
         rows.append(
-            "| "
-            + " | ".join(
-                [
-                    str(e.rank),
-                    e.method,
-                    NA if e.arm.lr is None else f"{e.arm.lr:g}",
-                    fmt_summary(e.arm.primary, scale),
-                    _gap_cell(e, g.baseline),
-                    fmt_p(e.arm, g) if not is_base else "—",
-                    "—" if is_base else _mde(e.arm),
-                    _params(e),
-                    NA if e.saving is None else f"{e.saving * 100:.2f}%",
-                    NA if e.share is None else f"{e.share * 100:.0f}%",
-                    _ratio(e.step_ratio),
-                    target,
-                ]
-            )
-            + " |"
+            [
+                str(e.rank),
+                e.method,
+                NA if e.arm.lr is None else f"{e.arm.lr:g}",
+                fmt_summary(e.arm.primary, scale),
+                fmt_gap(e.arm, g),
+                fmt_p(e.arm, g) if not is_base else "—",
+                "—" if is_base else _mde(e.arm),
+                _params(e),
+                NA if e.saving is None else f"{e.saving * 100:.2f}%",
+                NA if e.share is None else f"{e.share * 100:.0f}%",
+                _ratio(e.step_ratio),
+                target,
+            ]
         )
-    return rows
+    return md_table(head, rows)
 
 
 def _unranked(board: Board, not_started: Sequence[str]) -> list[str]:
@@ -442,16 +437,12 @@ def _unranked(board: Board, not_started: Sequence[str]) -> list[str]:
         "Fewer seeds than the other methods, or settings of the LR grid not finished: their "
         "numbers are not comparable yet.",
         "",
-        f"| method | why | {board.group.primary_metric} so far | gap so far |",
-        "|---|---|---|---|",
     ]
-    for e in board.unranked:
-        lines.append(
-            f"| {e.method} | {e.incomplete} | {fmt_summary(e.arm.primary, scale)} | "
-            f"{_gap_cell(e, board.group.baseline)} |"
-        )
-    for m in not_started:
-        lines.append(f"| {m} | planned by the sweep, no finished run | {NA} | {NA} |")
+    rows = [
+        [e.method, e.incomplete, fmt_summary(e.arm.primary, scale), fmt_gap(e.arm, board.group)] for e in board.unranked
+    ]
+    rows += [[m, "planned by the sweep, no finished run", NA, NA] for m in not_started]
+    lines += md_table(["method", "why", f"{board.group.primary_metric} so far", "gap so far"], rows)
     return lines + [""]
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from oelm.data.synthetic import ProbeData, ProbeOptions
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.plots import plt
+from oelm.reports.tables import md_table
 from oelm.training.records import load_runs
 from oelm.training.sample import load_run_model
 
@@ -186,12 +187,7 @@ def group_table(group: Group) -> list[str]:
     mqar = group.dataset.startswith("mqar")
     if mqar:
         head += ["test acc, first / last query (recall / elimination possible)"]
-    lines = [
-        f"### {group.dataset} ({group.model}; chance {_fmt(chance)})",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
+    rows = []
     for arm in group.arms:
         seqs = [r.results.get("test_sequence_accuracy") for r in arm.runs]
         seqs = [s for s in seqs if s is not None]
@@ -209,8 +205,8 @@ def group_table(group: Group) -> list[str]:
             row += _head_cells(arm)
         if mqar:
             row.append(_query_cell(arm))
-        lines.append("| " + " | ".join(row) + " |")
-    return lines
+        rows.append(row)
+    return [f"### {group.dataset} ({group.model}; chance {_fmt(chance)})", "", *md_table(head, rows)]
 
 
 def _difficulty(group: Group) -> dict | None:
@@ -241,16 +237,15 @@ def scaling_table(groups: Sequence[Group], kind: str = "mqar") -> list[str]:
         "",
         "Solving is all-or-nothing per seed here, so a 3-seed t interval can span [0, 1]; the seed count says more.",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
     ]
+    rows = []
     for m in methods:
-        cells = []
+        cells = [m]
         for g, _ in cols:
             arm = next((a for a in g.arms if a.method == m), None)
             cells.append(f"{_ci(arm)}; {_steps(arm)[0]} solved" if arm else "-")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    return lines + md_table(head, rows)
 
 
 def scaling_plot(groups: Sequence[Group], out: Path, kind: str = "mqar") -> Path | None:

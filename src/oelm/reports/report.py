@@ -23,6 +23,7 @@ from oelm.reports.tables import (
     fmt_p,
     fmt_saving,
     fmt_summary,
+    md_table,
     pct_scale,
     power_text,
 )
@@ -59,7 +60,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
         "trainable / frozen params",
         "study (reported)",
     ]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for arm in group.arms:
         cells = [
             arm.method,
@@ -79,22 +80,20 @@ def _main_table(group: Group, scale: float) -> list[str]:
             f"{fmt_int(arm.trainable_params)} / {fmt_int(arm.frozen_params)}",
             _study_cell(arm),
         ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return rows
+        rows.append(cells)
+    return md_table(head, rows)
 
 
 def _lr_table(group: Group) -> list[str]:
     """Markdown rows of the learning-rate sweep on validation (the selection evidence)."""
-    rows = [
-        f"| method | setting | {group.selection_metric} (val): mean ± 95% CI (n) | excluded runs | chosen |",
-        "|---|---|---|---|---|",
-    ]
+    head = ["method", "setting", f"{group.selection_metric} (val): mean ± 95% CI (n)", "excluded runs", "chosen"]
+    rows = []
     for arm in group.arms:
         for cell in arm.cells:
             excluded = ", ".join(f"seed {r.seed}: {r.status}" for r in cell.excluded) or "—"
             chosen = "**yes**" if cell.setting == arm.setting else ""
-            rows.append(f"| {arm.method} | {cell.setting} | {fmt_summary(cell.selection)} | {excluded} | {chosen} |")
-    return rows
+            rows.append([arm.method, cell.setting, fmt_summary(cell.selection), excluded, chosen])
+    return md_table(head, rows)
 
 
 def _slug(text: str) -> str:

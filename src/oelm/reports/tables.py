@@ -1,18 +1,48 @@
-"""The one formatter of report cells: numbers, summaries, gaps, p-values, savings, power text.
+"""The one formatter of report cells and tables: numbers, summaries, gaps, p-values, savings,
+power text, and the markdown tables they go into.
 
-Every report, reading and board formats its cells through these functions, so one figure reads the
-same wherever it appears.
+Every report, reading and board formats its cells through these functions and lays them out with
+`md_table`, so one figure reads the same wherever it appears.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from oelm.reports.aggregate import Arm, Group
 from oelm.reports.stats import Summary
 
 NA = "n/a"
+
+# Column alignment, one letter per column: l(eft), r(ight), c(enter), or - (markdown: unmarked).
+_MD_RULE = {"-": "---", "l": ":---", "r": "---:", "c": ":---:"}
+
+
+def _aligns(align: str | None, n: int, default: str) -> str:
+    """One alignment letter per column (all `default` when None); ValueError on a wrong length."""
+    if align is None:
+        return default * n
+    if len(align) != n or set(align) - set(_MD_RULE):
+        raise ValueError(f"align {align!r} needs one of -, l, r, c per column ({n} columns)")
+    return align
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> list[str]:
+    """A markdown table as lines: '| a | b |', the rule ('|---|---|' unless `align` marks it), the rows.
+
+    Cells are written as given (str() of non-strings); every row must have the header's length.
+    """
+    n = len(header)
+    rule = "|" + "".join(_MD_RULE[a] + "|" for a in _aligns(align, n, "-"))
+    lines = ["| " + " | ".join(header) + " |", rule]
+    for row in rows:
+        cells = [str(c) for c in row]
+        if len(cells) != n:
+            raise ValueError(f"table row has {len(cells)} cells, its header {n}: {cells}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def pct_scale(group: Group) -> float:

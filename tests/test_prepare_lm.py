@@ -265,3 +265,16 @@ def test_cli_prepare_lm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "already exists" in capsys.readouterr().err
     assert main(["prepare", "lm", str(tmp_path / "nothing.txt"), "--tokenizer", "byte", "--out", str(out)]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_a_utf8_bom_changes_nothing_in_the_prepared_splits(tmp_path: Path) -> None:
+    """A BOM before WikiText's first title used to hide the title and change the document split."""
+    text = "".join(f" = Article {i} = \n\n Body of article {i} , with words .\n\n" for i in range(40))
+    plain, bom = tmp_path / "plain.txt", tmp_path / "bom.txt"
+    plain.write_text(text, encoding="utf-8")
+    bom.write_text("\ufeff" + text, encoding="utf-8")
+    a = prepare_lm(plain, "byte", tmp_path / "a", val_fraction=0.1, seed=1, verbose=False)
+    b = prepare_lm(bom, "byte", tmp_path / "b", val_fraction=0.1, seed=1, verbose=False)
+    assert a["splits"] == b["splits"]
+    for split in a["splits"]:
+        assert (tmp_path / "a" / f"{split}.bin").read_bytes() == (tmp_path / "b" / f"{split}.bin").read_bytes()

@@ -81,7 +81,7 @@ def _int_label(value: Any, path: Path, row: int) -> int:
 
 def _tsv_rows(path: Path) -> Iterator[list[str]]:
     # GLUE/XTREME TSVs are unquoted: a literal quote is part of the text (README hint).
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:
         yield from csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
 
 
@@ -158,7 +158,7 @@ def read_imdb_jsonl(path: Path) -> list[Example]:
 def read_ag_news_csv(path: Path) -> list[Example]:
     """AG News CSV without header: class index 1-4, title, description."""
     out = []
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:
         for n, r in enumerate(csv.reader(f), start=1):
             if not r:
                 continue
@@ -171,7 +171,7 @@ def read_ag_news_csv(path: Path) -> list[Example]:
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (blank lines skipped), one clear error per bad line."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -209,28 +209,71 @@ class Columns:
 
 
 def read_table(path: Path, cols: Columns) -> list[tuple[str, str | None, str]]:
-    """Read (text, text_pair, raw label) rows from a CSV/TSV (with header) or JSON-lines file."""
+    """Read (text, text_pair, raw label) rows from a CSV/TSV (with header) or JSON-lines file.
+
+    TSV follows GLUE's convention: no quoting, one row per line (a field may start with a double
+    quote). CSV follows RFC 4180 quoting. A row with too many or too few fields, or an empty
+    text or label, is an error naming its line: the rows read are the rows in the file.
+    """
     if path.suffix in (".jsonl", ".json"):
-        records = list(iter_jsonl(path))
+        records = list(enumerate(iter_jsonl(path), start=1))
     else:
-        with open(path, encoding="utf-8", newline="") as f:
-            records = list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
+        records = _read_delimited(path)
     _nonempty(records, path)
     wanted = [c for c in (cols.text, cols.text_pair, cols.label) if c is not None]
-    missing = [c for c in wanted if c not in records[0]]
+    missing = [c for c in wanted if c not in records[0][1]]
     if missing:
         raise UserError(
-            f"{path} lacks column(s) {', '.join(missing)}; found columns: {', '.join(records[0])}; "
+            f"{path} lacks column(s) {', '.join(missing)}; found columns: {', '.join(records[0][1])}; "
             "set text_column / text_pair_column / label_column to the right names"
         )
-    return [_table_row(r, cols, path, n) for n, r in enumerate(records, start=2)]
+    return [_table_row(r, cols, path, n) for n, r in records]
+
+
+def _read_delimited(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) of a CSV or TSV with a header; a BOM before the header is dropped."""
+    tsv = path.suffix == ".tsv"
+    out: list[tuple[int, dict[str, Any]]] = []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+        try:
+            header = next(reader)
+            line = reader.line_num + 1
+            for row in reader:
+                if row:  # a blank line is no row
+                    if len(row) != len(header):
+                        raise UserError(
+                            f"{path} line {line} has {len(row)} field(s) but the header has {len(header)} "
+                            f"({', '.join(header)}); fix the row"
+                            + ("" if tsv else " (a stray double quote opens a quoted field in CSV)")
+                        )
+                    out.append((line, dict(zip(header, row))))
+                line = reader.line_num + 1
+        except StopIteration:
+            return out
+        except csv.Error as err:
+            raise UserError(f"{path} line {reader.line_num}: {err}; fix the file") from None
+    return out
 
 
 def _table_row(r: dict[str, Any], cols: Columns, path: Path, n: int) -> tuple[str, str | None, str]:
-    if any(r.get(c) is None for c in (cols.text, cols.label)):
-        raise UserError(f"{path} row {n} has an empty text or label field; fix the file")
-    pair = None if cols.text_pair is None else str(r.get(cols.text_pair) or "")
-    return str(r[cols.text]), pair, str(r[cols.label]).strip()
+    empty = [c for c in (cols.text, cols.label) if r.get(c) is None or not str(r[c]).strip()]
+    if empty:
+        raise UserError(f"{path} line {n} has an empty or null {' and '.join(empty)} field; fix or drop the row")
+    pair = r.get(cols.text_pair) if cols.text_pair is not None else None
+    if cols.text_pair is not None and pair is None:
+        pair = ""  # a JSON null pair is an empty second text, never the text "None"
+    return str(r[cols.text]), None if pair is None else str(pair), _label_text(r[cols.label])
+
+
+def _label_text(value: Any) -> str:
+    """A label as text; integral numbers in any spelling ("1", "1.0", 1.0) are one label, "1"."""
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(int(number)) if number.is_integer() else text
 
 
 def label_vocabulary(raw_labels: Iterable[str]) -> tuple[list[str], dict[str, int]]:

@@ -223,7 +223,7 @@ def _builtin_docs(name: str) -> list[str]:
     if name.endswith("python-stdlib"):
         docs, total = [], 0
         for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-            text = path.read_text(encoding="utf-8", errors="replace").strip()
+            text = path.read_text(encoding="utf-8-sig", errors="replace").strip()
             if total + len(text) > STDLIB_CHARS:
                 break
             if text:
@@ -266,7 +266,7 @@ def _file_docs(path: Path, text_field: str, whole_if_plain: bool) -> list[str]:
     if path.suffix.lower() == ".jsonl":
         return _jsonl_docs(path, text_field)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM is no text (it would change the first document)
     except UnicodeDecodeError as err:
         raise UserError(f"{str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     return split_documents(text, whole_if_plain=whole_if_plain)

@@ -390,3 +390,38 @@ def test_every_markdown_table_comes_from_one_formatter(lm_sweep: Path) -> None:
     tables = [ln for ln in md.splitlines() if ln.startswith("|")]
     rules = [ln for ln in tables if set(ln) <= set("|-:")]
     assert len(rules) == 2 and all(ln.endswith(" |") for ln in tables if ln not in rules)
+
+
+def test_printed_summary_fits_100_columns(lm_sweep: Path, capsys: pytest.CaptureFixture) -> None:
+    from oelm.reports.report import SUMMARY_WIDTH, print_summary, summary_table
+    from oelm.reports.tables import text_table
+
+    assert text_table(["a", "long\nhead"], [["xyz", "1"]], align="lr") == [
+        "     long",
+        "a    head",
+        "───  ────",
+        "xyz     1",
+    ]
+    # The longest registered method name, with a paired interval: the widest usual row.
+    for seed in range(3):
+        make_run(
+            lm_sweep,
+            "oelm-random-scaled",
+            3e-3,
+            seed,
+            test_perplexity=5.0 + 0.3 * seed,
+            best_val_loss=1.6,
+            theoretical_saving=0.037,
+        )
+    _, comp = write_report([lm_sweep], lm_sweep / "out")
+    capsys.readouterr()
+    print_summary(comp)
+    printed = capsys.readouterr().out.splitlines()
+    assert SUMMARY_WIDTH == 100 and max(len(ln) for ln in printed) <= SUMMARY_WIDTH
+    table = summary_table(comp.groups[0])
+    assert max(len(ln) for ln in table) <= SUMMARY_WIDTH
+    assert all(ln in printed for ln in table)  # the table itself is never wrapped
+    row = next(ln for ln in table if ln.startswith("oelm-random-scaled"))
+    assert "lr0.003" in row and "(n=3)" in row and " [" in row  # mean ± CI and the paired interval
+    assert any(ln.startswith("power: oelm-random-scaled") for ln in printed)
+    assert any("report.md adds" in ln for ln in printed)

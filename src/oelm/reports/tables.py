@@ -1,8 +1,8 @@
 """The one formatter of report cells and tables: numbers, summaries, gaps, p-values, savings,
-power text, and the markdown tables they go into.
+power text, and the markdown and terminal tables they go into.
 
 Every report, reading and board formats its cells through these functions and lays them out with
-`md_table`, so one figure reads the same wherever it appears.
+`md_table` (markdown) or `text_table` (terminal), so one figure reads the same wherever it appears.
 """
 
 from __future__ import annotations
@@ -43,6 +43,31 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str | 
             raise ValueError(f"table row has {len(cells)} cells, its header {n}: {cells}")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def text_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> list[str]:
+    """A plain-text table for the terminal: padded columns two spaces apart, a rule under the header.
+
+    A header cell may hold several lines (split at newlines) so that short numeric columns stay
+    narrow; `align` takes l, r or c per column (default: all left). No line ends in spaces.
+    """
+    n = len(header)
+    aligns = _aligns(align, n, "l").replace("-", "l")
+    body = [[str(c) for c in row] for row in rows]
+    if any(len(r) != n for r in body):
+        raise ValueError(f"every table row needs {n} cells")
+    heads = [h.split("\n") for h in header]
+    depth = max(len(h) for h in heads)
+    heads = [[""] * (depth - len(h)) + h for h in heads]  # multi-line headers sit on the rule
+    widths = [max(len(x) for x in [*heads[i], *(r[i] for r in body)]) for i in range(n)]
+
+    def line(cells: Sequence[str]) -> str:
+        pad = {"l": str.ljust, "r": str.rjust, "c": str.center}
+        return "  ".join(pad[a](c, w) for c, w, a in zip(cells, widths, aligns)).rstrip()
+
+    out = [line([h[k] for h in heads]) for k in range(depth)]
+    out.append("  ".join("─" * w for w in widths))
+    return out + [line(r) for r in body]
 
 
 def pct_scale(group: Group) -> float:

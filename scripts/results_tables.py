@@ -1,0 +1,471 @@
+"""Rewrite the generated parts of docs/results/README.md (and README.md) from the stored records.
+
+Every number inside a generated block is read from a report.json (written by `oelm report`,
+`oelm sweep`, `oelm compare`) or a leaderboard.json (`oelm leaderboard`) committed under docs/,
+and formatted by oelm's own report formatters (`oelm.reports.tables`). The prose around the
+blocks, and rows with no stored record, are hand-kept and say so.
+
+    python scripts/results_tables.py            # rewrite the generated blocks in place
+    python scripts/results_tables.py --check    # exit 1, naming the stale blocks, if a file is not current
+
+A generated block is an opening comment, the text generated from it, and a closing comment:
+
+    <!-- generated: KIND ARGS
+    optional template (for KIND template)
+    -->
+    ...generated text: replaced on every run, never edit it by hand...
+    <!-- /generated -->
+
+KIND is one of
+    template NAME    the template inside the comment, every {{RECORD [METHOD] FIELD}} filled in
+    arms RECORD      one table per dataset of a report.json: every method at its chosen LR
+    board RECORD     the ranking of a leaderboard.json, with its verdict
+    reading RECORD   the plain-language paragraph(s) stored in a report.json
+    records          an index of every report.json / leaderboard*.json under the file's folder
+
+RECORD is a path relative to the markdown file's folder: a folder (meaning its report.json) or a
+.json file, optionally with #DATASET to pick one table of a record holding several. FIELD, for a
+METHOD of that table: metric (mean ± 95% CI over seeds), mean, gap (paired interval), p, mde
+(minimum detectable gap, flagged when underpowered), detectable (its number alone), needed (seeds
+to detect the observed gap), points (accuracy difference), crossing (validation curves), lr, seeds,
+ratio (step time), saving (theoretical FLOP saving), share (of the reference's saving, boards
+only), noise / pairednoise (test-set noise over seed noise). Without METHOD: link, title.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from oelm.reports.aggregate import Arm, Group, Noise
+from oelm.reports.stats import PairedTest, Power, Summary
+from oelm.reports.tables import (
+    NA,
+    fmt_gap,
+    fmt_mde,
+    fmt_num,
+    fmt_p,
+    fmt_saving,
+    fmt_summary,
+    md_table,
+    pct_scale,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FILES = ("docs/results/README.md", "README.md")
+CLOSE = "<!-- /generated -->"
+BLOCK = re.compile(
+    r"(?P<open><!-- generated: (?P<head>[^\n]*?)[ \t]*(?:-->|\n(?P<template>.*?)\n-->))\n"
+    r"(?P<body>.*?)" + re.escape(CLOSE),
+    re.S,
+)
+PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
+
+
+class DocError(Exception):
+    """A block or placeholder that cannot be filled (named in the message)."""
+
+
+# ---------------------------------------------------------------- reading the stored records
+
+
+def _summary(d: dict | None) -> Summary | None:
+    """A stats.Summary from its to_dict() form."""
+    if d is None:
+        return None
+    return Summary(d["n"], d.get("mean"), d.get("std"), d.get("ci_low"), d.get("ci_high"))
+
+
+def _noise_record(d: dict | None) -> Noise | None:
+    """An aggregate.Noise from report.json (which adds the derived ratio)."""
+    return None if d is None else Noise(**{k: v for k, v in d.items() if k != "ratio"})
+
+
+def _arm(d: dict) -> Arm:
+    """An aggregate.Arm from one arm of report.json or one entry of leaderboard.json."""
+    test, power = d.get("paired_test"), d.get("power")
+    ratio = d.get("step_time_ratio")
+    if isinstance(ratio, dict):  # leaderboard.json stores the ratio as a summary over seeds
+        ratio = ratio.get("mean")
+    return Arm(
+        method=d["method"],
+        lr=d.get("lr"),
+        setting=d.get("setting"),
+        cells=[],
+        runs=[],
+        primary=_summary(d["primary"]),
+        by_seed={int(k): v for k, v in d.get("by_seed", {}).items()},
+        step_time=Summary(1, d.get("mean_step_time"), None, None, None),
+        tokens_per_second=Summary(1, d.get("tokens_per_second"), None, None, None),
+        trainable_params=d.get("trainable_params"),
+        frozen_params=d.get("frozen_params"),
+        theoretical_saving=d.get("theoretical_saving"),
+        gap=d.get("gap_percent"),
+        gap_paired=_summary(d.get("gap_paired")),
+        delta=d.get("delta"),
+        test=PairedTest(**{**test, "seeds": tuple(test["seeds"])}) if test else None,
+        power=Power(**power) if power else None,
+        noise=_noise_record(d.get("noise")),
+        paired_noise=_noise_record(d.get("paired_noise")),
+        step_time_ratio=ratio,
+        study=d.get("study"),
+    )
+
+
+@dataclass
+class Table:
+    """One dataset table of a record: the aggregate.Group plus what only the JSON keeps."""
+
+    group: Group
+    raw: dict  # the group (report.json) or table (leaderboard.json) as stored
+    entries: dict[str, dict] = field(default_factory=dict)  # method -> its stored arm or entry
+
+    def arm(self, method: str, where: str) -> Arm:
+        """The arm of `method`, or an error naming the methods there are."""
+        for a in self.group.arms:
+            if a.method == method:
+                return a
+        have = ", ".join(a.method for a in self.group.arms)
+        raise DocError(f"{where}: no method {method!r} in {self.group.title} (methods: {have})")
+
+    @property
+    def base(self) -> Arm | None:
+        """The baseline's arm, where the table has one."""
+        return next((a for a in self.group.arms if a.method == self.group.baseline), None)
+
+
+@dataclass
+class Record:
+    """A stored report.json or leaderboard.json."""
+
+    path: Path
+    kind: str  # "report" or "leaderboard"
+    tables: list[Table]
+    raw: dict
+
+    def table(self, dataset: str | None, where: str) -> Table:
+        """The table of `dataset` (None: the only table)."""
+        if dataset is None:
+            if len(self.tables) != 1:
+                names = ", ".join(t.group.dataset for t in self.tables)
+                raise DocError(f"{where}: {self.path.name} holds {len(self.tables)} tables; add #DATASET ({names})")
+            return self.tables[0]
+        for t in self.tables:
+            if t.group.dataset == dataset:
+                return t
+        raise DocError(f"{where}: no table for dataset {dataset!r} in {self.path}")
+
+
+def load_record(path: Path) -> Record:
+    """Read a report.json or leaderboard.json into oelm's own report objects."""
+    raw = json.loads(path.read_text())
+    leaderboard = "tables" in raw
+    tables = []
+    for g in raw["tables"] if leaderboard else raw["groups"]:
+        entries = g["ranked"] + g["incomplete"] if leaderboard else g["arms"]
+        group = Group(
+            task=g["task"],
+            dataset=g["dataset"],
+            model=g["model"],
+            primary_metric=g["primary_metric"],
+            selection_metric=g.get("selection_metric", ""),
+            arms=[_arm(e) for e in entries],
+            baseline=g.get("baseline"),
+            direction=g.get("higher_is_better"),
+            warnings=list(g.get("warnings", [])),
+        )
+        tables.append(Table(group, g, {e["method"]: e for e in entries}))
+    return Record(path, "leaderboard" if leaderboard else "report", tables, raw)
+
+
+class Records:
+    """Records by their spec (`folder`, `file.json`, `folder#DATASET`), read once."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self._cache: dict[Path, Record] = {}
+
+    def get(self, spec: str, where: str) -> tuple[Record, Table | None, str]:
+        """(record, its table when #DATASET was given or it has one, the path as written)."""
+        rel, _, dataset = spec.partition("#")
+        path = self.base / rel
+        if path.is_dir():
+            path = path / "report.json"
+        if not path.is_file():
+            raise DocError(f"{where}: no stored record at {rel!r} (looked for {path.name} under the records folder)")
+        if path not in self._cache:
+            self._cache[path] = load_record(path)
+        record = self._cache[path]
+        table = record.table(dataset or None, where) if dataset or len(record.tables) == 1 else None
+        link = rel if rel.endswith(".json") else f"{rel.rstrip('/')}/report.json"
+        return record, table, link
+
+
+# ---------------------------------------------------------------- fields of one method
+
+
+def _p(arm: Arm, table: Table) -> str:
+    """'p = 0.0328' in fmt_p's precision (the paired t-test), or why there is none."""
+    if arm.test is None or arm.test.p_value is None:
+        return fmt_p(arm, table.group)
+    return f"p = {arm.test.p_value:.3g}"
+
+
+def _points(arm: Arm, table: Table) -> str:
+    """Difference of the means in the metric's own units (accuracy points)."""
+    base = table.base
+    if base is None or arm.primary.mean is None or base.primary.mean is None:
+        return NA
+    diff = (arm.primary.mean - base.primary.mean) * pct_scale(table.group)
+    return f"{diff:+.2f} points"
+
+
+def _crossing(arm: Arm, table: Table) -> str:
+    """Where the mean validation curves last crossed the baseline's (as report.json stores it)."""
+    c = table.raw.get("crossings", {}).get(arm.method)
+    if not c:
+        return "no crossing of the validation curves"
+    early, late = ("behind", "ahead") if c["ahead_at_end"] else ("ahead", "behind")
+    return f"{early} on validation until step {c['last_other']:,}, {late} from step {c['first_final']:,}"
+
+
+def _ratio(arm: Arm, table: Table) -> str:
+    """Measured step time over the baseline's."""
+    return NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.2f}x"
+
+
+def _share(arm: Arm, table: Table) -> str:
+    """Share of the reference method's saving that this method keeps (leaderboards)."""
+    share = table.entries[arm.method].get("saving_share")
+    return NA if share is None else f"{share * 100:.0f}%"
+
+
+def _noise(attr: str) -> Callable[[Arm, Table], str]:
+    """Test-set noise over seed noise (per arm, or of the paired gap)."""
+
+    def fmt(arm: Arm, table: Table) -> str:
+        noise = getattr(arm, attr)
+        return NA if noise is None or noise.ratio is None else f"{noise.ratio:.2g}"
+
+    return fmt
+
+
+FIELDS: dict[str, Callable[[Arm, Table], str]] = {
+    "metric": lambda a, t: fmt_summary(a.primary, pct_scale(t.group)),
+    "mean": lambda a, t: fmt_num(None if a.primary.mean is None else a.primary.mean * pct_scale(t.group)),
+    "gap": lambda a, t: fmt_gap(a, t.group),
+    "p": _p,
+    "mde": lambda a, t: fmt_mde(a, t.group),
+    "detectable": lambda a, t: NA if a.power is None or a.power.mde is None else f"{a.power.mde:.2f}%",
+    "needed": lambda a, t: (
+        NA if a.power is None or a.power.seeds_for_observed is None else str(a.power.seeds_for_observed)
+    ),
+    "points": _points,
+    "crossing": _crossing,
+    "lr": lambda a, t: NA if a.lr is None else f"{a.lr:g}",
+    "seeds": lambda a, t: str(a.primary.n),
+    "ratio": _ratio,
+    "saving": lambda a, t: fmt_saving(a.theoretical_saving),
+    "share": _share,
+    "noise": _noise("noise"),
+    "pairednoise": _noise("paired_noise"),
+}
+
+
+def fill(template: str, records: Records, where: str) -> str:
+    """Replace every {{RECORD [METHOD] FIELD}} of `template`."""
+
+    def one(m: re.Match) -> str:
+        parts = m.group(1).split()
+        here = f"{where}: {{{{{m.group(1)}}}}}"
+        if len(parts) == 2:
+            record, table, link = records.get(parts[0], here)
+            if parts[1] == "link":
+                return link
+            if parts[1] == "title" and table is not None:
+                return table.group.title
+            raise DocError(f"{here}: a record-level field is link or title (title needs one table)")
+        if len(parts) != 3:
+            raise DocError(f"{here}: expected {{{{RECORD METHOD FIELD}}}} or {{{{RECORD link}}}}")
+        spec, method, name = parts
+        if name not in FIELDS:
+            raise DocError(f"{here}: unknown field {name!r} (fields: {', '.join(FIELDS)})")
+        record, table, _ = records.get(spec, here)
+        if table is None:
+            table = record.table(None, here)
+        return FIELDS[name](table.arm(method, here), table)
+
+    return PLACEHOLDER.sub(one, template)
+
+
+# ---------------------------------------------------------------- whole blocks
+
+
+ARMS_HEADER = [
+    "method",
+    "LR (chosen on val)",
+    "{metric} ± 95% CI (n)",
+    "gap % [paired 95% CI] (+ = worse)",
+    "p (paired)",
+    "min. detectable gap",
+    "step time vs baseline",
+    "FLOP saving",
+]
+BOARD_HEADER = ["rank", "method", "{metric} ± 95% CI (n)", "gap % [paired 95% CI]", "p", "saving kept", "misses"]
+
+
+def _header(columns: Sequence[str], group: Group) -> list[str]:
+    """Column titles naming the table's metric."""
+    return [c.format(metric=group.primary_metric) for c in columns]
+
+
+def arms_block(spec: str, records: Records, where: str) -> str:
+    """Every table of a report.json: each method at its LR chosen on validation."""
+    record, _, link = records.get(spec, where)
+    out = []
+    for t in record.tables:
+        g = t.group
+        rows = [
+            [
+                a.method,
+                FIELDS["lr"](a, t),
+                FIELDS["metric"](a, t),
+                fmt_gap(a, g),
+                fmt_p(a, g),
+                fmt_mde(a, g),
+                _ratio(a, t),
+                fmt_saving(a.theoretical_saving),
+            ]
+            for a in g.arms
+        ]
+        out += [f"**{g.title}**, {g.primary_metric} (from [{link}]({link})):", ""]
+        out += [*md_table(_header(ARMS_HEADER, g), rows), ""]
+    return "\n".join(out).rstrip()
+
+
+def board_block(spec: str, records: Records, where: str) -> str:
+    """The ranking of a leaderboard.json, with its verdict."""
+    record, _, link = records.get(spec, where)
+    if record.kind != "leaderboard":
+        raise DocError(f"{where}: {link} is not a leaderboard.json")
+    out = []
+    for t in record.tables:
+        g = t.group
+        rows = []
+        for a in g.arms:
+            e = t.entries[a.method]
+            misses = "meets the target" if e.get("meets_target") else "; ".join(e.get("misses") or []) or "—"
+            rank = "incomplete" if e.get("incomplete") else str(e.get("rank", ""))
+            rows.append([rank, a.method, FIELDS["metric"](a, t), fmt_gap(a, g), fmt_p(a, g), _share(a, t), misses])
+        out += [f"**{g.title}**, {g.primary_metric} (from [{link}]({link}); `{record.raw.get('command', '')}`):", ""]
+        out += [*md_table(_header(BOARD_HEADER, g), rows), "", str(t.raw.get("verdict", "")).strip(), ""]
+    return "\n".join(out).rstrip()
+
+
+def reading_block(spec: str, records: Records, where: str) -> str:
+    """The plain-language paragraph(s) `oelm report` stored with the record."""
+    record, table, _ = records.get(spec, where)
+    tables = [table] if table is not None else record.tables
+    paragraphs = [t.raw.get("reading") for t in tables]
+    if not all(paragraphs):
+        raise DocError(f"{where}: {spec} stores no reading (written by a version of oelm report before it had one)")
+    return "\n\n".join(paragraphs)
+
+
+def records_block(records: Records) -> str:
+    """An index of every stored record under the records folder, with the README beside it."""
+    paths = sorted(p for pat in ("report.json", "leaderboard*.json") for p in records.base.rglob(pat))
+    rows = []
+    for path in paths:
+        rel = path.relative_to(records.base).as_posix()
+        record, _, _ = records.get(rel, "records")
+        beside = [path.with_suffix(".md")]  # what the same command wrote for reading
+        if path.parent != records.base:
+            beside.append(path.parent / "README.md")  # which command, spec and machine
+        links = [f"[{p.name}]({p.relative_to(records.base).as_posix()})" for p in beside if p.is_file()]
+        about = ", ".join(links) or NA
+        for t in record.tables:
+            base = t.base
+            seeds = str(base.primary.n) if base is not None else NA
+            rows.append([f"[{rel}]({rel})", about, t.group.title, str(len(t.group.arms)), seeds])
+    return "\n".join(md_table(["record", "to read", "table", "methods", "seeds (baseline)"], rows))
+
+
+def render_block(m: re.Match, records: Records, where: str) -> str:
+    """The generated text of one block."""
+    kind, _, args = m.group("head").strip().partition(" ")
+    args = args.strip()
+    where = f"{where} (block '{m.group('head').strip()}')"
+    template = m.group("template")
+    if kind == "template":
+        if template is None:
+            raise DocError(f"{where}: a template block needs its template inside the comment")
+        return fill(template, records, where)
+    if template is not None:
+        raise DocError(f"{where}: only a template block has a body inside its comment")
+    blocks = {"arms": arms_block, "board": board_block, "reading": reading_block}
+    if kind in blocks:
+        if not args:
+            raise DocError(f"{where}: name the record (a folder or .json file)")
+        return blocks[kind](args, records, where)
+    if kind == "records":
+        return records_block(records)
+    raise DocError(f"{where}: unknown block kind {kind!r} (template, arms, board, reading, records)")
+
+
+def render_text(text: str, base: Path, where: str = "file") -> tuple[str, list[str]]:
+    """The text with every generated block rewritten, and the heads of the blocks that changed."""
+    records = Records(base)
+    changed: list[str] = []
+
+    def one(m: re.Match) -> str:
+        body = "\n" + render_block(m, records, where).strip("\n") + "\n\n"
+        if body != m.group("body"):
+            changed.append(m.group("head").strip())
+        return m.group("open") + "\n" + body + CLOSE
+
+    new = BLOCK.sub(one, text)
+    opened = text.count("<!-- generated:")
+    if opened != len(BLOCK.findall(text)):
+        raise DocError(f"{where}: {opened} '<!-- generated:' comments but not as many closed by '{CLOSE}'")
+    return new, changed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite (or with --check, verify) the generated blocks; 0 current, 1 stale, 2 error."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="*", help=f"markdown files (default: {', '.join(DEFAULT_FILES)})")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file is stale")
+    parser.add_argument("--records", type=Path, help="resolve RECORD paths here instead of in each file's folder")
+    args = parser.parse_args(argv)
+    files = [Path(f) for f in args.files] or [ROOT / f for f in DEFAULT_FILES]
+    stale = 0
+    for path in files:
+        try:
+            text = path.read_text()
+            new, changed = render_text(text, args.records or path.parent, where=path.name)
+        except (OSError, DocError, KeyError, ValueError) as err:
+            print(f"results_tables: error: {err}", file=sys.stderr)
+            return 2
+        shown = os.path.relpath(path)  # messages name the file as the user would
+        if not changed:
+            continue
+        stale += 1
+        if args.check:
+            print(f"{shown}: stale generated blocks: {', '.join(changed)} (run python scripts/results_tables.py)")
+        else:
+            path.write_text(new)
+            print(f"{shown}: rewrote {', '.join(changed)}")
+    if args.check and not stale:
+        print("generated blocks are current")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,9 +6,9 @@ measured side by side in one process:
   executed_saving     share removed in FLOPs actually executed (FlopCounterMode, forward+backward)
   time_ratio          median step time (forward+backward+AdamW step) of the method / baseline
 
-    python benchmarks/freeze_cost.py                 # study shapes (slow on a CPU)
-    python benchmarks/freeze_cost.py --scale 0.25    # batch scaled down for a quick look
-    python benchmarks/freeze_cost.py --json
+    python -m benchmarks.freeze_cost                 # study shapes (slow on a CPU)
+    python -m benchmarks.freeze_cost --scale 0.25    # batch scaled down for a quick look
+    python -m benchmarks.freeze_cost --json
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from oelm.core.flops import executed_flops, theoretical_saving
 from oelm.core.freezing import apply_method, optimizer_groups
 from oelm.hf.build import build_model
 from oelm.models.gpt import GPT, GPTClassifier
-from oelm.training.timing import balanced_orders
+
+from .harness import balanced_orders
 
 # model, batch, sequence length, num_labels (None = language model)
 CASES = [

@@ -19,14 +19,13 @@ less than two separate GEMMs take) it is how much of the achievable saving the i
 keeps. The rest is the Function's fixed Python cost, which a tiny shape shows on its own (there
 `saved` goes negative). Each figure: median over rounds with a distribution-free 95% interval.
 
-    python benchmarks/fused_qkv.py --device cpu                       # quick shape + a tiny one
-    python benchmarks/fused_qkv.py --device cuda --shapes 4096x512 16384x512 --json out.json
+    python -m benchmarks.fused_qkv --device cpu                       # quick shape + a tiny one
+    python -m benchmarks.fused_qkv --device cuda --shapes 4096x512 16384x512 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,9 +33,9 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oelm.models.fused import fused_qkv  # noqa: E402
-from vs_reference import Timed, interleaved_rounds, median_ci  # noqa: E402  (same folder: shared timing)
+from oelm.models.fused import fused_qkv
+
+from .harness import Timed, device_name, interleaved_rounds, median_ci, write_rows
 
 
 class Call(Timed):
@@ -160,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds must be at least 6 (fewer give no 95% interval for a median)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.device_name = (
-        torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    )
+    args.device_name = device_name(args.device)
     print(
         f"# fused QKV projection, forward + backward; device {args.device_name}; torch {torch.__version__}; "
         f"{args.rounds} rounds x {args.steps} calls per arm, carryover-balanced order",
@@ -180,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             f"in the fused GEMM ({_fmt_ci(row['marginal_us'], 1.0, 'us')})",
             flush=True,
         )
-        if args.json:
-            args.json.write_text(json.dumps(rows, indent=2))
+        write_rows(args.json, rows)
     return 0
 
 

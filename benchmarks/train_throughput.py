@@ -7,8 +7,8 @@ loop (same batch, dtype, compile mode, gradient clipping and timer), so `vs bare
 overhead. Each measurement runs in a fresh process and is printed as soon as it is taken; on a
 shared CPU, processes differ by a few percent, so read `vs bare` over several `--repeats`.
 
-    python benchmarks/train_throughput.py                      # gpt-small on CPU, gpt-medium-512 on CUDA
-    python benchmarks/train_throughput.py --models gpt-medium-512 --compile --json
+    python -m benchmarks.train_throughput                      # gpt-small on CPU, gpt-medium-512 on CUDA
+    python -m benchmarks.train_throughput --models gpt-medium-512 --compile --json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 from pathlib import Path
 
@@ -16,16 +16,9 @@ SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 @pytest.fixture
 def load_benchmark():
-    """load_benchmark("vs_reference"): a script of benchmarks/ (not a package) imported as a module."""
-
-    def load(name: str):
-        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-
-    return load
+    """load_benchmark("vs_reference"): the module benchmarks.vs_reference (the repository root is on
+    pytest's pythonpath, as it is on sys.path for `python -m benchmarks.vs_reference`)."""
+    return lambda name: importlib.import_module(f"benchmarks.{name}")
 
 
 @pytest.fixture

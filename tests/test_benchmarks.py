@@ -1,9 +1,10 @@
-"""The vs_reference benchmark runs end to end on a tiny shape and writes sane rows (no timing asserted)."""
+"""The benchmarks run end to end on tiny shapes and write sane rows (no timing asserted)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_reference.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_module(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m benchmarks.NAME ARGS` in a fresh process, the repository root on its path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    argv = [sys.executable, "-m", f"benchmarks.{name}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
 
 
 def test_vs_reference_rows_and_memory(tmp_path, capsys, load_benchmark):
@@ -161,7 +169,7 @@ def test_profile_ops_attributes_the_frozen_arms_saving_to_their_skipped_gemms(tm
     ]
     assert bench.main(argv) == 0
     rows = {r["name"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == set(bench.ARMS)
+    assert set(rows) == set(load_benchmark("arms").ARMS)
     for r in rows.values():
         assert r["rounds"] == 2 and r["steps_per_round"] == 1 and r["time_kind"] == "self CPU time"
         assert r["total_ms_per_step"] > 0
@@ -184,11 +192,11 @@ def test_profile_ops_attributes_the_frozen_arms_saving_to_their_skipped_gemms(tm
 def test_profile_ops_names_compiled_graphs_by_their_place_in_the_step(load_benchmark):
     from types import SimpleNamespace as NS
 
-    bench = load_benchmark("vs_reference")
+    bench = load_benchmark("profile_ops")
     ev = lambda key, start: NS(key=key, time_range=NS(start=start))  # noqa: E731
     fwd, bwd = "## Call CompiledFxGraph fab12 ##", "## Call CompiledFxGraph f9zz0 ##"
     prof = NS(events=lambda: [ev(bwd, 30), ev("aten::mm", 5), ev(fwd, 10), ev(fwd, 40), ev(bwd, 70)])
-    assert bench._graph_names(prof) == {fwd: "## compiled graph 1 ##", bwd: "## compiled graph 2 ##"}
+    assert bench.graph_names(prof) == {fwd: "## compiled graph 1 ##", bwd: "## compiled graph 2 ##"}
 
 
 def test_profile_ops_counts_each_cuda_kernel_once(load_benchmark):
@@ -197,15 +205,15 @@ def test_profile_ops_counts_each_cuda_kernel_once(load_benchmark):
 
     from torch.autograd import DeviceType
 
-    bench = load_benchmark("vs_reference")
+    bench = load_benchmark("profile_ops")
     op = NS(device_type=DeviceType.CPU, self_device_time_total=7.0, is_user_annotation=False)  # aten::mm
     kernel = NS(device_type=DeviceType.CUDA, self_device_time_total=7.0, is_user_annotation=False)
     note = NS(device_type=DeviceType.CUDA, self_device_time_total=9.0, is_user_annotation=True)
-    assert [bench._kernel_us(e) for e in (op, kernel, note)] == [0.0, 7.0, 0.0]
+    assert [bench.kernel_us(e) for e in (op, kernel, note)] == [0.0, 7.0, 0.0]
 
 
 def test_reference_model_matches_the_oelm_shape(load_benchmark):
-    bench = load_benchmark("vs_reference")
+    bench = load_benchmark("reference_model")
     from oelm.models.gpt import GPT, gpt_config
 
     ours = GPT(gpt_config("gpt-tiny", vocab_size=97, block_size=16))
@@ -218,7 +226,7 @@ def test_reference_model_matches_the_oelm_shape(load_benchmark):
 
 
 def test_median_interval_is_the_order_statistic_interval(load_benchmark):
-    bench = load_benchmark("vs_reference")
+    bench = load_benchmark("harness")
     # n = 10: the classic 95% interval for a median is (x(2), x(9)), coverage 97.9%.
     assert bench.median_ci([float(v) for v in range(10, 0, -1)]) == (5.5, 2.0, 9.0)
     assert bench.median_ci([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (3.5, 1.0, 6.0)  # n = 6: the range
@@ -230,11 +238,10 @@ def test_median_interval_is_the_order_statistic_interval(load_benchmark):
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 9])
-def test_balanced_orders_balance_positions_and_predecessors(n):
+def test_balanced_orders_balance_positions_and_predecessors(n, load_benchmark):
     from collections import Counter
 
-    from oelm.training.timing import balanced_orders
-
+    balanced_orders = load_benchmark("harness").balanced_orders
     rows = balanced_orders(n)
     assert len(rows) == (n if n % 2 == 0 or n == 1 else 2 * n)
     assert all(sorted(r) == list(range(n)) for r in rows)
@@ -283,7 +290,7 @@ def test_processes_repeat_the_measurement_in_fresh_processes(tmp_path, capfd, lo
 
 
 def test_step_memory_profile_sees_a_transient_peak_and_its_phase(load_benchmark):
-    bench = load_benchmark("vs_reference")
+    bench = load_benchmark("arms")
     w = torch.nn.Parameter(torch.randn(64, 64))
 
     def forward():
@@ -305,7 +312,7 @@ def test_step_memory_profile_sees_a_transient_peak_and_its_phase(load_benchmark)
 
 def test_loss_without_logits_lowers_the_step_peak_by_the_logits_buffers(load_benchmark):
     """The plain loss keeps logits-sized buffers alive into backward; the fused one none of them."""
-    bench = load_benchmark("vs_reference")
+    bench = load_benchmark("arms")
     from oelm.models.gpt import GPT, gpt_config
 
     torch.manual_seed(0)
@@ -327,11 +334,8 @@ def test_loss_without_logits_lowers_the_step_peak_by_the_logits_buffers(load_ben
 
 @pytest.mark.slow
 def test_train_throughput_runs_train_and_bare_rows(tmp_path):
-    """benchmarks/train_throughput.py end to end at a tiny shape: a train and a bare row per method."""
-    script = BENCH.parent / "train_throughput.py"
+    """python -m benchmarks.train_throughput end to end at a tiny shape: a train and a bare row per method."""
     argv = [
-        sys.executable,
-        str(script),
         "--device",
         "cpu",
         "--models",
@@ -350,7 +354,7 @@ def test_train_throughput_runs_train_and_bare_rows(tmp_path):
         "1",
         "--json",
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_module("train_throughput", *argv, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {(r["method"], r["runner"]): r for r in json.loads(done.stdout)}
     assert set(rows) == {(m, r) for m in ("baseline", "oelm-freeze") for r in ("train", "bare")}
@@ -360,10 +364,12 @@ def test_train_throughput_runs_train_and_bare_rows(tmp_path):
 
 def test_skipped_work_follows_the_step_dtype(load_benchmark):
     """Under bf16 autocast (the CUDA step; --count-ops builds it on any device) the skipped GEMMs run in bf16."""
-    bench = load_benchmark("vs_reference")
-    args = bench.parse(["--count-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8"])
-    base, frozen = bench.build_arms(args, 2, ("baseline", "oelm-qk-ffn"))
-    work = bench.SkippedWork(frozen)
+    args = load_benchmark("vs_reference").parse(
+        ["--count-ops", "--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "8"]
+    )
+    arms = load_benchmark("arms")
+    base, frozen = arms.build_arms(args, 2, ("baseline", "oelm-qk-ffn"))
+    work = arms.SkippedWork(frozen)
     assert frozen.matmul_dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g, _ in work.inputs)
     assert len(work.inputs) == sum(1 for p in frozen.model.parameters() if not p.requires_grad)
     assert math.isclose(work.flops, frozen.saving * base.flops, rel_tol=1e-9)
@@ -422,12 +428,9 @@ def test_fused_qkv_benchmark_times_the_frozen_and_trainable_projection(tmp_path,
 
 @pytest.mark.slow
 def test_freeze_cost_executes_exactly_the_theoretical_saving(tmp_path):
-    """benchmarks/freeze_cost.py end to end on the study's GPT shape at batch 1: the executed FLOP
+    """python -m benchmarks.freeze_cost end to end on the study's GPT shape at batch 1: the executed FLOP
     saving equals the analytic one for both frozen methods, and the A/A row saves nothing."""
-    script = BENCH.parent / "freeze_cost.py"
     argv = [
-        sys.executable,
-        str(script),
         "--scale",
         "0.01",
         "--steps",
@@ -441,7 +444,7 @@ def test_freeze_cost_executes_exactly_the_theoretical_saving(tmp_path):
         "cpu",
         "--json",
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_module("freeze_cost", *argv, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {r["method"]: r for r in json.loads(done.stdout)}
     assert set(rows) == {"oelm-freeze", "oelm-qk-ffn", "baseline (A/A control)"}

@@ -217,7 +217,7 @@ def test_fused_qkv_with_frozen_qk_on_cuda_matches_three_linears_without_host_syn
 
 
 def test_fused_qkv_benchmark_on_cuda(cuda, tmp_path, load_benchmark):
-    """benchmarks/fused_qkv.py --device cuda at a small shape: CUDA-event timing, sane rows."""
+    """python -m benchmarks.fused_qkv --device cuda at a small shape: CUDA-event timing, sane rows."""
     bench = load_benchmark("fused_qkv")
     out = tmp_path / "qkv.json"
     assert (

@@ -1,5 +1,7 @@
-"""Step timing (CUDA events or perf_counter), summary statistics, peak FLOPs and memory, and the
-order in which arms timed side by side take their turns."""
+"""Step timing (CUDA events or perf_counter), summary statistics, peak FLOPs and memory.
+
+The order in which arms timed side by side take their turns (`balanced_orders`) is the
+benchmarks' (benchmarks/harness.py): nothing in training times arms against each other."""
 
 from __future__ import annotations
 
@@ -50,30 +52,6 @@ class StepTimer:
         """Seconds of the most recent step."""
         times = self.resolve()
         return times[-1] if times else float("nan")
-
-
-def balanced_orders(n: int) -> list[list[int]]:
-    """Orders for timing n arms in interleaved rounds: a Williams crossover design.
-
-    Over one cycle (n rounds for even n, 2n for odd n) every arm takes every position equally
-    often and follows every other arm equally often. A rotating order (round r starts at arm r)
-    balances positions but not predecessors: each arm always runs right after the same arm, so
-    whatever that arm leaves behind (a heap reshaped by large frees, evicted caches) biases every
-    round alike and no interval over rounds can show it. Measured on CPU: two copies of one model
-    ran 0.7-2.7% apart for a whole process under rotation (A/A 1.007-1.027 in six processes), and within
-    noise under a balanced order (1.000-1.012, every interval containing 1.0).
-    """
-    if n < 1:
-        raise ValueError(f"need at least one arm, got {n}")
-    first, lo, hi = [0], 1, n - 1
-    while len(first) < n:  # 0, 1, n-1, 2, n-2, ...: consecutive differences are all distinct mod n
-        first.append(lo)
-        lo += 1
-        if len(first) < n:
-            first.append(hi)
-            hi -= 1
-    rows = [[(x + i) % n for x in first] for i in range(n)]
-    return rows if n % 2 == 0 or n == 1 else rows + [row[::-1] for row in rows]
 
 
 def summarize(times: list[float], warmup: int) -> dict[str, Any]:

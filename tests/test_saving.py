@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import oelm
 from oelm.core.audit import audit_model, verify_audit
 from oelm.core.record import RECORD_FILE, read_record
 from oelm.core.state import method_state
 from oelm.core.targets import find_targets
+from oelm.models.gpt import GPT, gpt_config
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
 from test_freezing import FAMILIES, VOCAB, make
@@ -100,8 +102,11 @@ def test_edited_frozen_weights_and_missing_record_are_clear_errors(tmp_path):
     oelm.save_pretrained(model, tmp_path / "m")
     record = json.loads((tmp_path / "m" / RECORD_FILE).read_text())
     name = next(iter(record["frozen"]))
-    record["frozen"][name] = "0" * 32
-    (tmp_path / "m" / RECORD_FILE).write_text(json.dumps(record))
+    weights_file = tmp_path / "m" / "model.safetensors"
+    weights = load_file(weights_file)
+    key = next(k for k in weights if name.endswith(k) or k.endswith(name))
+    weights[key] = weights[key] + 1e-3  # the weights edited, the record intact
+    save_file(weights, weights_file, metadata={"format": "pt"})
     with pytest.raises(UserError, match="differ from the saved fingerprints"):
         oelm.from_pretrained(tmp_path / "m")
     model.save_pretrained(tmp_path / "plain")
@@ -225,3 +230,25 @@ def test_load_model_of_runs_with_a_schedule_or_an_adapter(method, tmp_path):
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
     assert torch.equal(model(x)[0], reference.eval()(x)[0])
     assert method_state(model).method.name == method
+
+
+@pytest.mark.parametrize(
+    "field,edit",
+    [
+        ("method", lambda r: r.update(method="baseline")),
+        ("method_seed", lambda r: r.update(method_seed=r["method_seed"] + 1)),
+        ("frozen", lambda r: r["frozen"].popitem()),
+        ("qk_init", lambda r: r.update(qk_init="keep")),
+    ],
+)
+def test_an_edited_method_record_is_refused_naming_the_field(field, edit, tmp_path: Path) -> None:
+    model = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16))
+    oelm.apply_method(model, "oelm-freeze", seed=0)
+    oelm.save_pretrained(model, tmp_path)
+    assert oelm.from_pretrained(tmp_path) is not None
+    path = tmp_path / RECORD_FILE
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(UserError, match=rf"field\(s\) {field} differ from the digests"):
+        oelm.from_pretrained(tmp_path)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
-from oelm.training.checkpoint import WEIGHTS
+from oelm.training.checkpoint import WEIGHTS, read_metadata
 from oelm.training.loop import train
+from oelm.utils.errors import UserError
 from train_utils import one_thread, sigkill_then_resume, synthetic_lm_dir, tiny_config
 
 TIMING_KEYS = {"step_time"}  # wall-clock values legitimately differ between runs
@@ -54,3 +55,48 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
         assert resumed[key] == reference[key], key
     timing = json.loads((run / "timing_stats.json").read_text())
     assert timing["step_time"]["count"] + timing["step_time"]["warmup_excluded"] == 30
+
+
+def _kept_run(tmp_path: Path, name: str, **overrides) -> tuple[dict, Path]:
+    """A run stopped after 4 of 8 steps: its checkpoint at step 4 stays, results.json is removed."""
+    data = synthetic_lm_dir(tmp_path / "data")
+    cfg = tiny_config(data, tmp_path / name, steps=4, checkpoint_every=4, eval_every=4, **overrides)
+    with one_thread():
+        train(cfg)
+    (tmp_path / name / "results.json").unlink()
+    return {**cfg, "steps": 4}, tmp_path / name
+
+
+@pytest.mark.parametrize(
+    "other,field",
+    [
+        ({"method": "baseline"}, "method"),
+        ({"seed": 1}, "method_seed"),
+        ({"method_options": {"f": 0.25}}, "method_options"),
+    ],
+)
+def test_resume_refuses_a_checkpoint_of_another_method_naming_the_field(
+    tmp_path: Path, other: dict, field: str
+) -> None:
+    method = "oelm-late-freeze" if field == "method_options" else "oelm-freeze"
+    cfg, run = _kept_run(tmp_path, "mine", method=method)
+    _, foreign = _kept_run(tmp_path, "foreign", **{"method": method, **other})
+    step = run / "checkpoints" / "step_0000004"
+    (step / WEIGHTS).write_bytes((foreign / "checkpoints" / "step_0000004" / WEIGHTS).read_bytes())
+    with pytest.raises(UserError, match=rf"trained with {field} = .*configured with {field} = "), one_thread():
+        train({**cfg, "resume": True})
+
+
+def test_resume_refuses_a_checkpoint_whose_frozen_tensors_were_edited(tmp_path: Path) -> None:
+    cfg, run = _kept_run(tmp_path, "mine", method="oelm-freeze")
+    path = run / "checkpoints" / "step_0000004" / WEIGHTS
+    meta = read_metadata(path)
+    weights = load_file(path)
+    name = next(k for k in weights if k.endswith("q_proj.weight"))
+    weights[name] = weights[name] + 1e-3
+    save_file(weights, path, metadata=meta)  # same method metadata, other frozen bytes
+    with (
+        pytest.raises(UserError, match=r"does not belong to this run: .*q_proj.weight: frozen tensor changed"),
+        one_thread(),
+    ):
+        train({**cfg, "resume": True})

@@ -8,6 +8,7 @@ loaded model are bit-identical to what was saved.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ def method_record(model: nn.Module) -> dict[str, Any]:
     if state is None:
         raise UserError("no method was applied to this model (call oelm.apply_method first)")
     frozen = {n: fingerprint(p) for n, p in unwrap(model).named_parameters() if not p.requires_grad}
-    return {
+    record = {
         "format": RECORD_FORMAT,
         "oelm_version": __version__,
         **json.loads(json.dumps(state.record())),  # method, method_options, method_seed
@@ -44,6 +45,46 @@ def method_record(model: nn.Module) -> dict[str, Any]:
         "orthogonal_heads": dict(state.orthogonal_heads),
         "frozen": frozen,
     }
+    record["identity"] = {field: _digest(record[field]) for field in IDENTITY_FIELDS}
+    return record
+
+
+# The fields that say what was applied; each is stored with a digest so that an edited record is
+# refused naming the field. `frozen` holds the frozen tensors' fingerprints, which check_frozen
+# compares with the weights: the record is tied to the weights it was written with.
+IDENTITY_FIELDS = (
+    "method",
+    "method_options",
+    "method_seed",
+    "qk_init",
+    "family",
+    "layers",
+    "inits",
+    "orthogonal_heads",
+    "frozen",
+)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def verify_identity(record: dict[str, Any], source: str) -> None:
+    """Raise naming every identity field whose value no longer matches the digest written with it.
+
+    Records written before digests existed (no `identity` key) are accepted as they are.
+    """
+    digests = record.get("identity")
+    if digests is None:
+        return
+    if not isinstance(digests, dict):
+        raise UserError(f"{source}: 'identity' is not a mapping; the file was edited: re-save the model")
+    changed = [f for f in IDENTITY_FIELDS if f not in record or digests.get(f) != _digest(record[f])]
+    if changed:
+        raise UserError(
+            f"{source}: field(s) {', '.join(changed)} differ from the digests written with them: the file was "
+            "edited after saving; restore it or re-save the model with oelm.save_pretrained"
+        )
 
 
 def check_frozen(model: nn.Module, record: dict[str, Any]) -> None:
@@ -72,9 +113,13 @@ def read_record(folder: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise UserError(f"{str(path)!r} is not valid JSON ({err}); re-save the model") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{str(path)!r} is not a method record (not a JSON object); re-save the model")
+    verify_identity(record, repr(str(path)))
+    return record
 
 
 class _SaveWithRecord:

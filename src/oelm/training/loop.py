@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from contextlib import nullcontext
@@ -176,7 +177,29 @@ class Trainer:
         sync_optimizer(self.optimizer, self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay)
         self._wrap_trainable()
 
+    def _check_checkpoint_method(self, path) -> None:
+        """Refuse a checkpoint written under another method, options or method seed, naming the field."""
+        stored = ckpt.read_metadata(path / ckpt.WEIGHTS)
+        for key, value in ckpt.method_record(self.model).items():
+            mine = value if isinstance(value, str) else json.dumps(value)
+            if key in stored and stored[key] != mine:
+                raise UserError(
+                    f"checkpoint {str(path)!r} was trained with {key} = {stored[key]}, but this run is "
+                    f"configured with {key} = {mine}; resume with the run's own {key} or pass --overwrite"
+                )
+
+    def _check_restored_frozen(self, path) -> None:
+        """The checkpoint's frozen tensors must be this run's start bytes: else it is another run's."""
+        check = verify_audit(self.model, self.audit)
+        if not check.ok:
+            raise UserError(
+                f"checkpoint {str(path)!r} does not belong to this run: {'; '.join(check.problems[:3])} "
+                "(its frozen tensors differ from this run's initialization: another seed, method or "
+                "model wrote it); resume the run that wrote it or pass --overwrite"
+            )
+
     def _restore(self, path) -> None:
+        self._check_checkpoint_method(path)
         state = ckpt.load_state(path)
         try:
             ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
@@ -191,6 +214,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
+        self._check_restored_frozen(path)
         self.task.load_state_dict(state["data"])
         ckpt.set_rng_state(state["rng"])
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]

@@ -425,3 +425,51 @@ def test_printed_summary_fits_100_columns(lm_sweep: Path, capsys: pytest.Capture
     assert "lr0.003" in row and "(n=3)" in row and " [" in row  # mean ± CI and the paired interval
     assert any(ln.startswith("power: oelm-random-scaled") for ln in printed)
     assert any("report.md adds" in ln for ln in printed)
+
+
+def test_results_schema_is_one_definition_written_in_order_and_read_by_one_status(tmp_path: Path) -> None:
+    import torch
+
+    from oelm.training.config import make_config
+    from oelm.training.results import RunFacts, build_results, build_timing
+    from oelm.training.rundir import plan_run
+
+    facts = RunFacts(
+        cfg=make_config({"data": "d", "out": str(tmp_path / "run"), "steps": 4, "warmup": 0}),
+        steps=4,
+        tokens_seen=64,
+        best_val_loss=1.5,
+        best_step=4,
+        wall_time=1.0,
+        step_times=[0.1] * 4,
+        cuda_timer=False,
+        eval_times=[0.2],
+        world=1,
+        device=torch.device("cpu"),
+        amp=None,
+        dataset="d",
+        audit_totals={"trainable": 10, "frozen": 2},
+        method_options={},
+        flops_per_step=None,
+        flops_saving=None,
+        peak_memory=None,
+        memory_kind="none",
+        task_results={"primary_metric": "test_loss", "selection_metric": "best_val_loss", "test_loss": 1.6},
+    )
+    results = build_results(facts, {"ok": True}, build_timing(facts))
+    # results.json: the common keys of records.CommonResults in their order, then the task's.
+    assert tuple(results)[: len(records.COMMON_KEYS)] == records.COMMON_KEYS
+    assert results["schema_version"] == records.SCHEMA_VERSION == 1 and results["status"] == records.COMPLETE
+    run = tmp_path / "run"
+    run.mkdir()
+    assert records.run_status(run) == (records.INCOMPLETE, "no results.json") and not records.run_finished(run)
+    (run / records.RESULTS_FILE).write_text(json.dumps(results))
+    assert records.run_status(run) == (records.COMPLETE, "") and records.run_finished(run)
+    assert records.load_run(run).finished and records.read_results(run) == results
+    # Finished but excluded (freeze check failed): still finished for sweeps and the run directory.
+    (run / records.RESULTS_FILE).write_text(json.dumps(dict(results, freeze_check={"ok": False})))
+    assert records.run_status(run)[0] == records.INVALID and records.run_finished(run)
+    (run / "config.yaml").write_text(yaml.safe_dump(facts.cfg.model_dump(mode="json")))
+    assert plan_run(facts.cfg.model_copy(update={"resume": True})).finished is not None
+    (run / records.RESULTS_FILE).write_text(json.dumps(dict(results, status="running")))
+    assert records.run_status(run) == (records.INCOMPLETE, "status is 'running'") and not records.run_finished(run)

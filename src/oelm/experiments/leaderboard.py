@@ -33,7 +33,7 @@ from oelm.reports.tables import (
     saving_fraction,
     significant,
 )
-from oelm.training.records import INCOMPLETE, RunRecord, load_runs
+from oelm.training.records import RunRecord, load_runs
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 
@@ -266,7 +266,7 @@ def build_board(
     base = next((a for a in group.arms if a.method == group.baseline), None)
     ref = next((a for a in group.arms if a.method == target.reference), None)
     ref_saving = saving_fraction(ref.theoretical_saving) if ref else None
-    finished = {os.path.normpath(r.path) for r in runs if r.status != INCOMPLETE}
+    finished = {os.path.normpath(r.path) for r in runs if r.finished}
     n_max = max((a.primary.n for a in group.arms), default=0)
     entries = []
     for arm in group.arms:
@@ -274,7 +274,7 @@ def build_board(
         share = saving / ref_saving if saving is not None and ref_saving else None
         entry = Entry(arm, saving, share, added_params(arm.runs), step_ratio(arm, base))
         missing = len(planned.get(arm.method, set()) - finished)
-        unfinished = sum(1 for r in runs if r.status == INCOMPLETE and r.method == arm.method)
+        unfinished = sum(1 for r in runs if not r.finished and r.method == arm.method)
         entry.incomplete = _incomplete_reason(arm, n_max, missing, unfinished)
         entries.append(entry)
     sign = -1.0 if group.higher_is_better else 1.0

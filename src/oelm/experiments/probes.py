@@ -8,7 +8,6 @@ general comparison (gaps, paired p, curves) is `oelm report` on the same directo
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -22,7 +21,7 @@ from oelm.data.synthetic import ProbeData, ProbeOptions
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.plots import plt
 from oelm.reports.tables import md_table
-from oelm.training.records import load_runs
+from oelm.training.records import load_runs, read_results
 from oelm.training.sample import load_run_model
 
 CURVE_STEPS = (100, 200, 400, 800)  # validation accuracy shown at these steps when logged
@@ -79,8 +78,7 @@ def head_scores(maps: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) 
 def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]] | None:
     """head_scores of a finished induction run's best weights on its test set (None if n/a)."""
 
-    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    opts = results.get("probe_options")
+    opts = (read_results(run_dir) or {}).get("probe_options")
     if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "induction":
         return None
     model, _ = load_run_model(run_dir)  # re-applies the recorded method, so adapters load too
@@ -106,8 +104,7 @@ def query_rank_accuracy(logits: torch.Tensor, y: torch.Tensor) -> list[float]:
 def run_query_accuracy(run_dir: Path) -> list[float] | None:
     """query_rank_accuracy of a finished MQAR run's best weights on its test set (None if n/a)."""
 
-    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    opts = results.get("probe_options")
+    opts = (read_results(run_dir) or {}).get("probe_options")
     if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "mqar":
         return None
     model, _ = load_run_model(run_dir)

@@ -14,7 +14,7 @@ from oelm.core.methods import get_method
 from oelm.experiments.resolve import resolve_config, resolve_raw
 from oelm.experiments.study import deep_merge
 from oelm.training.config import load_yaml
-from oelm.training.rundir import run_finished
+from oelm.training.records import run_finished
 from oelm.utils.errors import UserError
 
 # Fields a sweep sets per run; the spec may not put them in `grid` or `overrides`.
@@ -55,7 +55,7 @@ class RunSpec:
         return f"{self.method} lr={self.lr:g}{extra} seed={self.seed}"
 
     def finished(self) -> bool:
-        """Whether the run directory holds a finished run (the one rule, in training.rundir)."""
+        """Whether the run directory holds a finished run (the one rule, training.records.run_finished)."""
 
         return run_finished(self.run_dir)
 

@@ -14,7 +14,7 @@ from oelm.core.methods import get_method
 from oelm.core.schedules import saved_before_switch, switch_step
 from oelm.reports import stats
 from oelm.reports.study_numbers import StudyNumbers
-from oelm.training.records import COLLAPSED, COMPLETE, INCOMPLETE, INVALID, RunRecord, heldout_note
+from oelm.training.records import COLLAPSED, COMPLETE, INVALID, RunRecord, heldout_note
 from oelm.utils.errors import UserError
 
 BASELINE = "baseline"
@@ -404,14 +404,14 @@ def _group(key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers
 
 def compare(runs: Sequence[RunRecord], baseline: str = BASELINE, study: StudyNumbers | None = None) -> Comparison:
     """Group finished runs into dataset tables; list incomplete and excluded runs apart."""
-    finished = [r for r in runs if r.status != INCOMPLETE]
+    finished = [r for r in runs if r.finished]
     grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
     for run in finished:
         grouped[_group_key(run)].append(run)
     groups = [_group(k, grouped[k], baseline, study) for k in sorted(grouped)]
     return Comparison(
         groups=groups,
-        incomplete=[r for r in runs if r.status == INCOMPLETE],
+        incomplete=[r for r in runs if not r.finished],
         excluded=[r for r in runs if r.status in (COLLAPSED, INVALID)],
         n_runs=len(runs),
     )

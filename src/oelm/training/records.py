@@ -1,4 +1,9 @@
-"""Run records: find run directories, load results/config/metrics, classify their status."""
+"""Run records: the results.json schema, a run's status, and loading run directories.
+
+The one place that says what results.json holds (RunResults, written by training.results) and
+whether a run is finished and usable (`classify`; `run_status` / `run_finished` for a directory,
+RunRecord.status for a loaded one). The training loop, sweeps and reports all ask here.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +13,73 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import yaml
 
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_json
 
-COMPLETE = "complete"
+RESULTS_FILE = "results.json"  # written last and atomically: its status "complete" marks a finished run
+SCHEMA_VERSION = 1  # of results.json; stored runs of this version read as they are
+
+# Statuses of a run. Only COMPLETE runs are averaged; every status but INCOMPLETE is finished.
+COMPLETE = "complete"  # also results.json's "status" value of a finished run
 INCOMPLETE = "incomplete"
 COLLAPSED = "collapsed"
 INVALID = "invalid"  # finished, but its freeze check failed: the arm did not run the method
+
+
+class CommonResults(TypedDict, total=False):
+    """The keys every run's results.json starts with, in this order (training.results writes them)."""
+
+    schema_version: int  # SCHEMA_VERSION
+    status: str  # COMPLETE
+    task: str
+    method: str
+    method_options: dict[str, Any]  # validated, defaults filled in
+    model_type: str  # = method (the study's key)
+    model: str
+    dataset: str
+    seed: int
+    lr: float
+    steps: int
+    tokens_seen: int
+    best_val_loss: float
+    best_step: int | None
+    total_wall_time: float
+    mean_step_time: float | None
+    median_step_time: float | None
+    tokens_per_second: float | None
+    peak_memory_bytes: int | None
+    trainable_params: int | None
+    frozen_params: int | None
+    freeze_check: dict[str, Any]  # {"ok": bool, ...}
+    git_commit: str | None
+    device: str
+    world_size: int
+    global_batch_size: int
+
+
+class RunResults(CommonResults, total=False):
+    """results.json: the common keys, then the task's (every task sets the three metric keys).
+
+    total=False: older records may lack keys, and a task adds keys of its own (docs/architecture.md
+    lists them); these are the ones the status decision and the reports rely on.
+    """
+
+    primary_metric: str  # the key reported, e.g. "test_perplexity"
+    selection_metric: str  # the key learning rates are chosen on (validation), e.g. "best_val_loss"
+    higher_is_better: bool  # direction of both metrics
+    collapsed: bool  # chance-level validation predictions (part of selection)
+    heldout_collapsed: bool  # the same on held-out data (information only)
+
+
+COMMON_KEYS: tuple[str, ...] = tuple(CommonResults.__annotations__)
 # The test metric per item (LM window losses, classifier per-example correctness) in a fixed order.
 TEST_ITEMS_FILE = "test_items.json"
 
-_RUN_MARKERS = ("results.json", "config.yaml", "metrics.jsonl")
+_RUN_MARKERS = (RESULTS_FILE, "config.yaml", "metrics.jsonl")
 _SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
 # SWEEP/runs/<method>/lr<lr>[_<field><value>...]/seed<seed>: the setting directory names the LR
 # and any other swept field, so settings that share an LR stay apart.
@@ -34,13 +91,18 @@ class RunRecord:
     """One run directory as stored: its results, config, metrics stream and status."""
 
     path: Path
-    status: str
-    results: dict[str, Any] = field(default_factory=dict)
+    status: str  # classify's: COMPLETE, INCOMPLETE, COLLAPSED or INVALID
+    results: RunResults = field(default_factory=RunResults)
     config: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     _metrics: list[dict[str, Any]] | None = field(default=None, repr=False)
     _items: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run finished (it may still be excluded as collapsed or invalid)."""
+        return self.status != INCOMPLETE
 
     @property
     def method(self) -> str | None:
@@ -160,7 +222,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def classify(results: dict[str, Any] | None) -> tuple[str, str]:
+def read_results(run_dir: str | Path) -> RunResults | None:
+    """A run directory's results.json, or None when it is absent or not a JSON object."""
+    return cast("RunResults | None", _read_json(Path(run_dir) / RESULTS_FILE))
+
+
+def classify(results: RunResults | dict[str, Any] | None) -> tuple[str, str]:
     """Status of a run from its results.json: (status, reason), decided on validation only.
 
     A failed freeze check comes first (the arm did not run its method, whatever else happened);
@@ -175,7 +242,7 @@ def classify(results: dict[str, Any] | None) -> tuple[str, str]:
     if isinstance(check, dict) and check.get("ok") is False:
         return INVALID, "freeze check failed: the run did not train its method as specified"
     selection = results.get("selection_metric")
-    value = results.get(selection) if selection else None
+    value = results.get(selection) if isinstance(selection, str) else None
     if selection and (not isinstance(value, (int, float)) or not math.isfinite(value)):
         return COLLAPSED, f"{selection} is {value!r} (diverged on validation)"
     if results.get("collapsed") is True:
@@ -183,12 +250,27 @@ def classify(results: dict[str, Any] | None) -> tuple[str, str]:
     return COMPLETE, ""
 
 
-def heldout_note(results: dict[str, Any]) -> str:
+def is_finished(results: RunResults | dict[str, Any] | None) -> bool:
+    """Whether results.json marks a finished run: any status but INCOMPLETE (the same decision)."""
+    return isinstance(results, dict) and classify(results)[0] != INCOMPLETE
+
+
+def run_status(run_dir: str | Path) -> tuple[str, str]:
+    """(status, reason) of a run directory, from its results.json."""
+    return classify(read_results(run_dir))
+
+
+def run_finished(run_dir: str | Path) -> bool:
+    """Whether run_dir holds a finished run (sweeps skip it; reports list it as finished)."""
+    return run_status(run_dir)[0] != INCOMPLETE
+
+
+def heldout_note(results: RunResults | dict[str, Any]) -> str:
     """What is wrong with a run's held-out numbers ('' if nothing): information, never selection."""
     if results.get("heldout_collapsed") is True:
         return "chance-level held-out predictions (heldout_collapsed: true)"
     primary = results.get("primary_metric")
-    value = results.get(primary) if primary else None
+    value = results.get(primary) if isinstance(primary, str) else None
     if primary and value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
         return f"{primary} is {value!r}"
     return ""
@@ -197,12 +279,12 @@ def heldout_note(results: dict[str, Any]) -> str:
 def load_run(path: str | Path) -> RunRecord:
     """Load one run directory."""
     path = Path(path)
-    results = _read_json(path / "results.json")
+    results = read_results(path)
     status, reason = classify(results)
     return RunRecord(
         path=path,
         status=status,
-        results=results or {},
+        results=results or RunResults(),
         config=_read_yaml(path / "config.yaml"),
         timing=_read_json(path / "timing_stats.json") or {},
         reason=reason,

@@ -1,18 +1,21 @@
-"""Assemble results.json and timing_stats.json of a finished run (schema in docs/architecture.md)."""
+"""Assemble results.json and timing_stats.json of a finished run.
+
+results.json's keys are defined once, in training.records (RunResults, read by every report);
+docs/architecture.md describes them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from oelm.core.flops import device_peak_flops, peak_flops_note
 from oelm.training.config import TrainConfig
+from oelm.training.records import COMPLETE, SCHEMA_VERSION, CommonResults, RunResults
 from oelm.training.runlog import git_commit
 from oelm.training.timing import mfu_fields, summarize
-
-SCHEMA_VERSION = 1
 
 
 def device_name(device: torch.device) -> str:
@@ -83,14 +86,14 @@ def build_timing(tr: RunFacts) -> dict[str, Any]:
     }
 
 
-def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, Any]) -> dict[str, Any]:
-    """results.json: the common keys, then the task's keys (of the best checkpoint)."""
+def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, Any]) -> RunResults:
+    """results.json: the common keys (records.CommonResults, in its order), then the task's keys."""
     cfg = tr.cfg
     totals = tr.audit_totals
     stats = timing["step_time"]
-    common = {
+    common: CommonResults = {
         "schema_version": SCHEMA_VERSION,
-        "status": "complete",
+        "status": COMPLETE,
         "task": cfg.task,
         "method": cfg.method,
         "method_options": tr.method_options,
@@ -116,6 +119,6 @@ def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, 
         "world_size": tr.world,
         "global_batch_size": cfg.batch_size * cfg.grad_accum * tr.world,
     }
-    out = {**common, **tr.task_results}
+    out: dict[str, Any] = {**common, **tr.task_results}
     out.update({alias: out.get(key) for alias, key in tr.result_aliases.items()})
-    return out
+    return cast(RunResults, out)

@@ -11,19 +11,9 @@ import yaml
 
 from oelm.training.checkpoint import latest_checkpoint
 from oelm.training.config import RUNTIME_FIELDS, TrainConfig
+from oelm.training.records import RESULTS_FILE, RunResults, is_finished, read_results
 from oelm.utils.errors import UserError
-from oelm.utils.io import read_json
 from oelm.utils.lock import LOCK_NAME
-
-
-def is_finished(results: Any) -> bool:
-    """The one rule for "this run is finished": results.json with status complete."""
-    return isinstance(results, dict) and results.get("status") == "complete"
-
-
-def run_finished(run_dir: Path) -> bool:
-    """Whether run_dir holds a finished run."""
-    return is_finished(read_json(Path(run_dir) / "results.json"))
 
 
 @dataclass
@@ -32,7 +22,7 @@ class RunPlan:
 
     run_dir: Path
     resume_from: Path | None = None  # a step checkpoint to continue from
-    finished: dict[str, Any] | None = None  # results of a complete run to return as is
+    finished: RunResults | None = None  # results of a finished run to return as is
     clear: bool = False  # the directory's previous contents must go (overwrite / fresh restart)
     reopen: bool = False  # a finished run continues: its results.json no longer holds
 
@@ -73,7 +63,7 @@ def differences(cfg: TrainConfig, stored: dict[str, Any] | None, *, allowed_too:
 
 def has_progress(run_dir: Path) -> bool:
     """Whether a run directory holds anything worth keeping: a step checkpoint or a result."""
-    return latest_checkpoint(run_dir / "checkpoints") is not None or (run_dir / "results.json").is_file()
+    return latest_checkpoint(run_dir / "checkpoints") is not None or (run_dir / RESULTS_FILE).is_file()
 
 
 def plan_run(cfg: TrainConfig) -> RunPlan:
@@ -90,7 +80,7 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
     if cfg.overwrite or not has_progress(run_dir):
         # A start that failed before its first checkpoint left nothing to resume or protect.
         return RunPlan(run_dir, clear=True)
-    results = read_json(run_dir / "results.json")
+    results = read_results(run_dir)
     finished = is_finished(results)
     stored = _stored_identity(run_dir)
     diff = differences(cfg, stored)

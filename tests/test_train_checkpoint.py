@@ -63,3 +63,57 @@ def test_rng_state_roundtrip(tmp_path: Path) -> None:
     ckpt.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))  # plain data, safe to load
     b = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(28, "No space left on device"),
+        RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0"),
+    ],
+)
+@pytest.mark.parametrize("where", ["weights", "state", "best"])
+def test_a_full_disk_leaves_no_debris_and_the_last_checkpoint_intact(
+    failure: Exception, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = Tied()
+    ckpt.save_checkpoint(tmp_path, 5, model, {"step": 5}, {}, keep_last=2)
+    ckpt.save_best(tmp_path, model, {"step": "5"})
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    saved = model.a.weight.detach().clone()
+
+    def full(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(
+        ckpt, "save_model" if where != "state" else "torch", full if where != "state" else _TorchFull(failure)
+    )
+    with torch.no_grad():
+        model.a.weight.add_(1.0)
+    with pytest.raises(
+        UserError,
+        match=r"could not write a checkpoint .*MiB are free; the last complete checkpoint step_0000005 is intact",
+    ):
+        if where == "best":
+            ckpt.save_best(tmp_path, model, {"step": "10"})
+        else:
+            ckpt.save_checkpoint(tmp_path, 10, model, {"step": 10}, {}, keep_last=2)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no .tmp_ folders or files left
+    assert ckpt.latest_checkpoint(tmp_path) == tmp_path / "step_0000005"
+    other = Tied()
+    ckpt.load_weights(other, tmp_path / "step_0000005" / ckpt.WEIGHTS)
+    assert torch.equal(other.a.weight, saved)
+
+
+class _TorchFull:
+    """torch with a save that fails like a full disk."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+    def save(self, *args, **kwargs):
+        raise self.failure

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +51,13 @@ def save_checkpoint(
     final = ckpt_root / step_dir_name(step)
     tmp = ckpt_root / f".tmp_{step_dir_name(step)}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    _save_weights(model, tmp / WEIGHTS, {**metadata, "step": str(step)})
-    torch.save(state, tmp / STATE)
-    best = ckpt_root / "best" / WEIGHTS
-    if best.is_file():  # a hard link costs nothing; best/ is replaced by rename, never edited in place
-        _link_or_copy(best, tmp / BEST_COPY)
+    with _written_or_removed(tmp, ckpt_root, _nbytes(model.state_dict()) + _nbytes(state)):
+        tmp.mkdir()
+        _save_weights(model, tmp / WEIGHTS, {**metadata, "step": str(step)})
+        torch.save(state, tmp / STATE)
+        best = ckpt_root / "best" / WEIGHTS
+        if best.is_file():  # a hard link costs nothing; best/ is replaced by rename, never edited in place
+            _link_or_copy(best, tmp / BEST_COPY)
     if final.exists():  # a complete checkpoint of this step from before a kill; same content
         shutil.rmtree(final)
     # A directory rename is atomic: a kill leaves either the old set or the complete new one.
@@ -69,9 +72,45 @@ def save_best(ckpt_root: Path, model: torch.nn.Module, metadata: dict[str, Any])
     best = ckpt_root / "best"
     best.mkdir(parents=True, exist_ok=True)
     tmp = best / f".{WEIGHTS}.tmp{os.getpid()}"
-    _save_weights(model, tmp, metadata)
+    with _written_or_removed(tmp, ckpt_root, _nbytes(model.state_dict())):
+        _save_weights(model, tmp, metadata)
     os.replace(tmp, best / WEIGHTS)
     return best / WEIGHTS
+
+
+def _nbytes(obj: Any) -> int:
+    """Bytes of the tensors in a (nested) state: what a checkpoint of it needs on disk, roughly."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
+@contextlib.contextmanager
+def _written_or_removed(tmp: Path, ckpt_root: Path, needed: int) -> Iterator[None]:
+    """Remove the partial `tmp` (file or folder) when writing fails, and say why in one UserError.
+
+    A full disk surfaces as OSError (ENOSPC) or as torch's RuntimeError ("unexpected pos ...");
+    either way the previous checkpoint is untouched, because `tmp` is only renamed once complete.
+    """
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        free = shutil.disk_usage(ckpt_root).free if ckpt_root.exists() else 0
+        latest = latest_checkpoint(ckpt_root)
+        kept = f"the last complete checkpoint {latest.name} is intact" if latest else "no checkpoint was complete yet"
+        raise UserError(
+            f"could not write a checkpoint in {str(ckpt_root)!r} ({type(err).__name__}: {str(err).splitlines()[0][:100]}); "
+            f"it needs about {needed / 2**20:,.1f} MiB and {free / 2**20:,.1f} MiB are free; {kept}: "
+            "free some space (or lower keep_last) and rerun with --resume"
+        ) from None
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -140,7 +140,11 @@ def _check_expansion(root: yaml.Node) -> None:
 
 def load_yaml_text(text: str) -> Any:
     """yaml.safe_load with StrictLoader (duplicate keys and alias bombs are YAMLErrors)."""
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506  (a SafeLoader subclass)
+    loader = StrictLoader(text)  # what yaml.load does, with the strict SafeLoader subclass
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:

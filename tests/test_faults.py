@@ -230,3 +230,48 @@ def test_sweep_lock_refuses_a_second_sweep_and_takes_over_a_stale_one(tmp_path: 
     (tmp_path / LOCK_NAME).write_text("")  # half-written by a killed process
     with dir_lock(tmp_path, "sweep"):
         pass
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"WORLD_SIZE": "2", "RANK": "0"}, "MASTER_ADDR and MASTER_PORT are not"),
+        ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29613"}, "do not describe a job"),
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
+    ],
+)
+def test_stale_launch_variables_are_one_clear_error_not_a_hang(
+    env, message, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    for key in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "run"
+    assert main(["train", f"data={synthetic_lm_dir(tmp_path / 'data')}", f"out={out}", "steps=2", "warmup=0"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "torchrun" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_missing_peer_rank_times_out_with_a_clear_error(monkeypatch) -> None:
+    import socket
+
+    from oelm.training.distributed import init_distributed
+
+    with socket.socket() as s:  # a free port for the store
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OELM_DIST_TIMEOUT_S": "2",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    start = time.perf_counter()
+    with pytest.raises(UserError, match=r"could not join the process group of 2 processes as rank 0 within 2 s"):
+        init_distributed("cpu")
+    assert time.perf_counter() - start < 30

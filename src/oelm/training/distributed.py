@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -50,17 +51,45 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
+LAUNCH_FIX = "launch with torchrun (it sets them), or unset WORLD_SIZE, RANK and LOCAL_RANK for one process"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, str(default))
+    try:
+        return int(raw)
+    except ValueError:
+        raise UserError(f"environment variable {name}={raw!r} is not an integer; {LAUNCH_FIX}") from None
+
+
 def init_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
-    """Join the torchrun process group when WORLD_SIZE > 1; return (info, device)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    """Join the torchrun process group when WORLD_SIZE > 1; return (info, device).
+
+    The launch variables are checked first (a stale WORLD_SIZE from another shell must not hang
+    the run), and joining waits at most OELM_DIST_TIMEOUT_S seconds (default 600) for the others.
+    """
+    world, rank, local_rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    if world < 1 or not 0 <= rank < world or local_rank < 0:
+        raise UserError(f"WORLD_SIZE={world}, RANK={rank}, LOCAL_RANK={local_rank} do not describe a job; {LAUNCH_FIX}")
     device = resolve_device(device_name, local_rank)
     if world > 1 and not dist.is_initialized():
+        missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+        if missing:
+            raise UserError(
+                f"WORLD_SIZE={world} is set but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
+                f"(a variable left from another launch?); {LAUNCH_FIX}"
+            )
+        timeout = _env_int("OELM_DIST_TIMEOUT_S", 600)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+        try:
+            dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+        except (RuntimeError, ValueError, OSError) as err:  # DistNetworkError / DistStoreError are RuntimeErrors
+            raise UserError(
+                f"could not join the process group of {world} processes as rank {rank} within {timeout} s "
+                f"({type(err).__name__}: {str(err).splitlines()[0][:120]}); start every rank, or {LAUNCH_FIX}"
+            ) from None
     return DistInfo(rank=rank, world=world, local_rank=local_rank), device
 
 

@@ -17,7 +17,15 @@ from oelm.core.adapters import adapter_class, make_adapter
 from oelm.core.methods import PRETRAINED_QK, Method, get_method, select_layers, validate_method_options
 from oelm.core.record import install_save_hook
 from oelm.core.state import STATE_ATTR, MethodState
-from oelm.core.targets import LayerTargets, Proj, attach_adapter, find_targets, layer_depths, unwrap
+from oelm.core.targets import (
+    LayerTargets,
+    ModelTargets,
+    Proj,
+    attach_adapter,
+    find_targets,
+    layer_depths,
+    unwrap,
+)
 from oelm.utils.errors import UserError
 
 
@@ -120,6 +128,18 @@ def _apply_to_layer(m: Method, layer: LayerTargets, state: MethodState, seed: in
         _attach_adapters(m, layer, state, seed)
 
 
+def _check_ffn(m: Method, targets: ModelTargets, layers: list[int]) -> None:
+    """A method acting on the FFN refuses a family whose FFN is not [out, in] weights (never freezes nothing)."""
+    if not (m.freeze_ffn or m.ffn_init != "default"):
+        return
+    note = next((layer.ffn_note for layer in targets.layers if layer.index in layers and layer.ffn_note), None)
+    if note:
+        raise UserError(
+            f"method {m.name!r} initializes or freezes the FFN, but in this {targets.family} model {note}; "
+            "use a method that acts on Q/K only (e.g. oelm-freeze)"
+        )
+
+
 def apply_method(
     model: nn.Module, method: str | Method, seed: int = 0, qk_init: str | None = None, **options: Any
 ) -> MethodState:
@@ -139,6 +159,7 @@ def apply_method(
         raise UserError("a method was already applied to this model; build a fresh model first")
     targets = find_targets(base)
     layers = select_layers(opts["layers"], len(targets.layers))
+    _check_ffn(m, targets, layers)
     state = MethodState(m, seed, qk_init, targets.family, opts, layers)
     if m.schedule is not None:
         f = opts["f"]

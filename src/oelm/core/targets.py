@@ -1,23 +1,45 @@
 """Where Q, K, V, O and the FFN live in each supported model family.
 
-Every projection is exposed as a `Proj` whose weight is read and written in the [out, in]
-layout, whatever the storage (nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out]).
-GPT-2's fused `c_attn` is split in place into separate Q/K/V parameters (`SplitQKV`, still one
-GEMM through `oelm.models.fused`) so that a frozen Q/K gets no weight gradient at all; its state_dict
-keeps the fused layout, so `save_pretrained`/`from_pretrained` still round-trip.
+The layout of each family is a row of data in `oelm.core.families`; this module reads a row to
+find a model's projections. Every projection is exposed as a `Proj` whose weight is read and
+written in the [out, in] layout, whatever the storage (nn.Linear stores [out, in]; GPT-2's Conv1D
+stores [in, out]).
+
+A fused Q/K/V weight (GPT-2's Conv1D `c_attn`, GPT-NeoX's head-interleaved `query_key_value`,
+Phi-3's `qkv_proj`, ...) is split in place into separate Q/K/V parameters (`SplitQKV`,
+`SplitLinear`: still one GEMM through `oelm.models.fused`), so that a frozen Q/K gets no weight
+gradient at all; each keeps the fused layout in its state_dict, so `save_pretrained` /
+`from_pretrained` still round-trip.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
+from oelm.core.families import LAYOUTS, SUPPORTED_FAMILIES, Layout, conventions, count, qkv_rows, row_order
 from oelm.models.fused import fused_qkv
 from oelm.models.gpt import GPT, GPTClassifier
 from oelm.utils.errors import UserError
+
+__all__ = [
+    "SUPPORTED_FAMILIES",
+    "LayerTargets",
+    "ModelTargets",
+    "Proj",
+    "SplitLinear",
+    "SplitQKV",
+    "attach_adapter",
+    "discover_layout",
+    "find_targets",
+    "layer_depths",
+    "model_family",
+    "model_layout",
+    "unwrap",
+]
 
 
 @dataclass
@@ -30,9 +52,9 @@ class Proj:
     transposed: bool = False  # stored [in, out] (Conv1D)
     module: nn.Module | None = None  # the module computing this projection's output
     # How an adapter wraps the output: "hook" (forward hook on module), "native" (our GPT's
-    # SelfAttention._adapt reads module.oelm_adapter) or "split" (SplitQKV applies its part's).
+    # SelfAttention._adapt reads module.oelm_adapter) or "split" (SplitQKV/SplitLinear apply their part's).
     adapter_via: str = "hook"
-    part: str | None = None  # q, k or v inside a SplitQKV
+    part: str | None = None  # q, k or v inside a split fused projection
 
     def get(self) -> torch.Tensor:
         """The weight as [out, in] (a view)."""
@@ -67,6 +89,7 @@ class LayerTargets:
     ffn: list[Proj]
     n_heads: int
     n_kv_heads: int
+    ffn_note: str | None = None  # set when the FFN is not [out, in] weights: why (ffn is then empty)
 
     def by_role(self) -> Iterator[tuple[str, Proj]]:
         """(role, projection) pairs: q, k, v, o, ffn."""
@@ -82,7 +105,26 @@ class ModelTargets:
     layers: list[LayerTargets] = field(default_factory=list)
 
 
-class SplitQKV(nn.Module):
+class _Split(nn.Module):
+    """A fused Q/K/V projection held as three parameters: the adapter plumbing both splits share."""
+
+    def add_adapter(self, part: str, adapter: nn.Module) -> None:
+        """Apply `adapter` to the q, k or v part's output (state keys `oelm_adapter.<part>.*`)."""
+        if "oelm_adapter" not in self._modules:
+            self.oelm_adapter = nn.ModuleDict()
+        self.oelm_adapter[part] = adapter
+
+    def _adapt(self, x: torch.Tensor, y: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        """y = [q | k | v] with each part's adapter (if any) applied to that part."""
+        adapters = self._modules.get("oelm_adapter")
+        if adapters is None:
+            return y
+        parts = y.split(sizes, dim=-1)
+        parts = [adapters[p](x, z) if p in adapters else z for p, z in zip("qkv", parts)]
+        return torch.cat(parts, dim=-1)
+
+
+class SplitQKV(_Split):
     """GPT-2's fused Conv1D `c_attn` as three parameters in one fused GEMM; same output."""
 
     def __init__(self, conv: nn.Module) -> None:
@@ -106,21 +148,51 @@ class SplitQKV(nn.Module):
         # [in, out], so pass their [out, in] transposed views.
         ws = [getattr(self, f"{p}_weight").t() for p in "qkv"]
         y = fused_qkv(x, *ws, *(getattr(self, f"{p}_bias") for p in "qkv"))
-        adapters = self._modules.get("oelm_adapter")
-        if adapters is None:
-            return y
-        parts = y.split([w.shape[0] for w in ws], dim=-1)
-        parts = [adapters[p](x, z) if p in adapters else z for p, z in zip("qkv", parts)]
-        return torch.cat(parts, dim=-1)
-
-    def add_adapter(self, part: str, adapter: nn.Module) -> None:
-        """Apply `adapter` to the q, k or v part's output (state keys `oelm_adapter.<part>.*`)."""
-        if "oelm_adapter" not in self._modules:
-            self.oelm_adapter = nn.ModuleDict()
-        self.oelm_adapter[part] = adapter
+        return self._adapt(x, y, [w.shape[0] for w in ws])
 
     def extra_repr(self) -> str:
         return f"nf={self.nf}, nx={self.nx} (split into q/k/v)"
+
+
+class SplitLinear(_Split):
+    """A fused Q/K/V nn.Linear as three parameters in one fused GEMM; same output, same state_dict.
+
+    `rows` gives the indices of the Q, K and V rows inside the fused [out, in] weight, each in head
+    order (`oelm.core.families.qkv_rows`). The GEMM runs on [Q | K | V] and, unless that already
+    is the fused order, the output columns are permuted back (`order`), so the module computes
+    exactly what the fused Linear did. The state_dict holds the fused `weight` / `bias` under the
+    original keys.
+    """
+
+    def __init__(self, linear: nn.Module, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        super().__init__()
+        w, b = linear.weight, getattr(linear, "bias", None)
+        self.out_features, self.in_features = w.shape
+        perm = torch.cat(rows)
+        if sorted(perm.tolist()) != list(range(self.out_features)):
+            raise ValueError(f"the Q/K/V rows do not partition the {self.out_features} rows of the fused weight")
+        with torch.no_grad():
+            for part, idx in zip("qkv", rows):
+                idx = idx.to(w.device)
+                setattr(self, f"{part}_weight", nn.Parameter(w[idx].detach().clone(), w.requires_grad))
+                bias = None if b is None else nn.Parameter(b[idx].detach().clone(), b.requires_grad)
+                setattr(self, f"{part}_bias", bias)
+                self.register_buffer(f"{part}_rows", idx, persistent=False)
+        identity = torch.equal(perm, torch.arange(self.out_features))
+        self.register_buffer("order", None if identity else torch.argsort(perm).to(w.device), persistent=False)
+        self.register_state_dict_post_hook(_fuse_rows)
+        self.register_load_state_dict_pre_hook(_split_rows)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ws = (self.q_weight, self.k_weight, self.v_weight)
+        y = fused_qkv(x, *ws, self.q_bias, self.k_bias, self.v_bias)
+        y = self._adapt(x, y, [w.shape[0] for w in ws])
+        return y if self.order is None else y.index_select(-1, self.order)
+
+    def extra_repr(self) -> str:
+        sizes = "/".join(str(getattr(self, f"{p}_weight").shape[0]) for p in "qkv")
+        how = "blocks" if self.order is None else "interleaved rows"
+        return f"in_features={self.in_features}, out_features={self.out_features} (split into q/k/v {sizes}, {how})"
 
 
 def attach_adapter(proj: Proj, adapter: nn.Module) -> None:
@@ -160,106 +232,124 @@ def _split_state_dict(module: nn.Module, state_dict: dict, prefix: str, *args) -
                 state_dict[f"{prefix}{p}_{kind}"] = chunk
 
 
-def _lin(name: str, module: nn.Module, via: str = "hook") -> Proj:
-    """A Proj over an nn.Linear (or any module with [out, in] weight and optional bias)."""
-    return Proj(name, module.weight, getattr(module, "bias", None), module=module, adapter_via=via)
+def _fuse_rows(module: SplitLinear, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    for kind in ("weight", "bias"):
+        keys = [f"{prefix}{p}_{kind}" for p in "qkv"]
+        if keys[0] not in state_dict:
+            continue  # no bias
+        fused = torch.cat([state_dict.pop(k) for k in keys])
+        state_dict[f"{prefix}{kind}"] = fused if module.order is None else fused[module.order.to(fused.device)]
 
 
-def _conv(name: str, module: nn.Module) -> Proj:
-    """A Proj over a GPT-2 Conv1D ([in, out] weight)."""
-    return Proj(name, module.weight, module.bias, transposed=True, module=module)
+def _split_rows(module: SplitLinear, state_dict: dict, prefix: str, *args) -> None:
+    for kind in ("weight", "bias"):
+        key = f"{prefix}{kind}"
+        if key in state_dict:
+            fused = state_dict.pop(key)
+            for p in "qkv":
+                state_dict[f"{prefix}{p}_{kind}"] = fused[getattr(module, f"{p}_rows").to(fused.device)]
 
 
-# ---- one extractor per family: (layer name, layer module, model config) -> LayerTargets ----
+# ---- reading a layout row ----
 
 
-def _oelm_gpt(name: str, layer: nn.Module, cfg) -> LayerTargets:
-    a, m = layer.attn, layer.mlp
-    p = f"{name}.attn"
-    return LayerTargets(
-        0,
-        _lin(f"{p}.q_proj", a.q_proj, "native"),
-        _lin(f"{p}.k_proj", a.k_proj, "native"),
-        _lin(f"{p}.v_proj", a.v_proj, "native"),
-        _lin(f"{p}.o_proj", a.o_proj),
-        [_lin(f"{name}.mlp.fc_in", m.fc_in), _lin(f"{name}.mlp.fc_out", m.fc_out)],
-        cfg.n_head,
-        cfg.n_head,
+def _module_at(layer: nn.Module, path: str) -> nn.Module | None:
+    """The submodule at a dotted path, or None."""
+    try:
+        return layer.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _has_weight(module: nn.Module | None) -> bool:
+    """Whether a module holds a 2-D weight parameter (an nn.Linear, a Conv1D, ...)."""
+    w = getattr(module, "weight", None)
+    return isinstance(w, nn.Parameter) and w.ndim == 2
+
+
+def _is_conv1d(module: nn.Module) -> bool:
+    """Transformers' Conv1D (GPT-2 style): weight stored [in, out]."""
+    return type(module).__name__ == "Conv1D"
+
+
+def _proj(name: str, module: nn.Module, via: str = "hook") -> Proj:
+    """A Proj over an nn.Linear (weight [out, in]) or a Conv1D (weight [in, out])."""
+    return Proj(name, module.weight, getattr(module, "bias", None), _is_conv1d(module), module, via)
+
+
+def _need(layer: nn.Module, name: str, path: str, family: str) -> nn.Module:
+    module = _module_at(layer, path)
+    if not _has_weight(module):
+        raise UserError(f"{name}: this {family} model has no projection at '{path}' (its layout changed?)")
+    return module
+
+
+def _split_fused(layout: Layout, family: str, name: str, layer: nn.Module, config, n_heads: int, n_kv: int):
+    """(q, k, v) Projs of the split fused module (split in place on first use)."""
+    path = layout.fused
+    if not isinstance(_module_at(layer, path), _Split):
+        module = _need(layer, name, path, family)
+        order = row_order(layout, config)
+        if _is_conv1d(module):
+            if order != "blocks" or n_kv != n_heads:
+                raise UserError(f"{name}.{path}: a Conv1D fused Q/K/V is split as [Q | K | V] thirds only")
+            split = SplitQKV(module)
+        else:
+            rows = module.weight.shape[0]
+            head_dim, rest = divmod(rows, n_heads + 2 * n_kv)
+            if rest or head_dim == 0 or n_heads % n_kv:
+                raise UserError(
+                    f"{name}.{path}: {rows} fused rows do not fit {n_heads} query and {n_kv} key/value heads"
+                )
+            split = SplitLinear(module, qkv_rows(order, n_heads, n_kv, head_dim))
+        parent_path, _, attr = path.rpartition(".")
+        setattr(layer.get_submodule(parent_path) if parent_path else layer, attr, split)
+    split = layer.get_submodule(path)
+    transposed = isinstance(split, SplitQKV)
+    return tuple(
+        Proj(
+            f"{name}.{path}.{p}",
+            getattr(split, f"{p}_weight"),
+            getattr(split, f"{p}_bias"),
+            transposed,
+            split,
+            "split",
+            p,
+        )
+        for p in "qkv"
     )
 
 
-def _bert(name: str, layer: nn.Module, cfg) -> LayerTargets:
-    s, p = layer.attention.self, f"{name}.attention"
-    return LayerTargets(
-        0,
-        _lin(f"{p}.self.query", s.query),
-        _lin(f"{p}.self.key", s.key),
-        _lin(f"{p}.self.value", s.value),
-        _lin(f"{p}.output.dense", layer.attention.output.dense),
-        [
-            _lin(f"{name}.intermediate.dense", layer.intermediate.dense),
-            _lin(f"{name}.output.dense", layer.output.dense),
-        ],
-        cfg.num_attention_heads,
-        cfg.num_attention_heads,
-    )
+def _heads(layout: Layout, family: str, config) -> tuple[int, int]:
+    n_heads = count(layout.heads, config)
+    if not n_heads:
+        raise UserError(f"the {family} config gives no head count (looked for {layout.heads})")
+    return n_heads, count(layout.kv_heads, config) or n_heads
 
 
-def _distilbert(name: str, layer: nn.Module, cfg) -> LayerTargets:
-    a, p = layer.attention, f"{name}.attention"
-    return LayerTargets(
-        0,
-        _lin(f"{p}.q_lin", a.q_lin),
-        _lin(f"{p}.k_lin", a.k_lin),
-        _lin(f"{p}.v_lin", a.v_lin),
-        _lin(f"{p}.out_lin", a.out_lin),
-        [_lin(f"{name}.ffn.lin1", layer.ffn.lin1), _lin(f"{name}.ffn.lin2", layer.ffn.lin2)],
-        cfg.n_heads,
-        cfg.n_heads,
-    )
+def _check_heads(name: str, q: Proj, k: Proj, n_heads: int, n_kv: int) -> None:
+    (q_rows, _), (k_rows, _) = q.shape_out_in, k.shape_out_in
+    if q_rows % n_heads or k_rows % n_kv or n_heads % n_kv:
+        raise UserError(
+            f"{name}: Q has {q_rows} rows and K {k_rows}, which do not split into {n_heads} query "
+            f"and {n_kv} key/value heads"
+        )
 
 
-def _gpt2(name: str, layer: nn.Module, cfg) -> LayerTargets:
-    attn, p = layer.attn, f"{name}.attn"
-    if not isinstance(attn.c_attn, SplitQKV):
-        attn.c_attn = SplitQKV(attn.c_attn)
-    c = attn.c_attn
-    q, k, v = (
-        Proj(f"{p}.c_attn.{x}", getattr(c, f"{x}_weight"), getattr(c, f"{x}_bias"), True, c, "split", x) for x in "qkv"
-    )
-    mlp = [_conv(f"{name}.mlp.c_fc", layer.mlp.c_fc), _conv(f"{name}.mlp.c_proj", layer.mlp.c_proj)]
-    return LayerTargets(0, q, k, v, _conv(f"{p}.c_proj", attn.c_proj), mlp, cfg.n_head, cfg.n_head)
-
-
-def _llama(name: str, layer: nn.Module, cfg) -> LayerTargets:
-    a, m, p = layer.self_attn, layer.mlp, f"{name}.self_attn"
-    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    return LayerTargets(
-        0,
-        _lin(f"{p}.q_proj", a.q_proj),
-        _lin(f"{p}.k_proj", a.k_proj),
-        _lin(f"{p}.v_proj", a.v_proj),
-        _lin(f"{p}.o_proj", a.o_proj),
-        [_lin(f"{name}.mlp.{x}", getattr(m, x)) for x in ("gate_proj", "up_proj", "down_proj")],
-        cfg.num_attention_heads,
-        n_kv,
-    )
-
-
-# family -> (pattern a layer's qualified name ends with, extractor)
-_FAMILIES: dict[str, tuple[str, Callable[[str, nn.Module, object], LayerTargets]]] = {
-    "oelm-gpt": ("transformer.h", _oelm_gpt),
-    "bert": ("encoder.layer", _bert),
-    "roberta": ("encoder.layer", _bert),
-    "xlm-roberta": ("encoder.layer", _bert),
-    "distilbert": ("transformer.layer", _distilbert),
-    "gpt2": ("h", _gpt2),
-    "llama": ("layers", _llama),
-    "mistral": ("layers", _llama),
-    "qwen2": ("layers", _llama),
-}
-
-SUPPORTED_FAMILIES: tuple[str, ...] = tuple(_FAMILIES)
+def _extract(layout: Layout, family: str, name: str, layer: nn.Module, config) -> LayerTargets:
+    """The LayerTargets of one layer as its family's layout row says."""
+    n_heads, n_kv = _heads(layout, family, config)
+    if layout.fused:
+        q, k, v = _split_fused(layout, family, name, layer, config, n_heads, n_kv)
+    else:
+        q, k, v = (
+            _proj(f"{name}.{path}", _need(layer, name, path, family), layout.adapter_via)
+            for path in (layout.q, layout.k, layout.v)
+        )
+    _check_heads(name, q, k, n_heads, n_kv)
+    o = _proj(f"{name}.{layout.o}", _need(layer, name, layout.o, family))
+    ffn = [] if layout.ffn is None else [_proj(f"{name}.{p}", _need(layer, name, p, family)) for p in layout.ffn]
+    return LayerTargets(0, q, k, v, o, ffn, n_heads, n_kv, layout.ffn_note or None)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -271,32 +361,82 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def model_family(model: nn.Module) -> str:
-    """The family key of a model, or a UserError listing the supported ones."""
+def _matches(layer: nn.Module, layout: Layout) -> bool:
+    return all(_has_weight(_module_at(layer, p)) for p in (layout.q, layout.k, layout.v, layout.o))
 
+
+def discover_layout(model: nn.Module) -> tuple[Layout | None, str]:
+    """(layout, "") for a model with no row whose layers follow a known row's names, else (None, why).
+
+    The model must have exactly one stack of layers (a ModuleList) whose first layer has Q/K/V/O
+    modules at a known row's paths. Its FFN is the first known set of FFN paths that all exist;
+    with none, the FFN is left out (methods acting on it then refuse the model).
+    """
+    stacks = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module):
+            found = next((lay for _, lay in conventions() if _matches(module[0], lay)), None)
+            if found is not None:
+                stacks.append((name, module, found))
+    if not stacks:
+        return None, "no layers with separate Q/K/V projections named as in a known family"
+    if len(stacks) > 1:
+        names = ", ".join(s[0] for s in stacks)
+        return None, f"several layer stacks ({names}): the layout of each needs a row in oelm/core/families.py"
+    name, layers, layout = stacks[0]
+    first = layers[0]
+    known_ffns = [layout.ffn] + [lay.ffn for lay in LAYOUTS.values() if lay.ffn]
+    ffn = next((f for f in known_ffns if f and all(_has_weight(_module_at(first, p)) for p in f)), None)
+    note = "" if ffn is not None else "no FFN found as [out, in] Linear weights at a known family's paths"
+    return replace(layout, layers=name, ffn=ffn, ffn_note=note), ""
+
+
+def model_layout(model: nn.Module) -> tuple[str, Layout]:
+    """(family, layout row) of a model: its own row, else one discovered from its module names.
+
+    A UserError lists the supported families when there is neither.
+    """
     model = unwrap(model)
     if isinstance(model, (GPT, GPTClassifier)):
-        return "oelm-gpt"
+        return "oelm-gpt", LAYOUTS["oelm-gpt"]
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type in _FAMILIES:
-        return model_type
+    if model_type in LAYOUTS:
+        return model_type, LAYOUTS[model_type]
+    why = "it is not a Hugging Face model (no config.model_type)"
+    if model_type is not None:
+        layout, why = discover_layout(model)
+        if layout is not None:
+            return model_type, layout
     raise UserError(
-        f"no known Q/K layout for model {type(model).__name__} (model_type={model_type!r}); "
-        f"supported families: {', '.join(SUPPORTED_FAMILIES)}. Add an extractor in oelm/core/targets.py."
+        f"no known Q/K layout for model {type(model).__name__} (model_type={model_type!r}): {why}; "
+        f"supported families: {', '.join(SUPPORTED_FAMILIES)}, and any model whose layers name "
+        "their Q/K/V/O modules as one of these does. Add a row to oelm/core/families.py."
     )
 
 
-def _layer_list(model: nn.Module, family: str) -> tuple[str, nn.ModuleList]:
+def model_family(model: nn.Module) -> str:
+    """The family key of a model, or a UserError listing the supported ones."""
+    return model_layout(model)[0]
+
+
+def _layer_list(model: nn.Module, family: str, layout: Layout) -> tuple[str, nn.ModuleList]:
     """(qualified name, ModuleList) of the transformer layers of a model of `family`."""
-    suffix = _FAMILIES[family][0]
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) and (name == suffix or name.endswith("." + suffix)):
-            return name, module
-    raise UserError(f"found no transformer layers named '*{suffix}' in this {family} model")
+    suffix = layout.layers
+    found = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.ModuleList) and len(module) and (name == suffix or name.endswith("." + suffix))
+    ]
+    if not found:
+        raise UserError(f"found no transformer layers named '*{suffix}' in this {family} model")
+    if len(found) > 1:
+        names = ", ".join(n for n, _ in found)
+        raise UserError(f"several layer stacks named '*{suffix}' in this {family} model ({names}); which is meant?")
+    return found[0]
 
 
 def find_targets(model: nn.Module) -> ModelTargets:
-    """Locate every layer's Q/K/V/O/FFN projections (splits GPT-2's fused c_attn in place).
+    """Locate every layer's Q/K/V/O/FFN projections (splits a fused Q/K/V in place).
 
     A model with a method applied answers from the targets apply_method found (its MethodState).
     """
@@ -304,12 +444,11 @@ def find_targets(model: nn.Module) -> ModelTargets:
     cached = getattr(getattr(model, "_oelm_method_state", None), "targets", None)
     if cached is not None:
         return cached
-    family = model_family(model)
-    extract = _FAMILIES[family][1]
+    family, layout = model_layout(model)
     targets = ModelTargets(family)
-    name, layers = _layer_list(model, family)
+    name, layers = _layer_list(model, family, layout)
     for i, layer in enumerate(layers):
-        lt = extract(f"{name}.{i}", layer, model.config)
+        lt = _extract(layout, family, f"{name}.{i}", layer, model.config)
         lt.index = i
         targets.layers.append(lt)
     return targets
@@ -318,7 +457,8 @@ def find_targets(model: nn.Module) -> ModelTargets:
 def layer_depths(model: nn.Module) -> tuple[dict[int, int], int]:
     """(parameter id -> depth, n_layers): embeddings 0, layer i at i + 1, the rest n_layers + 1."""
     model = unwrap(model)
-    _, layers = _layer_list(model, model_family(model))
+    family, layout = model_layout(model)
+    _, layers = _layer_list(model, family, layout)
     n = len(layers)
     depth = {id(p): n + 1 for p in model.parameters()}
     for module in model.modules():

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file, save_file
 
 from oelm.training.checkpoint import WEIGHTS, read_metadata
+from oelm.training.checkpoint import step_dir_name as ckpt_dir
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
-from train_utils import one_thread, sigkill_then_resume, synthetic_lm_dir, tiny_config
+from train_utils import max_logged_step, one_thread, sigkill_then_resume, synthetic_lm_dir, tiny_config, wait_for
 
 TIMING_KEYS = {"step_time"}  # wall-clock values legitimately differ between runs
 
@@ -100,3 +106,35 @@ def test_resume_refuses_a_checkpoint_whose_frozen_tensors_were_edited(tmp_path: 
         one_thread(),
     ):
         train({**cfg, "resume": True})
+
+
+@pytest.mark.slow  # a subprocess run, interrupted, then resumed, plus a reference run: ~15 s
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_checkpoints_says_how_to_resume_and_resumes_exactly(signum: int, tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "data")
+    overrides = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32}
+    cfg = tiny_config(
+        data, tmp_path / "ref", steps=400, model_overrides=overrides, checkpoint_every=1000, eval_every=100
+    )
+    with one_thread():
+        train(cfg)
+    run = tmp_path / "stopped"
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump({**cfg, "out": str(run), "log_every": 1}))
+    cmd = [sys.executable, "-m", "oelm", "train", str(config_file)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    wait_for(lambda: max_logged_step(run) >= 5, proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    lines = [x for x in err.decode().splitlines() if x.strip() and "it/s" not in x and "|" not in x]
+    assert proc.returncode == 128 + signum, err.decode()[-1500:]
+    assert len(lines) == 1 and "--resume" in lines[0] and "Traceback" not in err.decode(), lines
+    step = int(lines[0].split(" at step ")[1].split()[0])
+    assert (run / "checkpoints" / ckpt_dir(step) / WEIGHTS).is_file() and 5 <= step < 400
+    assert max_logged_step(run) == step  # the checkpoint holds every step logged
+    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    a = load_file(tmp_path / "ref" / "checkpoints" / "step_0000400" / WEIGHTS)
+    b = load_file(run / "checkpoints" / "step_0000400" / WEIGHTS)
+    assert all(torch.equal(a[k], b[k]) for k in a)

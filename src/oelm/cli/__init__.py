@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from oelm import __version__
-from oelm.utils.errors import UserError
+from oelm.utils.errors import Interrupted, UserError
 
 # Each name is a module `oelm.cli.<name>` exposing `register(subparsers)`, which adds
 # its parser and sets `func` (a callable taking the parsed args and returning an exit code).
@@ -59,9 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit
         return code
+    except Interrupted as err:  # SIGINT/SIGTERM handled by the work itself: how to go on
+        print(f"oelm: {err}", file=sys.stderr)
+        return err.exit_code
     except UserError as err:  # one clear message, no traceback
         print(f"oelm: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop (or a second one inside it)
+        print("oelm: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading: not an error
         import os
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 from contextlib import nullcontext
 from typing import Any
@@ -27,7 +29,7 @@ from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.wandb import FanOut, WandbLogger
-from oelm.utils.errors import UserError
+from oelm.utils.errors import Interrupted, UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 from oelm.utils.lock import dir_lock
 
@@ -81,6 +83,32 @@ def make_adamw(params: Any, **kwargs: Any) -> torch.optim.AdamW:
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except RuntimeError:  # no fused kernel for this device in this torch build
         return torch.optim.AdamW(params, foreach=True, **kwargs)
+
+
+class StopSignals:
+    """Catch SIGINT/SIGTERM during the step loop: the loop finishes its step, writes a checkpoint
+    and stops with `Interrupted`. A second signal gets the default behaviour (stop at once)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        for s, handler in self.previous.items():  # a second signal is not caught again
+            signal.signal(s, handler)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            for s in self.SIGNALS:
+                self.previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
 
 
 class Trainer:
@@ -256,20 +284,37 @@ class Trainer:
             dynamic_ncols=True,
             mininterval=1.0,
         )
-        with bar:
+        with bar, StopSignals() as stop:
             while self.step < cfg.steps:
                 self._schedule_step()
                 loss, tokens = self._train_step()
                 self.step += 1
                 self.tokens_seen += tokens
                 last = self.step == cfg.steps
-                if self.step % cfg.log_every == 0 or self.step == 1 or last:
+                stopping = self._agreed_stop(stop.signum) if not last else None
+                if self.step % cfg.log_every == 0 or self.step == 1 or last or stopping:
                     self._log_train(loss, tokens, bar)
                 if (cfg.eval_every and self.step % cfg.eval_every == 0) or last:
                     self._evaluate()
-                if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last:
+                if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last or stopping:
                     self._checkpoint()
                 bar.update(1)
+                if stopping:
+                    name = signal.Signals(stopping).name
+                    raise Interrupted(
+                        f"{name} at step {self.step} of {cfg.steps}: checkpoint "
+                        f"{ckpt.step_dir_name(self.step)} written in {str(self.run_dir)!r}; "
+                        "continue with the same command and --resume",
+                        stopping,
+                    )
+
+    def _agreed_stop(self, signum: int | None) -> int | None:
+        """The signal to stop on, agreed by every rank (one tiny all-reduce per step under DDP)."""
+        if not self.dist.enabled:
+            return signum
+        if not all_reduce_sum([float(signum or 0)], self.dist, self.device)[0]:
+            return None
+        return signum or int(signal.SIGTERM)  # a rank the signal missed stops with the others
 
     def _autocast(self):
         if self.amp is None:

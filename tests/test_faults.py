@@ -275,3 +275,49 @@ def test_a_missing_peer_rank_times_out_with_a_clear_error(monkeypatch) -> None:
     with pytest.raises(UserError, match=r"could not join the process group of 2 processes as rank 0 within 2 s"):
         init_distributed("cpu")
     assert time.perf_counter() - start < 30
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        torch.cuda.OutOfMemoryError("CUDA out of memory."),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"),
+    ],
+)
+def test_out_of_memory_is_one_line_naming_the_sizes_to_lower(failure, tmp_path: Path, monkeypatch, capsys) -> None:
+    from oelm.training.lm import LMTask
+
+    calls = {"n": 0}
+    real = LMTask.loss
+
+    def loss(self, model, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise failure
+        return real(self, model, batch)
+
+    monkeypatch.setattr(LMTask, "loss", loss)
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        f"data={synthetic_lm_dir(tmp_path / 'data')}",
+        f"out={out}",
+        "steps=4",
+        "warmup=0",
+        "checkpoint_every=2",
+    ]
+    assert main([*argv, "model=gpt-tiny", "batch_size=4", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "out of memory during training at step 3" in err
+    assert "batch_size 4" in err and "--grad-accum" in err and "step_0000002 is intact" in err
+
+
+def test_other_runtime_errors_are_not_reported_as_out_of_memory(tmp_path: Path, monkeypatch) -> None:
+    from oelm.training.lm import LMTask
+
+    def loss(self, model, batch):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(LMTask, "loss", loss)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        train(tiny_config(synthetic_lm_dir(tmp_path / "data"), tmp_path / "run", steps=2, warmup=0))

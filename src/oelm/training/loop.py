@@ -7,7 +7,8 @@ import math
 import signal
 import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -83,6 +84,12 @@ def make_adamw(params: Any, **kwargs: Any) -> torch.optim.AdamW:
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except RuntimeError:  # no fused kernel for this device in this torch build
         return torch.optim.AdamW(params, foreach=True, **kwargs)
+
+
+# torch.OutOfMemoryError from 2.5, torch.cuda.OutOfMemoryError before; CPU allocators raise
+# a RuntimeError with one of these messages.
+OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
 
 
 class StopSignals:
@@ -287,7 +294,8 @@ class Trainer:
         with bar, StopSignals() as stop:
             while self.step < cfg.steps:
                 self._schedule_step()
-                loss, tokens = self._train_step()
+                with self._out_of_memory_is_clear("training"):
+                    loss, tokens = self._train_step()
                 self.step += 1
                 self.tokens_seen += tokens
                 last = self.step == cfg.steps
@@ -295,7 +303,8 @@ class Trainer:
                 if self.step % cfg.log_every == 0 or self.step == 1 or last or stopping:
                     self._log_train(loss, tokens, bar)
                 if (cfg.eval_every and self.step % cfg.eval_every == 0) or last:
-                    self._evaluate()
+                    with self._out_of_memory_is_clear("evaluation"):
+                        self._evaluate()
                 if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last or stopping:
                     self._checkpoint()
                 bar.update(1)
@@ -307,6 +316,26 @@ class Trainer:
                         "continue with the same command and --resume",
                         stopping,
                     )
+
+    @contextmanager
+    def _out_of_memory_is_clear(self, phase: str) -> Iterator[None]:
+        """Turn an out-of-memory error into one line naming the sizes to lower."""
+        try:
+            yield
+        except (OutOfMemoryError, RuntimeError) as err:
+            text = str(err)
+            if not isinstance(err, OutOfMemoryError) and not any(m in text for m in CPU_OOM_MESSAGES):
+                raise
+            cfg = self.cfg
+            latest = ckpt.latest_checkpoint(self.ckpt_root)
+            kept = f"; the last checkpoint {latest.name} is intact (--resume after the change)" if latest else ""
+            raise UserError(
+                f"out of memory during {phase} at step {self.step + (phase == 'training')} on {self.device} "
+                f"(batch_size {cfg.batch_size} x seq_len {cfg.seq_len or 'block_size'}, grad_accum {cfg.grad_accum}); "
+                "lower --batch-size and raise --grad-accum to keep the global batch, or lower --seq-len"
+                + (" / --eval-batches" if phase == "evaluation" else "")
+                + kept
+            ) from None
 
     def _agreed_stop(self, signum: int | None) -> int | None:
         """The signal to stop on, agreed by every rank (one tiny all-reduce per step under DDP)."""

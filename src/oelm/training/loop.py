@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -90,6 +91,32 @@ def make_adamw(params: Any, **kwargs: Any) -> torch.optim.AdamW:
 # a RuntimeError with one of these messages.
 OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def determinism_facts(device: torch.device) -> dict[str, Any]:
+    """What bit-identical resume depends on besides the checkpoint: threads, torch, device."""
+    return {
+        "threads": torch.get_num_threads(),
+        "torch": str(torch.__version__),  # a plain str: state.pt is read with weights_only=True
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+    }
+
+
+def determinism_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    """One warning per condition of bit-identical resume that differs from the checkpoint's."""
+    if not saved:
+        return []
+    fixes = {
+        "threads": f"set OMP_NUM_THREADS={saved.get('threads')} to match",
+        "torch": "install that torch",
+        "device": "resume on that device",
+    }
+    return [
+        f"resuming with {key} = {now[key]} where the run used {saved[key]}: the run continues, but will not be "
+        f"bit-identical to an uninterrupted one ({fixes[key]})"
+        for key in now
+        if key in saved and saved[key] != now[key]
+    ]
 
 
 class StopSignals:
@@ -236,6 +263,9 @@ class Trainer:
     def _restore(self, path) -> None:
         self._check_checkpoint_method(path)
         state = ckpt.load_state(path)
+        if self.dist.is_main:
+            for line in determinism_changes(state.get("determinism"), determinism_facts(self.device)):
+                print(f"oelm: warning: {line}", file=sys.stderr)
         try:
             ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
         except RuntimeError as err:  # strict load: the stored weights do not fit this model
@@ -452,6 +482,7 @@ class Trainer:
                 "wall_time": self._wall_time(),
                 "config": self.cfg.identity(),
                 "method_schedule": self.schedule.state_dict() if self.schedule is not None else None,
+                "determinism": determinism_facts(self.device),
             }
             ckpt.save_checkpoint(self.ckpt_root, self.step, self.model, state, self._weights_meta(), self.cfg.keep_last)
         barrier(self.dist)

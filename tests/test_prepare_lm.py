@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -223,7 +224,7 @@ def test_failed_tokenization_leaves_no_output(tmp_path: Path) -> None:
     src.write_text("x\n\ny\n\nz")
     with pytest.raises(RuntimeError):
         prepare_lm(src, Broken(), tmp_path / "out", verbose=False)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # the folder it created is removed again, lock and all
 
 
 def test_read_meta_and_load_split_errors(tmp_path: Path) -> None:
@@ -278,3 +279,28 @@ def test_a_utf8_bom_changes_nothing_in_the_prepared_splits(tmp_path: Path) -> No
     assert a["splits"] == b["splits"]
     for split in a["splits"]:
         assert (tmp_path / "a" / f"{split}.bin").read_bytes() == (tmp_path / "b" / f"{split}.bin").read_bytes()
+
+
+def test_a_killed_preparation_is_redone_by_the_same_command(tmp_path: Path) -> None:
+    src = tmp_path / "a.txt"
+    src.write_text("\n\n".join(f"document number {i} with some words" for i in range(60)))
+    out = tmp_path / "out"
+    want = prepare_lm(src, "byte", out, val_fraction=0.1, verbose=False)
+    reference = {p.name: p.read_bytes() for p in out.iterdir()}
+    # Killed while tokenizing (temp files and a stale lock of a dead process) ...
+    (out / "meta.json").unlink()
+    (out / ".train.bin.tmp-999999").write_bytes(b"partial")
+    (out / ".lock").write_text(f"{socket.gethostname()} 999999999\n")  # this host, a dead pid
+    (out / "val.bin").unlink()  # ... or while publishing: splits without meta.json
+    assert prepare_lm(src, "byte", out, val_fraction=0.1, verbose=False) == want
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == reference
+
+
+def test_a_second_preparation_into_the_same_folder_is_refused_while_one_runs(tmp_path: Path) -> None:
+    from oelm.utils.lock import dir_lock
+
+    src = tmp_path / "a.txt"
+    src.write_text("one\n\ntwo\n\nthree")
+    with dir_lock(tmp_path / "out", "data preparation"), pytest.raises(UserError, match="another data preparation"):
+        prepare_lm(src, "byte", tmp_path / "out", val_fraction=0.3, verbose=False)
+    assert not (tmp_path / "out" / "meta.json").exists()

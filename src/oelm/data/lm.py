@@ -22,6 +22,7 @@ from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
 from oelm.utils.errors import UserError
 from oelm.utils.hub import require_hub
 from oelm.utils.io import atomic_write_json, read_json, read_json_object
+from oelm.utils.lock import LOCK_NAME, dir_lock
 
 SPLITS = ("train", "val", "test")
 BUILTIN_SOURCES = ("builtin:python-docs", "builtin:python-stdlib", "builtin:tales")
@@ -125,19 +126,23 @@ def prepare_lm(
     source = str(source)
     out = Path(out_dir)
     kind, name, config = _resolve_source(source, config)
-    _check_out_dir(out, overwrite)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file; give a folder path")
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
-    if kind == "hub":
-        splits, origin, holdout = _hub_splits(name, config, text_field, max_docs, val_fraction, seed)
-        source = f"{name}:{config}" if config else name
-    else:
-        docs = _local_docs(kind, Path(name), text_field, max_docs)
-        splits, origin, holdout = _holdout_local(docs, val_fraction, seed)
-    test_info = None
-    if test_fraction > 0 and "test" not in splits:  # e.g. TinyStories (train + validation only)
-        splits, test_info = _holdout_test(splits, test_fraction, seed)
-        origin["test"] = "holdout"
-    return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
+    # One preparation per folder at a time; a killed one leaves only what the next one clears.
+    with dir_lock(out, "data preparation"):
+        _check_out_dir(out, overwrite, verbose)
+        if kind == "hub":
+            splits, origin, holdout = _hub_splits(name, config, text_field, max_docs, val_fraction, seed)
+            source = f"{name}:{config}" if config else name
+        else:
+            docs = _local_docs(kind, Path(name), text_field, max_docs)
+            splits, origin, holdout = _holdout_local(docs, val_fraction, seed)
+        test_info = None
+        if test_fraction > 0 and "test" not in splits:  # e.g. TinyStories (train + validation only)
+            splits, test_info = _holdout_test(splits, test_fraction, seed)
+            origin["test"] = "holdout"
+        return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -153,11 +158,23 @@ def _check_options(val_fraction: float, max_docs: int | None, workers: int | Non
         raise UserError(f"--workers must be at least 1, got {workers}")
 
 
-def _check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse to mix new data into an existing, non-empty output folder unless asked to."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {str(out)!r} is a file; give a folder path")
-    if overwrite or not out.is_dir() or not any(out.iterdir()):
+def _check_out_dir(out: Path, overwrite: bool, verbose: bool = False) -> None:
+    """Refuse to mix new data into an existing, non-empty output folder unless asked to.
+
+    Called with the folder's lock held, so temp files found here are a killed preparation's
+    debris (removed), and split files without meta.json are a preparation killed while
+    publishing (redone without --overwrite).
+    """
+    if not out.is_dir():
+        return
+    for debris in out.glob(".*.tmp*"):
+        debris.unlink(missing_ok=True)
+    entries = [p.name for p in out.iterdir() if p.name != LOCK_NAME]
+    if overwrite or not entries:
+        return
+    if "meta.json" not in entries and set(entries) <= set(_OUTPUT_FILES):
+        if verbose:
+            print(f"{str(out)!r} holds an unfinished preparation (no meta.json); preparing it again")
         return
     what = ""
     if (out / "meta.json").is_file():

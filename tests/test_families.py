@@ -4,6 +4,7 @@ offline, apply oelm-freeze, train, and check exactly the Q/K rows are frozen and
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,18 @@ VOCAB, D, LAYERS, SEQ = 97, 32, 2, 8
 IDS = {"vocab_size": VOCAB, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 LLAMA_LIKE = {"hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": 4, "intermediate_size": 64}
 GQA = {**LLAMA_LIKE, "num_key_value_heads": 2}
+BART = {
+    "d_model": D,
+    "encoder_layers": LAYERS,
+    "decoder_layers": LAYERS,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "max_position_embeddings": 40,
+    "decoder_start_token_id": 2,
+}
+T5 = {"d_model": D, "d_kv": 8, "d_ff": 64, "num_layers": LAYERS, "num_heads": 4, "decoder_start_token_id": 0}
 
 
 @dataclass(frozen=True)
@@ -39,13 +52,18 @@ class Row:
     config: Callable[[], object]
     layout: str  # "separate", or the fused row order the model's own code reads: "blocks" / "groups"
     heads: tuple[int, int]  # (query heads, key/value heads)
-    head: str = "lm"  # "lm": causal LM; "cls": sequence classifier
+    head: str = "lm"  # "lm": causal LM; "cls": sequence classifier; "seq2seq": encoder-decoder LM
     ffn: bool = True  # FFN as [out, in] weights (methods acting on it apply)
     family: str | None = None  # the family find_targets reports (default: the config's model_type)
 
     @property
     def head_dim(self) -> int:
         return D // self.heads[0]
+
+    @property
+    def blocks(self) -> int:
+        """Attention blocks: one per layer; an encoder-decoder's decoder layers add cross attention."""
+        return 3 * LAYERS if self.head == "seq2seq" else LAYERS
 
 
 ROWS = [
@@ -83,9 +101,17 @@ ROWS = [
     Row("bloom", lambda: T.BloomConfig(hidden_size=D, n_layer=LAYERS, n_head=4, **IDS), "groups", (4, 4)),
     Row("gpt_bigcode (multi-query)", lambda: T.GPTBigCodeConfig(n_embd=D, n_layer=LAYERS, n_head=4, n_positions=40, multi_query=True, **IDS), "blocks", (4, 1), family="gpt_bigcode"),
     Row("gpt_bigcode (multi-head)", lambda: T.GPTBigCodeConfig(n_embd=D, n_layer=LAYERS, n_head=4, n_positions=40, multi_query=False, **IDS), "groups", (4, 4), family="gpt_bigcode"),
+    # Encoder-decoders: self attention in both stacks, cross attention in the decoder.
+    Row("bart", lambda: T.BartConfig(**BART, **IDS), "separate", (4, 4), "seq2seq"),
+    Row("mbart", lambda: T.MBartConfig(**BART, **IDS), "separate", (4, 4), "seq2seq"),
+    Row("marian", lambda: T.MarianConfig(**BART, **IDS), "separate", (4, 4), "seq2seq"),
+    Row("pegasus", lambda: T.PegasusConfig(**BART, **IDS), "separate", (4, 4), "seq2seq"),
+    Row("t5", lambda: T.T5Config(**T5, **IDS), "separate", (4, 4), "seq2seq"),
+    Row("mt5 (gated FFN)", lambda: T.MT5Config(**T5, **IDS), "separate", (4, 4), "seq2seq", family="mt5"),
     Row("mpt", lambda: T.MptConfig(d_model=D, n_layers=LAYERS, n_heads=4, expansion_ratio=2, max_seq_len=40, **IDS), "blocks", (4, 4)),
 ]  # fmt: skip
 FUSED = [r for r in ROWS if r.layout != "separate"]
+SEQ2SEQ = [r for r in ROWS if r.head == "seq2seq"]
 
 
 def build(row: Row):
@@ -94,7 +120,15 @@ def build(row: Row):
     if row.head == "cls":
         cfg.num_labels = 3
         return T.AutoModelForSequenceClassification.from_config(cfg)
+    if row.head == "seq2seq":
+        return T.AutoModelForSeq2SeqLM.from_config(cfg)
     return T.AutoModelForCausalLM.from_config(cfg)
+
+
+def logits_of(row: Row, model, x: torch.Tensor) -> torch.Tensor:
+    if row.head == "seq2seq":  # decoder as long as encoder: every projection sees the same tokens
+        return model(input_ids=x, decoder_input_ids=x).logits
+    return model(input_ids=x).logits
 
 
 def tokens(seq: int = SEQ) -> torch.Tensor:
@@ -128,16 +162,18 @@ def fused_weight(row: Row, state_dict: dict, layer) -> torch.Tensor:
 def qk_weight_grad_flops_per_token(row: Row) -> int:
     """By hand: each layer's frozen Q [n*d, D] and K [g*d, D] skip a 2*in*out weight gradient per token."""
     n, g = row.heads
-    return LAYERS * 2 * D * (n + g) * row.head_dim
+    return row.blocks * 2 * D * (n + g) * row.head_dim
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
 def test_oelm_freeze_freezes_exactly_the_qk_rows(row, tmp_path):
     model = build(row)
+    fixed = {id(p) for p in model.parameters() if not p.requires_grad}  # e.g. Marian's sinusoidal positions
     state = oelm.apply_method(model, "oelm-freeze", seed=0)
     targets = find_targets(model)
     assert targets.family == (row.family or model.config.model_type) == state.family
-    assert len(targets.layers) == LAYERS
+    assert len(targets.layers) == row.blocks
+    assert sum(layer.kind == "cross" for layer in targets.layers) == (LAYERS if row.head == "seq2seq" else 0)
     n, g = row.heads
     for layer in targets.layers:
         assert (layer.n_heads, layer.n_kv_heads) == (n, g)
@@ -146,11 +182,11 @@ def test_oelm_freeze_freezes_exactly_the_qk_rows(row, tmp_path):
         assert orthogonality_error(layer.q.get(), n) < 1e-5
         assert orthogonality_error(layer.k.get(), g) < 1e-5
         assert isinstance(layer.q.module, (SplitLinear, SplitQKV)) == (row.layout != "separate")
-        assert bool(layer.ffn) == row.ffn
+        assert bool(layer.ffn) == (row.ffn and layer.kind == "self")
     # Two AdamW steps with weight decay: exactly Q/K stay bit-identical, everything else moves.
     audit = audit_model(model)
     frozen = {id(p) for layer in targets.layers for proj in (layer.q, layer.k) for _, p in proj.params()}
-    assert {id(p) for p in model.parameters() if not p.requires_grad} == frozen
+    assert {id(p) for p in model.parameters() if not p.requires_grad} == frozen | fixed
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     fused_before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(optimizer_groups(model, weight_decay=0.1), lr=1e-2)
@@ -159,7 +195,7 @@ def test_oelm_freeze_freezes_exactly_the_qk_rows(row, tmp_path):
         opt.step()
         opt.zero_grad(set_to_none=True)
     for name, p in model.named_parameters():
-        assert torch.equal(p, before[name]) == (id(p) in frozen), name
+        assert torch.equal(p, before[name]) == (id(p) in frozen | fixed), name
     check = verify_audit(model, audit, opt)
     assert check.ok, check.problems
     if row.layout != "separate":  # the fused weight on disk: Q/K rows identical, V rows moved
@@ -182,9 +218,9 @@ def test_oelm_freeze_freezes_exactly_the_qk_rows(row, tmp_path):
     again = oelm.from_pretrained(tmp_path).eval()
     plain = type(model).from_pretrained(tmp_path).eval()
     with torch.no_grad():
-        logits = model(input_ids=x).logits
-        assert torch.allclose(again(input_ids=x).logits, logits, atol=1e-5)
-        assert torch.allclose(plain(input_ids=x).logits, logits, atol=1e-5)
+        logits = logits_of(row, model, x)
+        assert torch.allclose(logits_of(row, again, x), logits, atol=1e-5)
+        assert torch.allclose(logits_of(row, plain, x), logits, atol=1e-5)
     assert plain.state_dict().keys() == model.state_dict().keys()
     assert not any(p.requires_grad for layer in find_targets(again).layers for p in (layer.q.weight, layer.k.weight))
 
@@ -228,8 +264,9 @@ def test_one_token_attention_gives_qk_rows_no_gradient(row):
         assert layer.q.weight.grad.abs().max() < 1e-6 * v and layer.k.weight.grad.abs().max() < 1e-6 * v
 
 
-@pytest.mark.parametrize("row", FUSED, ids=lambda r: r.id)
-def test_frozen_fused_qk_computes_no_weight_gradient(row):
+@pytest.mark.parametrize("row", FUSED + SEQ2SEQ, ids=lambda r: r.id)
+def test_frozen_qk_computes_no_weight_gradient(row):
+    """Executed FLOPs: freezing skips exactly the Q/K weight gradients (cross attention's K on encoder tokens)."""
     x = tokens()
     counts = {}
     for method in ("baseline", "oelm-freeze"):
@@ -237,6 +274,19 @@ def test_frozen_fused_qk_computes_no_weight_gradient(row):
         oelm.apply_method(model, method, seed=0)
         counts[method] = executed_flops(lambda: loss_of(row, model, x).backward())
     assert counts["baseline"] - counts["oelm-freeze"] == x.numel() * qk_weight_grad_flops_per_token(row)
+
+
+@pytest.mark.parametrize("row", [r for r in SEQ2SEQ if r.id in ("bart", "t5")], ids=lambda r: r.id)
+def test_a_method_may_leave_cross_attention_alone(row):
+    self_only = dataclasses.replace(oelm.get_method("oelm-freeze"), name="oelm-freeze-self", cross_attention=False)
+    model, untouched = build(row), build(row)
+    oelm.apply_method(model, self_only, seed=0)
+    for layer, ref in zip(find_targets(model).layers, find_targets(untouched).layers):
+        for proj, ref_proj in ((layer.q, ref.q), (layer.k, ref.k)):
+            if layer.kind == "cross":  # default init, trainable
+                assert proj.weight.requires_grad and torch.equal(proj.get(), ref_proj.get())
+            else:
+                assert not proj.weight.requires_grad and orthogonality_error(proj.get(), layer.n_heads) < 1e-5
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if not r.ffn], ids=lambda r: r.id)
@@ -258,7 +308,7 @@ def test_an_unknown_family_is_a_clear_error():
     for model in (Mystery(), torch.nn.Linear(3, 3)):
         with pytest.raises(UserError, match="no known Q/K layout.*supported families: oelm-gpt, bert"):
             oelm.apply_method(model, "oelm-freeze")
-    # Several stacks of layers (an encoder-decoder) are never guessed at.
-    bart = T.BartModel(T.BartConfig(d_model=D, encoder_layers=1, decoder_layers=1, **IDS))
-    with pytest.raises(UserError, match="several layer stacks"):
-        oelm.apply_method(bart, "oelm-freeze")
+    # Several stacks of layers (an encoder-decoder without a row) are never guessed at.
+    whisper = T.WhisperModel(T.WhisperConfig(**BART, **IDS))
+    with pytest.raises(UserError, match="no known Q/K layout.*several layer stacks"):
+        oelm.apply_method(whisper, "oelm-freeze")

@@ -9,6 +9,10 @@ weight name that module (`fused`) and its row order (`rows`, see `qkv_rows`): th
 it into three parameters that keep the fused layout on disk. Every row with separate projections
 is also a naming convention: a model whose `model_type` has no row, but whose layers match one
 row's module paths, is handled by that row (`oelm.core.targets.discover_layout`).
+
+An encoder-decoder (`EncoderDecoder`) has a row per stack of layers; the decoder's row also names
+each layer's cross attention, which the targets expose as a block of its own (kind "cross"), so a
+method can treat it like self attention or leave it alone (`Method.cross_attention`).
 """
 
 from __future__ import annotations
@@ -37,18 +41,42 @@ class Layout:
     k: str = ""
     v: str = ""
     o: str = ""
-    ffn: tuple[str, ...] | None = ()  # None: the FFN is not [out, in] Linear weights (see ffn_note)
+    # The FFN's paths, or a function of the config giving them; None: the FFN is not [out, in]
+    # Linear weights (ffn_note says why).
+    ffn: tuple[str, ...] | Callable[[Any], tuple[str, ...]] | None = ()
     heads: HeadCount = ("num_attention_heads",)  # config keys (first present) or a function of the config
     kv_heads: HeadCount = ("num_key_value_heads",)  # none present (or None): as many as `heads`
     fused: str = ""  # one module computing [Q|K|V] in the order `rows` says
     rows: str | Callable[[Any], str] = "blocks"
     ffn_note: str = ""  # why `ffn` is None
     adapter_via: str = "hook"  # how adapters wrap Q/K/V outputs (see oelm.core.targets.Proj)
+    cross: tuple[str, str, str, str] = ()  # a decoder layer's cross-attention Q, K, V, O paths
 
     @property
     def separate(self) -> bool:
         """Whether Q, K and V are modules of their own (so the row is also a naming convention)."""
         return not self.fused
+
+
+@dataclass(frozen=True)
+class EncoderDecoder:
+    """An encoder-decoder family: one row per stack of layers; the decoder's also names cross attention.
+
+    A model holding one stack only (an encoder-only T5, a causal-LM BART decoder) uses that one.
+    """
+
+    encoder: Layout
+    decoder: Layout
+
+
+def stacks(entry: Layout | EncoderDecoder) -> tuple[Layout, ...]:
+    """The rows of a family's stacks of layers, in order (encoder first)."""
+    return (entry.encoder, entry.decoder) if isinstance(entry, EncoderDecoder) else (entry,)
+
+
+def ffn_paths(layout: Layout, config: Any) -> tuple[str, ...] | None:
+    """The FFN's module paths for this config (None: the FFN is not [out, in] weights)."""
+    return layout.ffn(config) if callable(layout.ffn) else layout.ffn
 
 
 def count(spec: HeadCount, config: Any) -> int | None:
@@ -107,6 +135,43 @@ _LLAMA = Layout(
 )
 
 
+_BART_ENCODER = Layout(
+    "encoder.layers",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.out_proj",
+    ("fc1", "fc2"),
+    heads=("encoder_attention_heads",),
+)
+_BART = EncoderDecoder(
+    _BART_ENCODER,
+    replace(
+        _BART_ENCODER,
+        layers="decoder.layers",
+        heads=("decoder_attention_heads",),
+        cross=("encoder_attn.q_proj", "encoder_attn.k_proj", "encoder_attn.v_proj", "encoder_attn.out_proj"),
+    ),
+)
+
+
+def _t5_ffn(sublayer: int) -> Callable[[Any], tuple[str, ...]]:
+    """T5's FFN paths in a block whose FFN is sub-layer `sublayer` (gated GELU: wi_0, wi_1, wo)."""
+
+    def paths(config: Any) -> tuple[str, ...]:
+        names = ("wi_0", "wi_1", "wo") if config.is_gated_act else ("wi", "wo")
+        return tuple(f"layer.{sublayer}.DenseReluDense.{n}" for n in names)
+
+    return paths
+
+
+_T5_SELF = tuple(f"layer.0.SelfAttention.{x}" for x in "qkvo")
+_T5 = EncoderDecoder(
+    Layout("encoder.block", *_T5_SELF, ffn=_t5_ffn(1)),
+    Layout("decoder.block", *_T5_SELF, ffn=_t5_ffn(2), cross=tuple(f"layer.1.EncDecAttention.{x}" for x in "qkvo")),
+)
+
+
 def _falcon_kv(config: Any) -> int:
     if config.new_decoder_architecture or not config.multi_query:
         return config.num_kv_heads or config.num_attention_heads
@@ -123,7 +188,7 @@ def _bigcode_kv(config: Any) -> int:
     return 1 if config.multi_query else config.num_attention_heads
 
 
-LAYOUTS: dict[str, Layout] = {
+LAYOUTS: dict[str, Layout | EncoderDecoder] = {
     "oelm-gpt": Layout(
         "transformer.h",
         "attn.q_proj",
@@ -213,6 +278,13 @@ LAYOUTS: dict[str, Layout] = {
         rows=lambda config: "blocks" if config.multi_query else "groups",
     ),
     "mpt": Layout("blocks", o="attn.out_proj", ffn=("ffn.up_proj", "ffn.down_proj"), fused="attn.Wqkv"),
+    # Encoder-decoders: self attention in both stacks, cross attention in the decoder's layers.
+    "bart": _BART,
+    "mbart": _BART,
+    "marian": _BART,
+    "pegasus": _BART,
+    "t5": _T5,
+    "mt5": _T5,
 }
 
 SUPPORTED_FAMILIES: tuple[str, ...] = tuple(LAYOUTS)
@@ -223,8 +295,10 @@ def conventions() -> list[tuple[str, Layout]]:
     seen: set[tuple[str, ...]] = set()
     out = []
     for family, layout in LAYOUTS.items():
+        if isinstance(layout, EncoderDecoder) or not layout.separate or family == "oelm-gpt":
+            continue
         key = (layout.q, layout.k, layout.v, layout.o)
-        if layout.separate and family != "oelm-gpt" and key not in seen:
+        if key not in seen:
             seen.add(key)
             out.append((family, layout))
     return out

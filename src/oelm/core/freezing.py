@@ -110,6 +110,8 @@ def _attach_adapters(m: Method, layer: LayerTargets, state: MethodState, seed: i
 
 
 def _apply_to_layer(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None) -> None:
+    if layer.kind == "cross" and not m.cross_attention:
+        return  # the method leaves cross attention alone
     if m.changes_qk:
         _init_qk(m, layer, state, seed, qk_init)
     for i, proj in enumerate(layer.ffn):

@@ -104,6 +104,9 @@ class Method:
     schedule: str | None = None  # kind in SCHEDULES, acting on the roles in `freeze`
     options: tuple[Option, ...] = ()  # method-specific options (beyond COMMON_OPTIONS)
     normal_std: float = 0.02
+    # Encoder-decoders: whether the roles act on the decoder's cross attention too (Q/K, V, O); with
+    # False its cross attention keeps its default init and trains, and the roles act on self attention.
+    cross_attention: bool = True
 
     def __post_init__(self) -> None:
         checks = [

@@ -20,7 +20,17 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from oelm.core.families import LAYOUTS, SUPPORTED_FAMILIES, Layout, conventions, count, qkv_rows, row_order
+from oelm.core.families import (
+    LAYOUTS,
+    SUPPORTED_FAMILIES,
+    Layout,
+    conventions,
+    count,
+    ffn_paths,
+    qkv_rows,
+    row_order,
+    stacks,
+)
 from oelm.models.fused import fused_qkv
 from oelm.models.gpt import GPT, GPTClassifier
 from oelm.utils.errors import UserError
@@ -79,7 +89,11 @@ class Proj:
 
 @dataclass
 class LayerTargets:
-    """The projections of one transformer layer."""
+    """The projections of one attention block: a layer's self attention and FFN, or its cross attention.
+
+    An encoder-decoder's decoder layer gives two: its self attention (with the FFN), then its
+    cross attention (kind "cross"). `index` counts blocks over the whole model, in order.
+    """
 
     index: int
     q: Proj
@@ -90,6 +104,7 @@ class LayerTargets:
     n_heads: int
     n_kv_heads: int
     ffn_note: str | None = None  # set when the FFN is not [out, in] weights: why (ffn is then empty)
+    kind: str = "self"  # "cross": a decoder layer's cross attention (no FFN of its own)
 
     def by_role(self) -> Iterator[tuple[str, Proj]]:
         """(role, projection) pairs: q, k, v, o, ffn."""
@@ -336,8 +351,8 @@ def _check_heads(name: str, q: Proj, k: Proj, n_heads: int, n_kv: int) -> None:
         )
 
 
-def _extract(layout: Layout, family: str, name: str, layer: nn.Module, config) -> LayerTargets:
-    """The LayerTargets of one layer as its family's layout row says."""
+def _extract(layout: Layout, family: str, name: str, layer: nn.Module, config) -> list[LayerTargets]:
+    """The blocks of one layer as its family's layout row says: self attention (+ cross attention)."""
     n_heads, n_kv = _heads(layout, family, config)
     if layout.fused:
         q, k, v = _split_fused(layout, family, name, layer, config, n_heads, n_kv)
@@ -348,8 +363,14 @@ def _extract(layout: Layout, family: str, name: str, layer: nn.Module, config) -
         )
     _check_heads(name, q, k, n_heads, n_kv)
     o = _proj(f"{name}.{layout.o}", _need(layer, name, layout.o, family))
-    ffn = [] if layout.ffn is None else [_proj(f"{name}.{p}", _need(layer, name, p, family)) for p in layout.ffn]
-    return LayerTargets(0, q, k, v, o, ffn, n_heads, n_kv, layout.ffn_note or None)
+    paths = ffn_paths(layout, config)
+    ffn = [] if paths is None else [_proj(f"{name}.{p}", _need(layer, name, p, family)) for p in paths]
+    blocks = [LayerTargets(0, q, k, v, o, ffn, n_heads, n_kv, layout.ffn_note or None)]
+    if layout.cross:
+        xq, xk, xv, xo = (_proj(f"{name}.{p}", _need(layer, name, p, family)) for p in layout.cross)
+        _check_heads(name, xq, xk, n_heads, n_kv)
+        blocks.append(LayerTargets(0, xq, xk, xv, xo, [], n_heads, n_kv, kind="cross"))
+    return blocks
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -385,28 +406,30 @@ def discover_layout(model: nn.Module) -> tuple[Layout | None, str]:
         return None, f"several layer stacks ({names}): the layout of each needs a row in oelm/core/families.py"
     name, layers, layout = stacks[0]
     first = layers[0]
-    known_ffns = [layout.ffn] + [lay.ffn for lay in LAYOUTS.values() if lay.ffn]
-    ffn = next((f for f in known_ffns if f and all(_has_weight(_module_at(first, p)) for p in f)), None)
+    known_ffns = [layout.ffn] + [lay.ffn for lay in LAYOUTS.values() if isinstance(lay, Layout) and lay.ffn]
+    ffn = next(
+        (f for f in known_ffns if isinstance(f, tuple) and f and all(_has_weight(_module_at(first, p)) for p in f)),
+        None,
+    )
     note = "" if ffn is not None else "no FFN found as [out, in] Linear weights at a known family's paths"
     return replace(layout, layers=name, ffn=ffn, ffn_note=note), ""
 
 
-def model_layout(model: nn.Module) -> tuple[str, Layout]:
-    """(family, layout row) of a model: its own row, else one discovered from its module names.
-
-    A UserError lists the supported families when there is neither.
+def model_layout(model: nn.Module) -> tuple[str, tuple[Layout, ...]]:
+    """(family, layout rows of its stacks of layers) of a model: its own row, else one discovered
+    from its module names. A UserError lists the supported families when there is neither.
     """
     model = unwrap(model)
     if isinstance(model, (GPT, GPTClassifier)):
-        return "oelm-gpt", LAYOUTS["oelm-gpt"]
+        return "oelm-gpt", stacks(LAYOUTS["oelm-gpt"])
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type in LAYOUTS:
-        return model_type, LAYOUTS[model_type]
+        return model_type, stacks(LAYOUTS[model_type])
     why = "it is not a Hugging Face model (no config.model_type)"
     if model_type is not None:
         layout, why = discover_layout(model)
         if layout is not None:
-            return model_type, layout
+            return model_type, (layout,)
     raise UserError(
         f"no known Q/K layout for model {type(model).__name__} (model_type={model_type!r}): {why}; "
         f"supported families: {', '.join(SUPPORTED_FAMILIES)}, and any model whose layers name "
@@ -419,20 +442,28 @@ def model_family(model: nn.Module) -> str:
     return model_layout(model)[0]
 
 
-def _layer_list(model: nn.Module, family: str, layout: Layout) -> tuple[str, nn.ModuleList]:
-    """(qualified name, ModuleList) of the transformer layers of a model of `family`."""
+def _stack(model: nn.Module, family: str, layout: Layout) -> tuple[str, nn.ModuleList] | None:
+    """(qualified name, ModuleList) of one stack of layers, or None when the model has none such."""
     suffix = layout.layers
     found = [
         (name, module)
         for name, module in model.named_modules()
         if isinstance(module, nn.ModuleList) and len(module) and (name == suffix or name.endswith("." + suffix))
     ]
-    if not found:
-        raise UserError(f"found no transformer layers named '*{suffix}' in this {family} model")
     if len(found) > 1:
         names = ", ".join(n for n, _ in found)
         raise UserError(f"several layer stacks named '*{suffix}' in this {family} model ({names}); which is meant?")
-    return found[0]
+    return found[0] if found else None
+
+
+def _layer_stacks(model: nn.Module) -> tuple[str, list[tuple[str, nn.ModuleList, Layout]]]:
+    """(family, [(name, layers, layout row)]) for every stack of layers the model holds."""
+    family, rows = model_layout(model)
+    found = [(*hit, layout) for layout in rows if (hit := _stack(model, family, layout)) is not None]
+    if not found:
+        names = " or ".join(f"'*{layout.layers}'" for layout in rows)
+        raise UserError(f"found no transformer layers named {names} in this {family} model")
+    return family, found
 
 
 def find_targets(model: nn.Module) -> ModelTargets:
@@ -444,21 +475,24 @@ def find_targets(model: nn.Module) -> ModelTargets:
     cached = getattr(getattr(model, "_oelm_method_state", None), "targets", None)
     if cached is not None:
         return cached
-    family, layout = model_layout(model)
+    family, found = _layer_stacks(model)
     targets = ModelTargets(family)
-    name, layers = _layer_list(model, family, layout)
-    for i, layer in enumerate(layers):
-        lt = _extract(layout, family, f"{name}.{i}", layer, model.config)
-        lt.index = i
-        targets.layers.append(lt)
+    for name, layers, layout in found:
+        for i, layer in enumerate(layers):
+            for block in _extract(layout, family, f"{name}.{i}", layer, model.config):
+                block.index = len(targets.layers)
+                targets.layers.append(block)
     return targets
 
 
 def layer_depths(model: nn.Module) -> tuple[dict[int, int], int]:
-    """(parameter id -> depth, n_layers): embeddings 0, layer i at i + 1, the rest n_layers + 1."""
+    """(parameter id -> depth, n_layers): embeddings 0, layer i at i + 1, the rest n_layers + 1.
+
+    An encoder-decoder counts its encoder's layers, then its decoder's.
+    """
     model = unwrap(model)
-    family, layout = model_layout(model)
-    _, layers = _layer_list(model, family, layout)
+    _, found = _layer_stacks(model)
+    layers = [layer for _, stack, _ in found for layer in stack]
     n = len(layers)
     depth = {id(p): n + 1 for p in model.parameters()}
     for module in model.modules():

@@ -79,3 +79,20 @@ def test_study_numbers_table_is_labelled_and_matches_configs() -> None:
     assert "study" in numbers.source
     assert set(numbers.entries) == EXPECTED - {"FFN-01", "FFN-02"}  # the study never ran those
     assert numbers.lookup("lm", "tinystories", "gpt-tiny", "oelm-freeze")["value"] == 4.69
+
+
+def test_resolve_is_the_one_path_to_a_run_config() -> None:
+    """Above training, only experiments.resolve uses the study helpers and the config builders."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "oelm"
+    builders = {"make_config", "apply_overrides", "load_yaml", "parse_override"}
+    users: dict[str, set[str]] = {}
+    for path in [*(src / "experiments").glob("*.py"), *(src / "cli").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            names = {a.name for a in node.names}
+            if node.module == "oelm.experiments.study" or (node.module == "oelm.training.config" and names & builders):
+                users.setdefault(path.stem, set()).update(names)
+    assert set(users) == {"resolve"}, users

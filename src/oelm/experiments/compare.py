@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from oelm.experiments.resolve import read_file
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import spec_from_dict
 from oelm.reports.reading import reading_lines
-from oelm.training.config import format_validation, load_yaml
+from oelm.training.config import format_validation
 from oelm.utils.errors import UserError
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -73,7 +74,7 @@ def load_preset(name: str | Path) -> ComparePreset:
                 f"unknown compare preset {str(name)!r}; choose one of "
                 f"{', '.join(preset_names())} or pass a preset YAML file"
             )
-    raw = load_yaml(path)
+    raw = read_file(path)
     try:
         return ComparePreset(**{"name": path.stem, **raw})
     except (ValidationError, TypeError) as err:

@@ -1,7 +1,16 @@
-"""One path from what the user wrote to a validated run config, used by train, sweep and compare.
+"""The one config resolver: what the user wrote -> a validated TrainConfig, for train, sweep and compare.
 
-source (YAML file, study config, or dict) -> its scale -> command-line flags -> key=value
-overrides -> one validation (TrainConfig + method options). Nothing else applies overrides.
+Every run's config takes the same one-way path, through this module only:
+
+    source (YAML file, study config or mapping; a compare preset arrives as a sweep spec's
+    `config:` mapping) -> its scale -> command-line flags -> overrides (a mapping, or key=value
+    items) -> a sweep run's grid values and per-run fields -> one validation (TrainConfig +
+    method options).
+
+Callers (cli.train, experiments.sweep, experiments.compare) ask here and nowhere below:
+experiments.study holds the pure data helpers (scales, merging, the study keys) and
+training.config the TrainConfig model; only this module calls them. Nothing else applies
+overrides.
 """
 
 from __future__ import annotations
@@ -27,6 +36,15 @@ class Resolved:
     raw: dict[str, Any]
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def identity(self) -> dict[str, Any]:
+        """The fields that define what the run computes (TrainConfig.identity)."""
+        return self.config.identity()
+
+
+def read_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML mapping from a file: a config, a sweep spec or a compare preset (UserError if not)."""
+    return read_yaml(path, "config file")
+
 
 def _read_source(source: Source, scale: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TrainConfig keys, study meta) of a source; study configs get their scale applied."""
@@ -36,7 +54,7 @@ def _read_source(source: Source, scale: str | None) -> tuple[dict[str, Any], dic
                 "--scale needs a study config file, e.g. oelm train configs/study/gpt-01.yaml --scale smoke"
             )
         return {}, {}
-    data = copy.deepcopy(source) if isinstance(source, dict) else read_yaml(source, "config file")
+    data = copy.deepcopy(source) if isinstance(source, dict) else read_file(source)
     if not any(k in data for k in (*META_KEYS, SCALES_KEY)):
         if scale is not None:
             name = "the config" if isinstance(source, dict) else str(source)
@@ -75,6 +93,14 @@ def resolve_raw(
     elif overrides:
         raw = apply_overrides(raw, list(overrides))
     return raw, meta
+
+
+def run_raw(base: dict[str, Any], grid: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """One sweep run's config dict: the sweep's resolved base, its grid values merged in, then the
+    per-run fields (method, lr, seed, out, resume; the arm's method_options) set as whole values."""
+    raw = deep_merge(base, grid)
+    raw.update(copy.deepcopy(fields))
+    return raw
 
 
 def resolve_config(

@@ -1,4 +1,7 @@
-"""The original study's reported figures (kept in a config table) and study-config scales."""
+"""Pure data helpers of config resolution: study-config scales, deep merging, the study's meta keys.
+
+No I/O and no validation: experiments.resolve, the one resolver, is their only caller.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 from collections.abc import Sequence
@@ -11,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from oelm.core.methods import get_method
-from oelm.experiments.resolve import resolve_config, resolve_raw
-from oelm.experiments.study import deep_merge
-from oelm.training.config import load_yaml
+from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.training.records import run_finished
 from oelm.utils.errors import UserError
 
@@ -118,11 +115,10 @@ class SweepSpec:
         """One RunSpec: base + grid values + the arm's fields, in the sweep layout."""
         setting = f"lr{lr:g}" + "".join(f"_{k}{_tag(v)}" for k, v in extra.items())
         run_dir = self.out / "runs" / method / setting / f"seed{seed}"
-        cfg = deep_merge(self.base, extra)
-        cfg.update(method=method, lr=lr, seed=seed, out=run_dir.as_posix(), resume=True)
+        fields = {"method": method, "lr": lr, "seed": seed, "out": run_dir.as_posix(), "resume": True}
         if arm.get("method_options"):
-            cfg["method_options"] = copy.deepcopy(arm["method_options"])
-        return RunSpec(method, lr, seed, extra, run_dir, cfg)
+            fields["method_options"] = arm["method_options"]
+        return RunSpec(method, lr, seed, extra, run_dir, run_raw(self.base, extra, fields))
 
 
 def _tag(value: Any) -> str:
@@ -226,7 +222,7 @@ def load_spec(
 ) -> SweepSpec:
     """Read a sweep spec YAML; `seeds` and `out` replace the spec's own, `methods` keeps those arms."""
     path = Path(path)
-    raw = load_yaml(path)
+    raw = read_file(path)
     if seeds:
         raw["seeds"] = list(seeds)
     only = _check_methods(raw.get("methods"), methods, path) if methods else None
@@ -259,8 +255,8 @@ def validate(spec: SweepSpec) -> None:
         print(f"note: the sweep has no '{spec.baseline}' arm; gaps will not be computed")
     identities = set()
     for run in spec.runs():
-        cfg = resolve_config(run.config).config
-        ident = {k: v for k, v in cfg.identity().items() if k not in VARYING and k not in spec.grid}
+        identity = resolve_config(run.config).identity()
+        ident = {k: v for k, v in identity.items() if k not in VARYING and k not in spec.grid}
         identities.add(json.dumps(ident, sort_keys=True, default=str))
     if len(identities) > 1:  # cannot happen by construction; kept as the fairness guarantee
         raise UserError("the sweep's runs differ beyond method/lr/seed/grid: budgets would be unequal")

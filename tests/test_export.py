@@ -10,7 +10,7 @@ import torch
 import oelm
 from oelm.cli import main
 from oelm.core.audit import audit_model
-from oelm.hf.export import hf_tokenizer, max_logit_diff, to_gpt2
+from oelm.hf.export import export_hf, hf_tokenizer, max_logit_diff, to_gpt2
 from oelm.models.gpt import GPT, GPTClassifier, gpt_config
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
@@ -94,3 +94,28 @@ def test_gpt2_bpe_tokenizer_is_written_exactly(tmp_path):
         text = "Once upon a time, naïve cats sat.\n"
         assert again.encode(text) == load_tokenizer(spec).encode(text)
         assert again.eos_token_id == 50256
+
+
+def test_export_overwrite_and_a_killed_exports_leftovers(lm_run, tmp_path, monkeypatch):
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "keep.txt").write_text("old")
+    stale = tmp_path / ".x.tmp-999999999"  # a killed export's hidden folder (dead pid)
+    stale.mkdir()
+    (stale / "config.json").write_text("{}")
+    assert main(["export", str(lm_run), "--to", "hf", str(out), "--overwrite"]) == 0
+    assert not (out / "keep.txt").exists() and (out / "config.json").is_file() and not stale.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+    # A failure while writing leaves the previous export whole and no partial folder.
+    import transformers
+
+    def broken(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    before = sorted(p.name for p in out.iterdir())
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "save_pretrained", broken)
+    with pytest.raises(OSError):
+        export_hf(lm_run, out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -12,6 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--to", choices=["hf"], required=True, help="target format (hf: GPT2LMHeadModel)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="new (or empty) folder to write")
     p.add_argument("--checkpoint", default="best", help="best, latest, or a step number")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR when it is not empty")
     p.set_defaults(func=run)
 
 
@@ -19,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     """Export and print what was written, the logit check and the tokenizer note."""
     from oelm.hf.export import export_hf
 
-    report = export_hf(args.run_dir, args.out_dir, which=args.checkpoint)
+    report = export_hf(args.run_dir, args.out_dir, which=args.checkpoint, overwrite=args.overwrite)
     print(f"wrote {report['architecture']} to {report['out_dir']}")
     print(f"max |logit difference| vs oelm.load_model on random input: {report['max_abs_logit_diff']:.2e}")
     print(report["tokenizer"])

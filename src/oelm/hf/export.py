@@ -10,6 +10,8 @@ state-dict keys only (not module attributes), so it does not depend on how atten
 from __future__ import annotations
 
 import base64
+import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from oelm.models.gpt import GPT, GPTClassifier
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.runs import existing_run_dir, load_model
 from oelm.utils.errors import UserError
+from oelm.utils.lock import pid_alive
 
 # Text the exported tokenizer must encode exactly as the run's tokenizer did.
 _PROBE = "Hello world! Once upon a time, 12 cats\u2014naïve, 日本語—sat.\n\n  <|endoftext|> end"
@@ -144,12 +147,19 @@ def max_logit_diff(ours: nn.Module, hf: nn.Module, seed: int = 0, batch: int = 2
     return float((ours.eval()(x)[0] - hf.eval()(input_ids=x).logits).abs().max())
 
 
-def export_hf(run_dir: str | Path, out_dir: str | Path, which: str = "best", tolerance: float = 1e-4) -> dict[str, Any]:
-    """Write RUN_DIR's model as a GPT2LMHeadModel folder; returns what was written and the logit check."""
+def export_hf(
+    run_dir: str | Path, out_dir: str | Path, which: str = "best", tolerance: float = 1e-4, overwrite: bool = False
+) -> dict[str, Any]:
+    """Write RUN_DIR's model as a GPT2LMHeadModel folder; returns what was written and the logit check.
 
+    The folder is written as a hidden sibling and renamed into place when complete, so a killed
+    export leaves no folder that looks complete; the next export clears such leftovers.
+    """
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output {str(out)!r} is a file; choose a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder or pass --overwrite")
     spec = read_metadata(resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)).get(
         "tokenizer", ""
     )
@@ -162,11 +172,36 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, which: str = "best", tol
             f"exported logits differ by {diff:.2e} (> {tolerance:g}); not writing a folder that is not exact"
         )
     carry_method(model, hf)  # Q/K frozen in the export too, so oelm.from_pretrained restores the method
-    out.mkdir(parents=True, exist_ok=True)
-    hf.save_pretrained(out)
-    if tok is not None:
-        tok.save_pretrained(out)
+    _clear_stale_exports(out)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    try:
+        tmp.mkdir(parents=True)
+        hf.save_pretrained(tmp)
+        if tok is not None:
+            tok.save_pretrained(tmp)
+        _replace_folder(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return {"out_dir": str(out), "architecture": "GPT2LMHeadModel", "max_abs_logit_diff": diff, "tokenizer": note}
+
+
+def _clear_stale_exports(out: Path) -> None:
+    """Remove hidden temp folders that killed exports to `out` left behind (their pid is gone)."""
+    for tmp in out.parent.glob(f".{out.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replace_folder(new: Path, out: Path) -> None:
+    """Put `new` at `out`: a rename; an existing `out` (empty, or being overwritten) goes first."""
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(new, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, out)
 
 
 def hf_tokenizer(spec: str) -> tuple[Any, str]:

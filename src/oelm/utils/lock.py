@@ -14,7 +14,7 @@ from oelm.utils.errors import UserError
 LOCK_NAME = ".lock"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -60,7 +60,7 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
             break
         holder = _holder(path)
         same_host = holder is not None and holder[0] == socket.gethostname()
-        if holder is not None and (not same_host or _alive(holder[1])):
+        if holder is not None and (not same_host or pid_alive(holder[1])):
             _remove_if_empty(directory, created)
             raise UserError(
                 f"another {what} (pid {holder[1]} on {holder[0]}) is using {str(directory)!r}; wait for it to "

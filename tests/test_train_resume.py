@@ -138,3 +138,23 @@ def test_ctrl_c_or_sigterm_checkpoints_says_how_to_resume_and_resumes_exactly(si
     a = load_file(tmp_path / "ref" / "checkpoints" / "step_0000400" / WEIGHTS)
     b = load_file(run / "checkpoints" / "step_0000400" / WEIGHTS)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_data_prepared_again_with_another_holdout_seed(tmp_path: Path) -> None:
+    from oelm.data.lm import prepare_lm, read_meta
+
+    src = tmp_path / "corpus.txt"
+    src.write_text("\n\n".join(f"story {i}: the cat saw the dog number {i % 7} today." for i in range(300)))
+    data = tmp_path / "data"
+    first = prepare_lm(src, "byte", data, val_fraction=0.1, test_fraction=0.1, seed=1, verbose=False)
+    cfg = tiny_config(data, tmp_path / "run", steps=4, checkpoint_every=4, eval_every=4, warmup=0)
+    with one_thread():
+        train(cfg)
+    (tmp_path / "run" / "results.json").unlink()  # as if killed after its last checkpoint
+    again = prepare_lm(src, "byte", data, val_fraction=0.1, test_fraction=0.1, seed=2, overwrite=True, verbose=False)
+    assert again["fingerprint"] != first["fingerprint"] and read_meta(data)["splits"] == again["splits"]
+    with pytest.raises(UserError, match=r"is not the data this run was trained on .*prepared again"), one_thread():
+        train({**cfg, "resume": True, "steps": 8, "allow_change": ["steps"]})
+    prepare_lm(src, "byte", data, val_fraction=0.1, test_fraction=0.1, seed=1, overwrite=True, verbose=False)
+    with one_thread():  # the same preparation again: the same fingerprint, and the resume goes on
+        assert train({**cfg, "resume": True, "steps": 8, "allow_change": ["steps"]})["steps"] == 8

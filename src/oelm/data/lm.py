@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -469,9 +471,10 @@ def _local_batches(docs: Sequence[str], tok: Tokenizer, workers: int, desc: str)
             bar.update(len(chunk))
 
 
-def _write_split(path: Path, batches: Iterable[list[list[int]]], eot_id: int, dtype: np.dtype) -> int:
-    """Append every document's ids and an EOT to `path`; return the token count."""
+def _write_split(path: Path, batches: Iterable[list[list[int]]], eot_id: int, dtype: np.dtype) -> tuple[int, str]:
+    """Append every document's ids and an EOT to `path`; return the token count and their sha256."""
     n_tokens = 0
+    digest = hashlib.sha256()
     with path.open("wb") as f:
         for batch in batches:
             flat: list[int] = []
@@ -480,9 +483,24 @@ def _write_split(path: Path, batches: Iterable[list[list[int]]], eot_id: int, dt
                 flat.append(eot_id)
             # np.array raises OverflowError if an id does not fit the dtype, so nothing wraps silently.
             arr = np.array(flat, dtype=dtype)
+            digest.update(arr.tobytes())
             arr.tofile(f)
             n_tokens += arr.size
-    return n_tokens
+    return n_tokens, digest.hexdigest()
+
+
+def data_fingerprint(meta: dict) -> str | None:
+    """One short digest of a prepared folder: every split's tokens, the tokenizer and the hold-outs.
+
+    Written into meta.json at preparation (hashing while writing costs nothing extra); a folder
+    prepared before fingerprints existed gives None.
+    """
+    digests = meta.get("split_sha256")
+    if not isinstance(digests, dict):
+        return None
+    keys = ("tokenizer", "vocab_size", "eot_id", "dtype", "splits", "split_origin", "holdout", "test_holdout")
+    payload = {"split_sha256": digests, **{k: meta.get(k) for k in keys}}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _write_all(
@@ -502,6 +520,7 @@ def _write_all(
     dtype = token_dtype(tok.vocab_size)
     temps = {s: out / f".{s}.bin.tmp-{os.getpid()}" for s in SPLITS if s in splits}
     counts: dict[str, int] = {}
+    digests: dict[str, str] = {}
     start = time.perf_counter()
     try:
         for split, tmp in temps.items():
@@ -511,7 +530,7 @@ def _write_all(
                 if isinstance(data, list)
                 else _hub_batches(data, tok, text_field, workers)
             )
-            counts[split] = _write_split(tmp, batches, tok.eot_id, dtype)
+            counts[split], digests[split] = _write_split(tmp, batches, tok.eot_id, dtype)
         elapsed = time.perf_counter() - start
         meta = {
             "source": source,
@@ -525,6 +544,8 @@ def _write_all(
         }
         if test_holdout is not None:
             meta["test_holdout"] = test_holdout
+        meta["split_sha256"] = digests
+        meta["fingerprint"] = data_fingerprint(meta)
         _publish(out, temps, meta)
     finally:
         for tmp in temps.values():

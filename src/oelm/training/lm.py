@@ -203,6 +203,7 @@ class LMTask(Task):
             "gpt_config": dataclasses.asdict(self.model_cfg),
             "tokenizer": self.meta.get("tokenizer", ""),
             "method": self.cfg.method,
+            **({"data_fingerprint": fp} if (fp := self.meta.get("fingerprint")) else {}),
         }
 
     def flops_per_step(self, model: nn.Module) -> float | None:

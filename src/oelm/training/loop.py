@@ -242,6 +242,14 @@ class Trainer:
     def _check_checkpoint_method(self, path) -> None:
         """Refuse a checkpoint written under another method, options or method seed, naming the field."""
         stored = ckpt.read_metadata(path / ckpt.WEIGHTS)
+        data = self.task.model_metadata().get("data_fingerprint")
+        if "data_fingerprint" in stored and data is not None and stored["data_fingerprint"] != data:
+            raise UserError(
+                f"the data at {str(self.cfg.data)!r} is not the data this run was trained on (fingerprint "
+                f"{data}, checkpoint {stored['data_fingerprint']}: it was prepared again, with other hold-out "
+                "seeds, fractions, source or tokenizer); resuming would mix splits. Restore that data, or "
+                "start over with --overwrite"
+            )
         for key, value in ckpt.method_record(self.model).items():
             mine = value if isinstance(value, str) else json.dumps(value)
             if key in stored and stored[key] != mine:

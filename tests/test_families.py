@@ -72,6 +72,7 @@ ROWS = [
     Row("roberta", lambda: T.RobertaConfig(**LLAMA_LIKE, max_position_embeddings=40, **IDS), "separate", (4, 4), "cls"),
     Row("xlm-roberta", lambda: T.XLMRobertaConfig(**LLAMA_LIKE, max_position_embeddings=40, **IDS), "separate", (4, 4), "cls"),
     Row("electra", lambda: T.ElectraConfig(**LLAMA_LIKE, embedding_size=16, **IDS), "separate", (4, 4), "cls"),
+    Row("deberta", lambda: T.DebertaConfig(**LLAMA_LIKE, max_position_embeddings=40, **IDS), "groups", (4, 4), "cls"),
     Row("deberta-v2", lambda: T.DebertaV2Config(**LLAMA_LIKE, max_position_embeddings=40, **IDS), "separate", (4, 4), "cls"),
     Row("distilbert", lambda: T.DistilBertConfig(dim=D, n_layers=LAYERS, n_heads=4, hidden_dim=64, **IDS), "separate", (4, 4), "cls"),
     # Decoders with separate Q/K/V (grouped-query where the family has it).
@@ -242,6 +243,8 @@ def test_a_split_fused_qkv_computes_what_the_fused_weight_did(row):
         fused = fused_weight(row, ref_sd, layer)
         for proj, rows in zip((layer.q, layer.k, layer.v), fused_qkv_rows(row, fused.shape[0])):
             assert torch.equal(proj.get(), fused[rows])
+        if isinstance(layer.q.module, SplitLinear):  # model code that reads .weight still gets the fused one
+            assert torch.equal(layer.q.module.weight, fused)
     # And loading the fused state_dict back splits it the same way.
     fresh = copy.deepcopy(reference)
     find_targets(fresh)

@@ -51,6 +51,8 @@ class Layout:
     ffn_note: str = ""  # why `ffn` is None
     adapter_via: str = "hook"  # how adapters wrap Q/K/V outputs (see oelm.core.targets.Proj)
     cross: tuple[str, str, str, str] = ()  # a decoder layer's cross-attention Q, K, V, O paths
+    # Q, K, V biases held as parameters of their own beside a bias-free fused weight ("": none).
+    qkv_bias: tuple[str, str, str] = ()
 
     @property
     def separate(self) -> bool:
@@ -205,6 +207,16 @@ LAYOUTS: dict[str, Layout | EncoderDecoder] = {
     "roberta": _BERT,
     "xlm-roberta": _BERT,
     "electra": _BERT,
+    # DeBERTa (v1): per-head [q, k, v] rows in a bias-free in_proj, Q and V biases beside it.
+    "deberta": replace(
+        _BERT,
+        q="",
+        k="",
+        v="",
+        fused="attention.self.in_proj",
+        rows="groups",
+        qkv_bias=("attention.self.q_bias", "", "attention.self.v_bias"),
+    ),
     "deberta-v2": replace(
         _BERT, q="attention.self.query_proj", k="attention.self.key_proj", v="attention.self.value_proj"
     ),

@@ -198,6 +198,12 @@ class SplitLinear(_Split):
         self.register_state_dict_post_hook(_fuse_rows)
         self.register_load_state_dict_pre_hook(_split_rows)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The fused [out, in] weight, rebuilt from the parts, for model code that reads it (not a parameter)."""
+        w = torch.cat((self.q_weight, self.k_weight, self.v_weight))
+        return w if self.order is None else w.index_select(0, self.order)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ws = (self.q_weight, self.k_weight, self.v_weight)
         y = fused_qkv(x, *ws, self.q_bias, self.k_bias, self.v_bias)
@@ -360,6 +366,11 @@ def _extract(layout: Layout, family: str, name: str, layer: nn.Module, config) -
         q, k, v = (
             _proj(f"{name}.{path}", _need(layer, name, path, family), layout.adapter_via)
             for path in (layout.q, layout.k, layout.v)
+        )
+    if layout.qkv_bias:
+        q, k, v = (
+            replace(proj, bias=layer.get_parameter(path)) if path else proj
+            for proj, path in zip((q, k, v), layout.qkv_bias)
         )
     _check_heads(name, q, k, n_heads, n_kv)
     o = _proj(f"{name}.{layout.o}", _need(layer, name, layout.o, family))

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from oelm.cli import main
-from oelm.training.config import apply_overrides, make_config
+from oelm.training.config import TrainConfig, apply_overrides, make_config
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
 from train_utils import synthetic_lm_dir, tiny_config
@@ -99,3 +101,50 @@ def test_compile_mode_needs_compile(data: Path, tmp_path: Path) -> None:
     msg = error_of({**tiny_config(data, tmp_path), "compile_mode": "reduce-overhead"})
     assert "compile_mode='reduce-overhead' needs compile=true" in msg
     assert "compile_mode" in error_of({**tiny_config(data, tmp_path), "compile": True, "compile_mode": "fast"})
+
+
+FLOAT_FIELDS = [name for name, f in TrainConfig.model_fields.items() if f.annotation in (float, float | None)]
+
+
+@pytest.mark.parametrize("field", FLOAT_FIELDS)
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_every_float_field_refuses_non_finite_values_naming_the_field(field: str, value: float, tmp_path: Path) -> None:
+    assert len(FLOAT_FIELDS) >= 6  # lr, min_lr_ratio, weight_decay, eps, clip, layer_lr_decay at least
+    with pytest.raises(UserError, match=rf"{field}: Input should be a finite number"):
+        make_config({**tiny_config(tmp_path / "d", tmp_path / "r"), field: value})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(b1=st.floats(allow_nan=True, allow_infinity=True), b2=st.floats(allow_nan=True, allow_infinity=True))
+def test_adam_betas_are_accepted_exactly_when_both_are_in_0_1(b1: float, b2: float, tmp_path: Path) -> None:
+    cfg = {**tiny_config(tmp_path / "no-data-needed", tmp_path / "r"), "betas": [b1, b2]}
+    ok = all(0 <= b < 1 for b in (b1, b2))
+    if ok:
+        assert make_config(cfg).betas == (b1, b2)
+    else:
+        with pytest.raises(UserError, match="betas"):
+            make_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ({"dropout": 1.0}, "dropout must be in [0, 1)"),
+        ({"dropout": -0.1}, "dropout"),
+        ({"n_layer": 2.5}, "n_layer must be a positive integer"),
+        ({"init_std": float("inf")}, "init_std"),
+    ],
+)
+def test_bad_model_override_values_are_one_clear_error(override: dict, message: str, tmp_path: Path, capsys) -> None:
+    from oelm.cli import main
+
+    data = synthetic_lm_dir(tmp_path / "d")
+    key, value = next(iter(override.items()))
+    assert (
+        main(
+            ["train", f"data={data}", f"out={tmp_path / 'r'}", "steps=2", "warmup=0", f"model_overrides.{key}={value}"]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()

@@ -22,7 +22,7 @@ SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 class ProbeOptions(BaseModel):
     """Options of the probe task (`task: probe`, `probe: {kind: mqar, ...}`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     kind: Literal["mqar", "induction"]
     vocab: int = Field(default=64, ge=8, le=65536)  # the model's vocab_size

@@ -29,14 +29,14 @@ DEFAULT_OUT = "runs/compare"
 class ArmGrid(BaseModel):
     """One method's learning-rate grid."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     lr: list[float] = Field(min_length=1)
 
 
 class ComparePreset(BaseModel):
     """A quickstart regime: everything `oelm compare` trains and how."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = ""
     description: str = ""
     data: str

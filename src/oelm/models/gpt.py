@@ -41,8 +41,13 @@ class GPTConfig:
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         for field in ("vocab_size", "block_size", "n_layer", "n_head", "d_model", "d_ff"):
-            if getattr(self, field) <= 0:
-                raise UserError(f"GPTConfig.{field} must be positive, got {getattr(self, field)}")
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise UserError(f"GPTConfig.{field} must be a positive integer, got {value!r}")
+        if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
+            raise UserError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if not (isinstance(self.init_std, (int, float)) and 0.0 < self.init_std < float("inf")):
+            raise UserError(f"GPTConfig.init_std must be a positive finite number, got {self.init_std!r}")
 
     @property
     def head_dim(self) -> int:

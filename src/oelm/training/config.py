@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -45,10 +45,14 @@ RUNTIME_FIELDS = frozenset(
 )
 
 
+# An AdamW beta: torch raises deep in the first step for one outside [0, 1).
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
 class ClassificationOptions(BaseModel):
     """Options of the classification task (owned by that task; extend here)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     dataset: str | None = Field(None, description="dataset name; overrides `data` for this task")
     data_dir: str | None = Field(
@@ -77,7 +81,7 @@ class ClassificationOptions(BaseModel):
 class TrainConfig(BaseModel):
     """Everything one training run needs; validated before any work starts."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     task: Literal["lm", "classification", "probe"] = Field("lm", description="what to train")
     data: str = Field(description="LM data directory (train.bin/val.bin/meta.json) or classification dataset name")
@@ -100,7 +104,7 @@ class TrainConfig(BaseModel):
     warmup: int = Field(100, ge=0, description="linear warmup steps")
     schedule: Literal["cosine", "linear", "constant"] = Field("cosine", description="decay after warmup")
     weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay (matrices only)")
-    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
+    betas: tuple[Beta, Beta] = Field((0.9, 0.95), description="AdamW betas, each in [0, 1)")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
     clip: float = Field(1.0, ge=0, description="gradient-norm clipping (0 disables it)")
     layer_lr_decay: float = Field(

@@ -315,3 +315,22 @@ def test_an_unknown_family_is_a_clear_error():
     whisper = T.WhisperModel(T.WhisperConfig(**BART, **IDS))
     with pytest.raises(UserError, match="no known Q/K layout.*several layer stacks"):
         oelm.apply_method(whisper, "oelm-freeze")
+
+
+@pytest.mark.parametrize("row", [r for r in FUSED if r.id in ("gpt_neox", "phi3")], ids=lambda r: r.id)
+@pytest.mark.parametrize("method", ["oelm-qknorm", "oelm-lowrank"])
+def test_adapters_on_a_split_fused_qk_train_and_reload(row, method, tmp_path):
+    """An adapter wraps its part's output before the split puts the columns back in the fused order."""
+    model = build(row)
+    oelm.apply_method(model, method, seed=0)
+    audit = audit_model(model)
+    opt = torch.optim.AdamW(optimizer_groups(model, weight_decay=0.1), lr=1e-2)
+    for _ in range(2):
+        loss_of(row, model, tokens()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert verify_audit(model, audit, opt).ok
+    model.eval().save_pretrained(tmp_path)
+    again = oelm.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.allclose(logits_of(row, again, tokens()), logits_of(row, model, tokens()), atol=1e-5)

@@ -411,10 +411,10 @@ def discover_layout(model: nn.Module) -> tuple[Layout | None, str]:
             if found is not None:
                 stacks.append((name, module, found))
     if not stacks:
-        return None, "no layers with separate Q/K/V projections named as in a known family"
+        return None, "none of its layers has separate Q/K/V/O projections named as in a known family"
     if len(stacks) > 1:
         names = ", ".join(s[0] for s in stacks)
-        return None, f"several layer stacks ({names}): the layout of each needs a row in oelm/core/families.py"
+        return None, f"it has several layer stacks ({names}), so no single layout is guessed"
     name, layers, layout = stacks[0]
     first = layers[0]
     known_ffns = [layout.ffn] + [lay.ffn for lay in LAYOUTS.values() if isinstance(lay, Layout) and lay.ffn]
@@ -443,8 +443,9 @@ def model_layout(model: nn.Module) -> tuple[str, tuple[Layout, ...]]:
             return model_type, (layout,)
     raise UserError(
         f"no known Q/K layout for model {type(model).__name__} (model_type={model_type!r}): {why}; "
-        f"supported families: {', '.join(SUPPORTED_FAMILIES)}, and any model whose layers name "
-        "their Q/K/V/O modules as one of these does. Add a row to oelm/core/families.py."
+        f"supported families: {', '.join(SUPPORTED_FAMILIES)}; a model of another type is supported "
+        "when its one stack of layers names its Q/K/V/O modules as one of these does. "
+        "For any other layout, add a row to oelm/core/families.py."
     )
 
 

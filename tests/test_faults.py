@@ -337,3 +337,33 @@ def test_resume_under_another_thread_count_warns_what_bit_identity_needs(tmp_pat
     err = capsys.readouterr().err
     assert "resuming with threads = 2 where the run used 1" in err and "OMP_NUM_THREADS=1" in err
     assert "torch" not in err.split("threads = 2")[0]  # only what changed is named
+
+
+@pytest.mark.parametrize("log_every", [1, 10])  # caught at a log line, or before a checkpoint between them
+def test_a_non_finite_loss_stops_the_run_records_it_and_exits_3(
+    log_every: int, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from oelm.training.lm import LMTask
+    from oelm.training.records import COLLAPSED, run_status
+
+    calls = {"n": 0}
+    real = LMTask.loss
+
+    def loss(self, model, batch):
+        calls["n"] += 1
+        out = real(self, model, batch)
+        return out * float("nan") if calls["n"] >= 4 else out
+
+    monkeypatch.setattr(LMTask, "loss", loss)
+    out = tmp_path / "run"
+    argv = ["train", f"data={synthetic_lm_dir(tmp_path / 'data')}", f"out={out}", "steps=20", "warmup=0"]
+    argv += ["checkpoint_every=2", f"log_every={log_every}", "eval_every=0", "--no-progress"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "training loss became nan at step 4" in err and "--lr" in err
+    record = json.loads((out / "results.json").read_text())
+    assert record["status"] == "diverged" and record["diverged_at_step"] == 4
+    assert run_status(out)[0] == COLLAPSED  # finished, never averaged
+    steps = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert steps == ["step_0000002"]  # nothing written from the non-finite step on
+    assert main([*argv, "--resume"]) == 3  # a finished, diverged run stays an error

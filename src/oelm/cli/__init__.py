@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except UserError as err:  # one clear message, no traceback
         print(f"oelm: error: {err}", file=sys.stderr)
-        return 2
+        return getattr(err, "exit_code", 2)
     except KeyboardInterrupt:  # Ctrl-C outside a training loop (or a second one inside it)
         print("oelm: interrupted", file=sys.stderr)
         return 130

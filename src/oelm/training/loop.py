@@ -24,14 +24,14 @@ from oelm.core.schedules import make_schedule
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
-from oelm.training.records import TEST_ITEMS_FILE
+from oelm.training.records import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_ITEMS_FILE
 from oelm.training.results import RunFacts, build_results, build_timing
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.wandb import FanOut, WandbLogger
-from oelm.utils.errors import Interrupted, UserError
+from oelm.utils.errors import Diverged, Interrupted, UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 from oelm.utils.lock import dir_lock
 
@@ -165,11 +165,14 @@ class Trainer:
         self.prior_wall = 0.0
         self.timer = StepTimer(device)
         self.last_lr = cfg.lr
+        self.last_loss: torch.Tensor | float = 0.0  # of the latest step, checked before a checkpoint
 
     # ---- setup -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Execute the plan and return the results."""
         if self.plan.finished is not None:
+            if self.plan.finished.get("status") == DIVERGED:  # finished, but not a result to use
+                raise Diverged(str(self.plan.finished.get("message") or "this run diverged"))
             return self.plan.finished
         self.session_start = time.perf_counter()
         # Build (model, method, optimizer) before touching the directory: a start that fails here
@@ -181,7 +184,7 @@ class Trainer:
                 clear_run_dir(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if self.plan.reopen:
-                (self.run_dir / "results.json").unlink(missing_ok=True)
+                (self.run_dir / RESULTS_FILE).unlink(missing_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
@@ -334,6 +337,7 @@ class Trainer:
                 self._schedule_step()
                 with self._out_of_memory_is_clear("training"):
                     loss, tokens = self._train_step()
+                self.last_loss = loss
                 self.step += 1
                 self.tokens_seen += tokens
                 last = self.step == cfg.steps
@@ -415,6 +419,34 @@ class Trainer:
         tokens = sum(self.task.batch_tokens(b) for b in batches) * self.dist.world
         return (total / accum if accum > 1 else total), tokens
 
+    def _stop_if_diverged(self, loss: float) -> None:
+        """A non-finite training loss ends the run here: recorded in results.json, never checkpointed."""
+        if math.isfinite(loss):
+            return
+        latest = ckpt.latest_checkpoint(self.ckpt_root)
+        kept = f"the last checkpoint, {latest.name}, predates it" if latest else "no checkpoint was written"
+        message = (
+            f"training loss became {loss} at step {self.step} (lr {self.last_lr:.3g}): the run stopped and "
+            f"{RESULTS_FILE} records it as diverged; {kept}. Lower --lr (or raise --warmup / set --clip)"
+        )
+        if self.dist.is_main:
+            record = {
+                "schema_version": SCHEMA_VERSION,
+                "status": DIVERGED,
+                "task": self.cfg.task,
+                "method": self.cfg.method,
+                "model": self.cfg.model,
+                "seed": self.cfg.seed,
+                "lr": self.cfg.lr,
+                "steps": self.cfg.steps,
+                "diverged_at_step": self.step,
+                "diverged_loss": str(loss),
+                "last_checkpoint": latest.name if latest else None,
+                "message": message,
+            }
+            atomic_write_json(self.run_dir / RESULTS_FILE, record)
+        raise Diverged(message)
+
     def _log_train(self, loss_t: torch.Tensor, tokens: int, bar: tqdm) -> None:
         loss = all_reduce_sum([float(loss_t)], self.dist, self.device)[0] / self.dist.world
         step_time = self.timer.last()
@@ -427,6 +459,7 @@ class Trainer:
             "step_time": step_time,
         }
         self.metrics.write(record)
+        self._stop_if_diverged(loss)
         self.tb.scalars("train", {"loss": loss, "lr": self.last_lr, "step_time": step_time}, self.step)
         recent = self.timer.times[-20:]
         tok_s = tokens * len(recent) / sum(recent) if recent else float("nan")
@@ -472,6 +505,8 @@ class Trainer:
         return self.prior_wall + time.perf_counter() - self.session_start
 
     def _checkpoint(self) -> None:
+        # Between log lines a loss may have become non-finite: such weights are never checkpointed.
+        self._stop_if_diverged(all_reduce_sum([float(self.last_loss)], self.dist, self.device)[0] / self.dist.world)
         if self.dist.is_main:
             state = {
                 "step": self.step,
@@ -576,6 +611,6 @@ class Trainer:
             atomic_write_json(
                 self.run_dir / "freeze_audit.json", {"start": self.audit.to_dict(), "end": check.to_dict()}
             )
-            atomic_write_json(self.run_dir / "results.json", results)  # last: marks the run complete
+            atomic_write_json(self.run_dir / RESULTS_FILE, results)  # last: marks the run complete
         barrier(self.dist)
         return results

@@ -28,6 +28,9 @@ COMPLETE = "complete"  # also results.json's "status" value of a finished run
 INCOMPLETE = "incomplete"
 COLLAPSED = "collapsed"
 INVALID = "invalid"  # finished, but its freeze check failed: the arm did not run the method
+# results.json's "status" of a run stopped because its training loss became non-finite: finished,
+# never averaged (classified COLLAPSED, like a run that diverged on validation).
+DIVERGED = "diverged"
 
 
 class CommonResults(TypedDict, total=False):
@@ -236,6 +239,11 @@ def classify(results: RunResults | dict[str, Any] | None) -> tuple[str, str]:
     """
     if results is None:
         return INCOMPLETE, "no results.json"
+    if results.get("status") == DIVERGED:
+        return COLLAPSED, (
+            f"training loss became {results.get('diverged_loss')} at step {results.get('diverged_at_step')} "
+            "(diverged in training, stopped there)"
+        )
     if results.get("status") != COMPLETE:
         return INCOMPLETE, f"status is {results.get('status')!r}"
     check = results.get("freeze_check")

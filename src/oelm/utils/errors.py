@@ -11,3 +11,9 @@ class Interrupted(UserError):
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
         self.exit_code = 128 + signum
+
+
+class Diverged(UserError):
+    """The training loss became non-finite: the run stopped and recorded it (exit code 3)."""
+
+    exit_code = 3

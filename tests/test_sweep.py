@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import load_spec, spec_from_dict
@@ -153,3 +159,43 @@ def test_dry_run_piped_into_a_reader_that_stops_is_not_an_error(tmp_path: Path) 
     proc.stdout.close()  # the reader stops after one line, as `head -1` does
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and first.startswith(b"todo") and "Traceback" not in err, err
+
+
+def _workers_of(sweep: Path) -> list[int]:
+    """Pids of live `oelm.experiments.worker` processes training runs of this sweep."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "oelm.experiments.worker" in cmd and str(sweep) in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slow  # a parallel sweep in a subprocess, stopped by SIGTERM: ~20 s
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds worker processes through /proc")
+def test_sigterm_to_a_parallel_sweep_stops_every_worker_after_a_checkpoint(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, seeds=(0,))
+    spec["config"] = {**spec["config"], "steps": 5000, "checkpoint_every": 5000, "eval_every": 5000}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "oelm", "sweep", str(path), "--parallel", "2", "--threads", "1", "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    sweep = tmp_path / "sweep"
+    deadline = time.monotonic() + 120
+    while len(list(sweep.glob("runs/*/*/seed0/metrics.jsonl"))) < 2:  # both workers are training
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.2)
+    workers = _workers_of(sweep)
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=150)
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
+    assert "the sweep stopped" in err.decode() and "Traceback" not in err.decode()
+    assert _workers_of(sweep) == []  # no orphan keeps training
+    for run in sweep.glob("runs/*/*/seed0"):  # each run in progress wrote a checkpoint to resume from
+        assert list(run.glob("checkpoints/step_*/model.safetensors")), run
+        assert not (run / "results.json").exists()

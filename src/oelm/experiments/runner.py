@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -23,7 +26,7 @@ from oelm.reports.aggregate import Comparison
 from oelm.reports.report import write_report
 from oelm.training.distributed import resolve_device
 from oelm.training.loop import train
-from oelm.utils.errors import UserError
+from oelm.utils.errors import Interrupted, UserError
 from oelm.utils.io import atomic_write_yaml, read_yaml
 from oelm.utils.lock import dir_lock
 
@@ -158,6 +161,8 @@ def _run_sequential(
         try:
             _run_inline(run, inner_progress)
             outcome.trained.append(run)
+        except Interrupted:  # the run wrote its checkpoint; the sweep stops with it
+            raise
         except UserError as err:
             outcome.failed.append((run, str(err)))
         except Exception:  # noqa: BLE001 (one run's crash must not lose the others)
@@ -192,11 +197,45 @@ def _run_parallel(
                 bar.set_postfix_str(text)
                 shown = text
     finally:
-        for _, proc in workers:  # interrupted or done: stop only the workers this sweep started
+        # Interrupted or done: stop only the workers this sweep started. SIGTERM lets each one
+        # finish its step and write a checkpoint; one that does not stop in time is killed.
+        for _, proc in workers:
             if proc.poll() is None:
                 proc.terminate()
-            proc.wait()
+        deadline = time.monotonic() + WORKER_STOP_S
+        for _, proc in workers:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             proc.log.close()
+
+
+WORKER_STOP_S = 120.0  # how long stopped workers get to write their checkpoint
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGINT/SIGTERM raise Interrupted in the sweep's process, so its cleanup stops the workers
+    (a plain SIGTERM would end the parent at once and leave them training)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(
+            f"{signal.Signals(signum).name}: the sweep stopped; finished runs are kept and runs in progress "
+            "wrote a checkpoint; run the same command again to continue",
+            signum,
+        )
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def run_sweep(
@@ -218,7 +257,7 @@ def run_sweep(
     if parallel < 1 or (threads is not None and threads < 1):
         raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
 
-    with dir_lock(spec.out, "sweep"):
+    with dir_lock(spec.out, "sweep"), _stop_on_signals():
         return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
 
 

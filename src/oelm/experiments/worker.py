@@ -10,6 +10,7 @@ import traceback
 import torch
 
 from oelm.training.loop import train
+from oelm.utils.errors import Interrupted
 
 
 def main(argv: list[str]) -> int:
@@ -26,6 +27,9 @@ def main(argv: list[str]) -> int:
         print(f"== {config.get('out')}", flush=True)
         try:
             train(config)
+        except Interrupted as err:  # stopped by the sweep (or a signal): checkpoint written, stop here
+            print(f"oelm: {err}", flush=True)
+            return err.exit_code
         except Exception:  # noqa: BLE001 (reported in the log; the parent marks the run failed)
             traceback.print_exc()
             failed += 1

@@ -121,7 +121,7 @@ def determinism_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> li
 
 class StopSignals:
     """Catch SIGINT/SIGTERM during the step loop: the loop finishes its step, writes a checkpoint
-    and stops with `Interrupted`. A second signal gets the default behaviour (stop at once)."""
+    and stops with `Interrupted`. A second Ctrl-C gets the previous behaviour (stop at once)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -130,9 +130,11 @@ class StopSignals:
         self.previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-        for s, handler in self.previous.items():  # a second signal is not caught again
-            signal.signal(s, handler)
+        self.signum = self.signum or signum
+        # A second Ctrl-C stops at once; a SIGTERM that follows (a sweep stopping its workers after
+        # the terminal's SIGINT reached them too) waits for the checkpoint like the first signal.
+        if signal.SIGINT in self.previous:
+            signal.signal(signal.SIGINT, self.previous[signal.SIGINT])
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only

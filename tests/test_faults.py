@@ -367,3 +367,25 @@ def test_a_non_finite_loss_stops_the_run_records_it_and_exits_3(
     steps = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
     assert steps == ["step_0000002"]  # nothing written from the non-finite step on
     assert main([*argv, "--resume"]) == 3  # a finished, diverged run stays an error
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling-symlink", "under-a-file", "read-only"])
+def test_an_unusable_out_is_one_line_naming_it(kind: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    out = tmp_path / "out"
+    if kind == "file":
+        out.write_text("x")
+    elif kind == "dangling-symlink":
+        out.symlink_to(tmp_path / "missing" / "target")
+    elif kind == "under-a-file":
+        (tmp_path / "f").write_text("x")
+        out = tmp_path / "f" / "run"
+    else:  # root may write anywhere, so the permission check is made to say no
+        import oelm.utils.lock as lock
+
+        monkeypatch.setattr(lock.os, "access", lambda path, mode: Path(path) != out)
+    data = synthetic_lm_dir(tmp_path / "data")
+    assert main(["train", f"data={data}", f"out={out}", "steps=2", "warmup=0", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(out.name) in err and "--out" in err
+    if kind == "read-only":
+        assert "is not writable" in err and not out.exists()

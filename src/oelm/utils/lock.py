@@ -52,9 +52,24 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise UserError(f"output {str(directory)!r} exists and is not a directory; choose another --out")
+    if directory.is_symlink() and not directory.exists():
+        raise UserError(
+            f"output {str(directory)!r} is a symbolic link to {str(directory.readlink())!r}, which does not "
+            "exist; create the target folder or choose another --out"
+        )
     created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot create the output folder {str(directory)!r} ({err.strerror or err}); choose a writable --out"
+        ) from None
     path = directory / LOCK_NAME
+    if not os.access(directory, os.W_OK):
+        _remove_if_empty(directory, created)
+        raise UserError(
+            f"output folder {str(directory)!r} is not writable; choose another --out or fix its permissions"
+        )
     for _ in range(3):  # a stale lock is removed once; racing takers retry
         if _try_create(path):
             break

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -36,7 +38,5 @@ _LAZY = {
 def __getattr__(name: str):
     # Lazy so that `import oelm` stays cheap for the CLI and does not import torch eagerly.
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'oelm' has no attribute {name!r}")

@@ -41,7 +41,7 @@ def lora_target_modules(model: nn.Module, roles: tuple[str, ...] = ("v", "o", "f
 def lora_problems(model: nn.Module) -> list[str]:
     """Adapters (PEFT tuner layers) that sit on a frozen Q/K projection: each one is a problem."""
     try:
-        from peft.tuners.tuners_utils import BaseTunerLayer
+        from peft.tuners.tuners_utils import BaseTunerLayer  # optional dependency: imported on use
     except ImportError:  # without peft there are no adapters
         return []
     base = underlying(model)

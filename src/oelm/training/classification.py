@@ -6,6 +6,7 @@ The best checkpoint is the one with the highest validation accuracy; the held-ou
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -329,8 +330,6 @@ class ClassificationTask(Task):
         if self.hf:
             meta["hf_model"] = self.cfg.model
         else:
-            import dataclasses
-
             meta["gpt_config"] = dataclasses.asdict(self.model_cfg)
             meta["tokenizer"] = self.opts.tokenizer
             meta["causal"] = self.opts.causal

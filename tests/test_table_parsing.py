@@ -97,3 +97,16 @@ def test_a_tsv_row_with_an_extra_field_names_its_line(tmp_path: Path) -> None:
     path.write_text("text\tlabel\na\t0\nb\t1\textra\n")
     with pytest.raises(UserError, match=r"line 3 has 3 field\(s\) but the header has 2"):
         read_table(path, Columns())
+
+
+def test_the_summary_line_states_the_rows_and_classes_read(tmp_path: Path) -> None:
+    from oelm.data.cls import load_classification
+    from oelm.training.classification import data_summary_line
+
+    (tmp_path / "train.tsv").write_text("text\tlabel\n" + "".join(f'"t{i}\t{i % 3}\n' for i in range(400)))
+    (tmp_path / "test.tsv").write_text("text\tlabel\n" + "".join(f"u{i}\t{i % 3}\n" for i in range(30)))
+    data = load_classification("local", data_dir=tmp_path, seed=0)
+    line = data_summary_line(data)
+    n_train, n_val = len(data.train), len(data.validation)
+    assert n_train + n_val == 400 and len(data.heldout) == 30  # every line of the files, quotes and all
+    assert f"train {n_train:,}" in line and "heldout 30" in line and "3 classes: 0, 1, 2" in line

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,8 @@ class ClassificationTask(Task):
                 f"classification.num_labels={o.num_labels} but {data.name} has {data.num_labels} labels "
                 f"({', '.join(data.label_names)}); drop num_labels or fix it"
             )
+        if self.dist.is_main and self.cfg.progress:
+            print(data_summary_line(data), file=sys.stderr)
         return data
 
     def _setup_gpt(self) -> None:
@@ -366,3 +369,11 @@ class ClassificationTask(Task):
             self.order = torch.randperm(len(self.features["train"]), generator=self.gen).tolist()
         self.pos, self.epoch = int(state["pos"]), int(state["epoch"])
         self.history = list(state["history"])
+
+
+def data_summary_line(data: ClassificationData) -> str:
+    """What was read, in one line: rows per split and the label set, so a miscount shows at once."""
+    sizes = data.summary()["sizes"]
+    rows = ", ".join(f"{split} {n:,}" for split, n in sizes.items() if n)
+    labels = ", ".join(data.label_names[:10]) + (", ..." if len(data.label_names) > 10 else "")
+    return f"data: {data.name} ({data.source}): {rows} rows; {data.num_labels} classes: {labels}"

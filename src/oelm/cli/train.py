@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import types
 import typing
 from typing import Any
@@ -148,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = resolved.config
     ensure_run_data(cfg, resolved.meta)
     results = train(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
+        return 0
     if args.json:
         print(json.dumps(results, indent=2))
     else:

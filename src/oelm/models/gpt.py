@@ -280,6 +280,10 @@ class GPT(nn.Module):
 class GPTClassifier(nn.Module):
     """Sequence classifier on the GPT backbone: bidirectional by default, last-token pooling."""
 
+    # For transformers.Trainer: the loss is a batch mean that takes no num_items_in_batch, so the
+    # Trainer must not scale it by the number of processes (it doubled loss and gradients at 2).
+    accepts_loss_kwargs = False
+
     def __init__(self, config: GPTConfig, num_labels: int, causal: bool = False) -> None:
         super().__init__()
         if num_labels < 2:

@@ -82,6 +82,9 @@ def load_hf_classifier(model: str, num_labels: int, label_names: list[str] | Non
     except (OSError, ValueError) as err:
         raise UserError(_unreachable(model, err)) from None
     ensure_pad_token_id(clf.config)
+    # Its loss is a mean over the batch that ignores num_items_in_batch: told otherwise, the
+    # Trainer multiplies loss and gradients by the number of processes under torchrun.
+    clf.accepts_loss_kwargs = False
     return clf
 
 

@@ -263,6 +263,38 @@ class Trainer:
                     f"configured with {key} = {mine}; resume with the run's own {key} or pass --overwrite"
                 )
 
+    def _check_world_size(self, path, state: dict[str, Any]) -> None:
+        """A resume at another world size must keep the global batch (the experiment), else refused."""
+        saved = state.get("world_size")
+        if saved is None or saved == self.dist.world:
+            return
+        cfg = self.cfg
+        now = cfg.batch_size * cfg.grad_accum * self.dist.world
+        before = state.get("global_batch")
+        if before != now:
+            keep = (
+                before // (cfg.batch_size * self.dist.world)
+                if before % (cfg.batch_size * self.dist.world) == 0
+                else None
+            )
+            fix = (
+                f"resume with --grad-accum {keep} --allow-change grad_accum to keep it"
+                if keep
+                else f"resume with {saved} processes"
+            )
+            raise UserError(
+                f"checkpoint {str(path)!r} was trained by {saved} process(es) with a global batch of {before} "
+                f"sequences; this resume has {self.dist.world} with a global batch of {now} "
+                f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {self.dist.world}), which would "
+                f"change the experiment; {fix}"
+            )
+        if self.dist.is_main:
+            print(
+                f"oelm: warning: resuming with {self.dist.world} process(es) where the run used {saved}; the global "
+                f"batch stays {now} sequences, but the run will not be bit-identical to an uninterrupted one",
+                file=sys.stderr,
+            )
+
     def _check_restored_frozen(self, path) -> None:
         """The checkpoint's frozen tensors must be this run's start bytes: else it is another run's."""
         check = verify_audit(self.model, self.audit)
@@ -276,6 +308,7 @@ class Trainer:
     def _restore(self, path) -> None:
         self._check_checkpoint_method(path)
         state = ckpt.load_state(path)
+        self._check_world_size(path, state)
         if self.dist.is_main:
             for line in determinism_changes(state.get("determinism"), determinism_facts(self.device)):
                 print(f"oelm: warning: {line}", file=sys.stderr)
@@ -528,6 +561,8 @@ class Trainer:
                 "config": self.cfg.identity(),
                 "method_schedule": self.schedule.state_dict() if self.schedule is not None else None,
                 "determinism": determinism_facts(self.device),
+                "world_size": self.dist.world,
+                "global_batch": self.cfg.batch_size * self.cfg.grad_accum * self.dist.world,
             }
             ckpt.save_checkpoint(self.ckpt_root, self.step, self.model, state, self._weights_meta(), self.cfg.keep_last)
         barrier(self.dist)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,40 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) ->
 
     for (k1, s1, l1), (k2, s2, l2) in zip(losses(tmp_path / "ddp"), losses(tmp_path / "single"), strict=True):
         assert (k1, s1) == (k2, s2) and l1 == pytest.approx(l2, rel=1e-4)
+
+
+@pytest.mark.slow  # torchrun with two processes, one of which fails: ~10 s
+def test_a_failing_rank_ends_the_whole_job_within_seconds_with_its_error(tmp_path: Path) -> None:
+    """Rank 1 raises at its third step (injected through sitecustomize, no hook in oelm): it must
+    leave at once instead of waiting in a barrier that rank 0, inside an all-reduce, never reaches."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    from oelm.training.lm import LMTask\n"
+        "    real, calls = LMTask.loss, []\n"
+        "    def loss(self, model, batch):\n"
+        "        calls.append(1)\n"
+        "        if len(calls) == 3:\n"
+        "            raise RuntimeError('injected failure on rank 1')\n"
+        "        return real(self, model, batch)\n"
+        "    LMTask.loss = loss\n"
+    )
+    data = synthetic_lm_dir(tmp_path / "data")
+    cfg = tiny_config(data, tmp_path / "ddp", steps=200, batch_size=4, eval_every=0, checkpoint_every=0)
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "oelm", "train", str(config_file), "--no-progress"]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+    }
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    elapsed = time.monotonic() - start
+    assert done.returncode != 0 and "injected failure on rank 1" in done.stderr
+    assert elapsed < 60, f"the job took {elapsed:.0f} s to end after rank 1 failed"
+    assert not (tmp_path / "ddp" / "results.json").exists()

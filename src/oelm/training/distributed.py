@@ -93,10 +93,15 @@ def init_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
     return DistInfo(rank=rank, world=world, local_rank=local_rank), device
 
 
-def shutdown_distributed(info: DistInfo) -> None:
-    """Leave the process group if this module created one."""
+def shutdown_distributed(info: DistInfo, clean: bool = True) -> None:
+    """Leave the process group if this module created one.
+
+    clean=False (this rank failed): no barrier, which the other ranks, busy elsewhere, would
+    never reach; the failing rank exits at once and torchrun ends the job with its error.
+    """
     if info.enabled and dist.is_initialized():
-        dist.barrier()
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -44,12 +44,15 @@ def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = No
     info, device = init_distributed(cfg.device)
     # One process (rank 0 of a job) trains into a directory at a time; a second one is refused.
     lock = dir_lock(cfg.run_dir(), "training run") if info.is_main else nullcontext()
+    ok = False
     try:
         with lock:
-            return Trainer(cfg, info, device).run()
+            results = Trainer(cfg, info, device).run()
+        ok = True
+        return results
     finally:
-        if owns_group:
-            shutdown_distributed(info)
+        if owns_group:  # after a failure no barrier: this rank exits now, and torchrun stops the rest
+            shutdown_distributed(info, clean=ok)
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:

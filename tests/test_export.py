@@ -119,3 +119,28 @@ def test_export_overwrite_and_a_killed_exports_leftovers(lm_run, tmp_path, monke
         export_hf(lm_run, out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_export_says_the_context_it_trained_at_and_writes_a_model_card(tmp_path):
+    import transformers
+
+    cfg = tiny_config(
+        synthetic_lm_dir(tmp_path / "data", n_train=4000),
+        tmp_path / "run",
+        steps=6,
+        seq_len=16,  # trained at 16 tokens of a 32-token block
+        model_overrides={"n_layer": 1, "d_model": 32, "n_head": 2, "block_size": 32},
+    )
+    with one_thread():
+        results = train(cfg)
+    out = tmp_path / "hf"
+    report = export_hf(tmp_path / "run", out)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
+    assert report["n_positions"] == hf.config.n_positions == 16  # not the block size, 32
+    assert hf.transformer.wpe.weight.shape[0] == 16
+    ours = oelm.load_model(tmp_path / "run")
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(3))
+    assert (ours(x)[0] - hf(input_ids=x).logits).abs().max().item() < 1e-4
+    card = (out / "README.md").read_text()
+    assert "`oelm-freeze`" in card and "context 16" in card and "max_length=16" in card
+    assert f"{results['test_perplexity']:.4g}" in card and "oelm.from_pretrained" in card

@@ -10,6 +10,7 @@ state-dict keys only (not module attributes), so it does not depend on how atten
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import tempfile
@@ -20,12 +21,14 @@ import torch
 from tiktoken_ext.openai_public import r50k_pat_str
 from torch import nn
 
+from oelm import __version__
 from oelm.core.restore import carry_method
 from oelm.data.tokenizers import EOT_TEXT, HFTokenizer, TiktokenTokenizer, load_tokenizer
 from oelm.models.gpt import GPT, GPTClassifier
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.runs import existing_run_dir, load_model
 from oelm.utils.errors import UserError
+from oelm.utils.io import read_json, read_yaml
 from oelm.utils.lock import pid_alive
 
 # Text the exported tokenizer must encode exactly as the run's tokenizer did.
@@ -58,15 +61,19 @@ def _check_maps(model: nn.Module) -> None:
             raise UserError(f"{name}: LayerNorm eps={module.eps} (GPT-2's layer_norm_epsilon is one value, 1e-5)")
 
 
-def gpt2_config(model: nn.Module, eot_id: int | None = None) -> Any:
-    """The GPT2Config equal to our GPTConfig (exact GELU, same eps, no extra scaling)."""
+def gpt2_config(model: nn.Module, eot_id: int | None = None, n_positions: int | None = None) -> Any:
+    """The GPT2Config equal to our GPTConfig (exact GELU, same eps, no extra scaling).
+
+    n_positions: the context the run trained at (default the model's block size); evaluators such
+    as lm-eval take their window from it, and positions beyond it were never trained.
+    """
     import transformers  # heavy optional dependency: imported on use
 
     c = model.config
     eot = c.vocab_size - 1 if eot_id is None else eot_id
     return transformers.GPT2Config(
         vocab_size=c.vocab_size,
-        n_positions=c.block_size,
+        n_positions=n_positions or c.block_size,
         n_embd=c.d_model,
         n_layer=c.n_layer,
         n_head=c.n_head,
@@ -86,7 +93,9 @@ def gpt2_config(model: nn.Module, eot_id: int | None = None) -> Any:
     )
 
 
-def gpt2_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+def gpt2_state_dict(
+    sd: dict[str, torch.Tensor], n_layer: int, n_positions: int | None = None
+) -> dict[str, torch.Tensor]:
     """Our GPT's state dict in GPT2LMHeadModel's keys and layouts (Conv1D stores [in, out])."""
 
     def bias(module: str) -> torch.Tensor:
@@ -97,6 +106,8 @@ def gpt2_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torc
         return w.new_zeros(w.shape[0])
 
     out = {f"transformer.{k}": sd[f"transformer.{k}"] for k in ("wte.weight", "wpe.weight", "ln_f.weight")}
+    if n_positions is not None:  # the trained positions only
+        out["transformer.wpe.weight"] = out["transformer.wpe.weight"][:n_positions]
     out["transformer.ln_f.bias"] = bias("transformer.ln_f")
     for i in range(n_layer):
         src, dst = f"transformer.h.{i}", f"transformer.h.{i}"
@@ -123,13 +134,16 @@ def gpt2_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torc
     return {k: v.detach().contiguous().clone() for k, v in out.items()}
 
 
-def to_gpt2(model: nn.Module, eot_id: int | None = None) -> nn.Module:
-    """A GPT2LMHeadModel computing the same logits as our GPT (eval mode)."""
+def to_gpt2(model: nn.Module, eot_id: int | None = None, n_positions: int | None = None) -> nn.Module:
+    """A GPT2LMHeadModel computing the same logits as our GPT (eval mode) on up to n_positions tokens."""
     import transformers  # heavy optional dependency: imported on use
 
     _check_maps(model)
-    hf = transformers.GPT2LMHeadModel(gpt2_config(model, eot_id))
-    missing, unexpected = hf.load_state_dict(gpt2_state_dict(model.state_dict(), model.config.n_layer), strict=False)
+    if n_positions is not None and not 0 < n_positions <= model.config.block_size:
+        raise UserError(f"n_positions {n_positions} must be in 1..{model.config.block_size} (the block size)")
+    hf = transformers.GPT2LMHeadModel(gpt2_config(model, eot_id, n_positions))
+    state = gpt2_state_dict(model.state_dict(), model.config.n_layer, n_positions)
+    missing, unexpected = hf.load_state_dict(state, strict=False)
     # Non-persistent buffers aside, every GPT-2 tensor must come from ours and vice versa.
     buffers = {n for n, _ in hf.named_buffers()}
     if set(missing) - buffers or unexpected:
@@ -143,7 +157,8 @@ def to_gpt2(model: nn.Module, eot_id: int | None = None) -> nn.Module:
 def max_logit_diff(ours: nn.Module, hf: nn.Module, seed: int = 0, batch: int = 2) -> float:
     """Largest |logit difference| between our GPT and the export on random token ids."""
     c = ours.config
-    x = torch.randint(0, c.vocab_size, (batch, c.block_size), generator=torch.Generator().manual_seed(seed))
+    length = min(c.block_size, hf.config.n_positions)
+    x = torch.randint(0, c.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
     return float((ours.eval()(x)[0] - hf.eval()(input_ids=x).logits).abs().max())
 
 
@@ -164,8 +179,10 @@ def export_hf(
         "tokenizer", ""
     )
     model = load_model(run_dir, which)
+    config = read_yaml(Path(run_dir) / "config.yaml", "run config")
+    context = int(config.get("seq_len") or model.config.block_size)  # the context it trained at
     tok, note = hf_tokenizer(spec)
-    hf = to_gpt2(model, tok.eos_token_id if tok is not None else None)
+    hf = to_gpt2(model, tok.eos_token_id if tok is not None else None, n_positions=context)
     diff = max_logit_diff(model, hf)
     if diff > tolerance:
         raise UserError(
@@ -179,10 +196,74 @@ def export_hf(
         hf.save_pretrained(tmp)
         if tok is not None:
             tok.save_pretrained(tmp)
+        card = model_card(Path(run_dir), config, context, which, note)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
         _replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"out_dir": str(out), "architecture": "GPT2LMHeadModel", "max_abs_logit_diff": diff, "tokenizer": note}
+    return {
+        "out_dir": str(out),
+        "architecture": "GPT2LMHeadModel",
+        "max_abs_logit_diff": diff,
+        "tokenizer": note,
+        "n_positions": context,
+    }
+
+
+def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, tokenizer_note: str) -> str:
+    """README.md of an export: what was trained, on what, for how long, how well, and how to use it."""
+    results = read_json(run_dir / "results.json") or {}
+    frozen, trainable = results.get("frozen_params"), results.get("trainable_params")
+    share = (
+        f"{frozen / (frozen + trainable):.1%}"
+        if isinstance(frozen, int) and isinstance(trainable, int) and frozen + trainable
+        else "n/a"
+    )
+
+    def metric(key: str) -> str:
+        value = results.get(key)
+        return f"{value:.4g}" if isinstance(value, (int, float)) else "n/a"
+
+    method = config.get("method", results.get("method", "?"))
+    lines = [
+        "---",
+        "library_name: transformers",
+        "tags: [oelm, gpt2]",
+        "---",
+        "",
+        f"# {run_dir.name}: GPT-2 layout, trained with oelm method `{method}`",
+        "",
+        f"Exported by `oelm export` (oelm {__version__}) from the run directory `{run_dir.name}`, checkpoint `{which}`.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| method | `{method}` (options {json.dumps(config.get('method_options') or {})}, seed {config.get('seed')}) |",
+        f"| frozen parameters | {frozen if frozen is not None else 'n/a'} of {(frozen or 0) + (trainable or 0) or 'n/a'} ({share}) |",
+        f"| data | `{Path(str(config.get('data', '?'))).name}` ({results.get('dataset', 'n/a')}); tokenizer: {tokenizer_note} |",
+        f"| budget | {config.get('steps')} steps x batch {config.get('batch_size')} x grad_accum {config.get('grad_accum', 1)} x {results.get('world_size', 1)} process(es) at context {context}; lr {config.get('lr')} |",
+        f"| held-out | test perplexity {metric('test_perplexity')} ({metric('test_tokens')} tokens, standard error of the loss {metric('test_loss_se')}); validation perplexity {metric('val_perplexity')} |",
+        "",
+        "One training run: its numbers carry test-set noise only. Differences between methods need several",
+        "seeds and a paired comparison (`oelm sweep`, `oelm report`), not one run.",
+        "",
+        "## Load",
+        "",
+        "```python",
+        "import transformers",
+        "",
+        'model = transformers.AutoModelForCausalLM.from_pretrained("PATH")  # a plain GPT2LMHeadModel',
+        "import oelm",
+        "",
+        'model = oelm.from_pretrained("PATH")  # the same, with the method\'s frozen Q/K restored and checked',
+        "```",
+        "",
+        "## Evaluate",
+        "",
+        f"The context is {context} tokens (`n_positions`), the length it was trained at; evaluate with",
+        f"windows of at most {context} tokens, e.g. `lm_eval --model hf --model_args pretrained=PATH,max_length={context}`.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def _clear_stale_exports(out: Path) -> None:

@@ -198,3 +198,59 @@ def test_seeds_restrict_the_board_to_the_seeds_every_method_has(tmp_path: Path) 
     assert "--seeds 0 1 2" in md_path.read_text()
     with pytest.raises(UserError, match=r"no run of seeds \[7\]"):
         write_leaderboard([tmp_path], tmp_path / "none", seeds=[7])
+
+
+def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Path) -> None:
+    _sweep(tmp_path)
+    for seed, ppl in enumerate(BASE):  # the orthogonal init left trainable: better than the baseline
+        make_run(
+            tmp_path,
+            "oelm-nofreeze",
+            3e-3,
+            seed,
+            test_perplexity=ppl * (1 - 0.05 - 0.002 * seed),
+            best_val_loss=1.6,
+            theoretical_saving=0.0,
+            frozen_params=0,
+        )
+    md_path, boards = write_leaderboard([tmp_path], tmp_path / "lb")
+    table = _read(tmp_path / "lb")["tables"][0]
+    assert table["reference"] == "oelm-nofreeze" and "best-tuned trainable" in table["reference_rule"]
+    ranked = {e["method"]: e for e in table["ranked"]}
+    assert ranked["oelm-nofreeze"]["gap_percent"] == 0 and ranked["baseline"]["gap_percent"] > 0
+    assert table["comparisons"] == 5  # every other ranked method against the reference
+    assert {e["decision"]["m"] for e in table["ranked"] if e["decision"]} == {5}
+    assert ranked["baseline"]["verdict"] == "worse (resolved)"
+    md = md_path.read_text()
+    assert "Reference: **oelm-nofreeze** (oelm-nofreeze, the best-tuned trainable arm" in md
+    assert "(m = 5)" in md and "verdict vs oelm-nofreeze" in md
+    assert table["twin"] is None  # the twin is the reference: no second column
+    # A named reference keeps the baseline; the twin column then shows the gap to oelm-nofreeze.
+    md_path, _ = write_leaderboard([tmp_path], tmp_path / "named", baseline="baseline")
+    named = _read(tmp_path / "named")["tables"][0]
+    assert named["reference"] == "baseline" and named["twin"] == "oelm-nofreeze"
+    freeze = next(e for e in named["ranked"] if e["method"] == "oelm-freeze")
+    nofreeze = np.array(BASE) * (1 - 0.05 - 0.002 * np.arange(3))
+    expected = (np.array(BASE) * (1 + np.array(ARMS["oelm-freeze"][0])) / nofreeze - 1) * 100
+    assert freeze["twin_gap"]["mean"] == pytest.approx(expected.mean())
+    assert freeze["twin_verdict"] == "worse (resolved)"
+    assert "gap vs oelm-nofreeze (same init, trainable)" in md_path.read_text()
+    qknorm = next(e for e in named["ranked"] if e["method"] == "oelm-qknorm")
+    assert qknorm["twin_decision"]["m"] == 4  # the frozen head-wise orthogonal methods
+
+
+def test_board_uses_only_the_vocabulary(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _sweep(tmp_path)
+    assert main(["leaderboard", str(tmp_path), "--out", str(tmp_path / "lb"), "--margin", "2"]) == 0
+    md = (tmp_path / "lb" / "leaderboard.md").read_text()
+    low = md.lower() + capsys.readouterr().out.lower()
+    assert not any(w in low for w in ("significant", "n.s.", "recovered", "underpowered"))
+    table = _read(tmp_path / "lb")["tables"][0]
+    assert table["margin_percent"] == 2.0 and "--margin 2" in md
+    verdicts = {e["method"]: e["verdict"] for e in table["ranked"]}
+    assert verdicts["baseline"] is None and verdicts["oelm-freeze"] == "worse (resolved)"
+    assert all(
+        v.startswith(("worse (resolved)", "better (resolved)", "equivalent within ±2%", "unresolved (smallest"))
+        for v in verdicts.values()
+        if v
+    )

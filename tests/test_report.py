@@ -121,13 +121,16 @@ def test_report_numbers_equal_those_from_records(lm_sweep: Path) -> None:
     assert (oelm["primary"]["ci_low"], oelm["primary"]["ci_high"]) == pytest.approx((lo, hi))
     assert oelm["gap_percent"] == pytest.approx((m.mean() / b.mean() - 1) * 100)
     assert oelm["gap_paired"]["mean"] == pytest.approx(np.mean((m / b - 1) * 100))
-    assert oelm["paired_test"]["p_value"] == pytest.approx(sps.ttest_rel(m, b).pvalue)
+    # The test is on the same quantity as the interval: the per-seed % gaps, against 0.
+    p_gap = sps.ttest_1samp((m / b - 1) * 100, 0.0).pvalue
+    assert oelm["paired_test"]["p_value"] == pytest.approx(p_gap)
+    assert oelm["decision"]["p"] == pytest.approx(p_gap) and oelm["decision"]["m"] == 1  # oelm-random: no test
     assert oelm["step_time_ratio"] == pytest.approx(0.9)
     assert oelm["trainable_params"] == 900 and oelm["frozen_params"] == 100
 
     md = md_path.read_text()
     assert f"{m.mean():.3f} ± " in md and f"{(m.mean() / b.mean() - 1) * 100:+.2f}%" in md
-    assert f"{sps.ttest_rel(m, b).pvalue:.3g} (t, n=3)" in md
+    assert f"p = {p_gap:.3g}, Holm p = " in md and "(m = 1)" in md
     assert "5.0%" in md  # theoretical saving next to the measured ratio 0.900
     assert "0.900" in md
     # Both arms chose the top of a 2-LR grid: the report says the grid may be too narrow.
@@ -234,10 +237,12 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
     assert arm.power.mde == pytest.approx(d * gaps.std(ddof=1))
     assert arm.power.underpowered
     md = md_path.read_text()
-    assert f"cannot distinguish a gap below {arm.power.mde:.2f}%" in md
+    assert f"unresolved (smallest detectable gap {arm.power.mde:.2f}% at 80% power)" in md
     n = stats.seeds_needed(gaps.mean() / gaps.std(ddof=1))
     assert f"needs about {n} seeds (`oelm sweep my.yaml --seeds $(seq 0 {n - 1})`" in md
-    assert "no difference" not in md.replace("not evidence of no difference", "").replace("never 'no difference'", "")
+    assert "no difference" not in md.replace("not evidence of no difference", "").replace(
+        "never means 'no difference'", ""
+    )
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert _arm(report, "oelm-freeze")["power"]["underpowered"] is True
 
@@ -423,7 +428,7 @@ def test_printed_summary_fits_100_columns(lm_sweep: Path, capsys: pytest.Capture
     assert all(ln in printed for ln in table)  # the table itself is never wrapped
     row = next(ln for ln in table if ln.startswith("oelm-random-scaled"))
     assert "lr0.003" in row and "(n=3)" in row and " [" in row  # mean ± CI and the paired interval
-    assert any(ln.startswith("power: oelm-random-scaled") for ln in printed)
+    assert any(ln.startswith("verdict: oelm-random-scaled: worse (resolved)") for ln in printed)
     assert any("report.md adds" in ln for ln in printed)
 
 
@@ -473,3 +478,87 @@ def test_results_schema_is_one_definition_written_in_order_and_read_by_one_statu
     assert plan_run(facts.cfg.model_copy(update={"resume": True})).finished is not None
     (run / records.RESULTS_FILE).write_text(json.dumps(dict(results, status="running")))
     assert records.run_status(run) == (records.INCOMPLETE, "status is 'running'") and not records.run_finished(run)
+
+
+VOCABULARY = (
+    r"worse \(resolved\)|better \(resolved\)|equivalent within ±[0-9.]+%"
+    r"|unresolved \(smallest detectable gap (?:[0-9.]+%|n/a) at 80% power[^)]*\)"
+)
+FORBIDDEN = ("significant", "n.s.", "recovered", "underpowered")
+
+
+def _family_sweep(root: Path) -> None:
+    """One reference and four methods whose per-seed gaps give each of the four verdicts."""
+    base = [10.0, 10.4, 9.8, 10.1, 10.2]
+    gaps = {
+        "oelm-freeze": [0.10, 0.11, 0.095, 0.105, 0.10],  # +10%: worse (resolved)
+        "oelm-nofreeze": [-0.08, -0.09, -0.075, -0.085, -0.08],  # -8%: better (resolved)
+        "oelm-freeze-q": [0.0005, -0.0004, 0.0002, -0.0001, 0.0003],  # tight around 0: equivalent
+        "oelm-freeze-k": [0.05, -0.06, 0.04, -0.02, 0.03],  # wide: unresolved
+    }
+    for seed, b in enumerate(base):
+        make_run(root, "baseline", 1e-3, seed, test_perplexity=b, best_val_loss=2.0)
+        for method, g in gaps.items():
+            make_run(root, method, 1e-3, seed, test_perplexity=b * (1 + g[seed]), best_val_loss=2.0)
+
+
+def test_four_verdicts_holm_and_the_vocabulary(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import re
+
+    from oelm.reports.report import print_summary
+
+    _family_sweep(tmp_path)
+    md_path, comp = write_report([tmp_path], tmp_path / "out", margin=1.0)
+    group = comp.groups[0]
+    verdicts = {a.method: a.decision.verdict for a in group.arms if a.decision}
+    assert verdicts == {
+        "oelm-freeze": "worse",
+        "oelm-nofreeze": "better",
+        "oelm-freeze-q": "equivalent",
+        "oelm-freeze-k": "unresolved",
+    }
+    assert group.comparisons == 4
+    others = [a for a in group.arms if a.method != "baseline"]
+    raw = [a.decision.p for a in others]
+    from statsmodels.stats.multitest import multipletests
+
+    assert [a.decision.holm_p for a in others] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    for a in others:  # the test is on the interval's quantity: the per-seed % gaps
+        gaps = [(a.by_seed[s] / group.arms[0].by_seed[s] - 1) * 100 for s in sorted(a.by_seed)]
+        assert a.decision.p == pytest.approx(sps.ttest_1samp(gaps, 0.0).pvalue)
+
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    g = report["groups"][0]
+    assert report["margin_percent"] == 1.0 and g["margin_percent"] == 1.0 and g["comparisons"] == 4
+    assert g["reference"] == "baseline" and g["baseline"] == "baseline"  # the old key is kept
+    assert _arm(report, "oelm-freeze-q")["verdict"] == "equivalent within ±1%"
+    assert _arm(report, "oelm-freeze")["decision"]["m"] == 4
+
+    md = md_path.read_text()
+    freeze = next(a for a in others if a.method == "oelm-freeze").decision
+    assert f"p = {freeze.p:.3g}, Holm p = {freeze.holm_p:.3g} (m = 4)" in md
+    assert "Reference: **baseline**" in md
+    print_summary(comp)
+    printed = capsys.readouterr().out
+    for text in (md, printed, g["reading"]):
+        low = text.lower()
+        assert not any(word in low for word in FORBIDDEN), [w for w in FORBIDDEN if w in low]
+    for text in (md, printed):
+        for needle in ("worse (resolved)", "better (resolved)", "equivalent within ±1%", "unresolved (smallest"):
+            assert needle in text
+    # Every verdict cell of the main table is one of the four.
+    head = next(ln.split(" | ") for ln in md.splitlines() if ln.startswith("| method | setting chosen"))
+    rows = [r for ln in md.splitlines() if ln.startswith("| oelm-") and len(r := ln.split(" | ")) == len(head)]
+    col = head.index("verdict")
+    assert rows and all(re.fullmatch(VOCABULARY, r[col]) for r in rows)
+    # A narrower margin: the tight gaps are still equivalent within it, the wide ones are not.
+    _, comp2 = write_report([tmp_path], tmp_path / "out2", margin=0.2)
+    assert {a.method: a.decision.verdict for a in comp2.groups[0].arms if a.decision}["oelm-freeze-q"] == "equivalent"
+
+
+def test_cli_report_takes_a_margin(tmp_path: Path) -> None:
+    _family_sweep(tmp_path)
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "o"), "--margin", "0.5"]) == 0
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["groups"][0]["margin_percent"] == 0.5
+    assert _arm(report, "oelm-freeze-q")["verdict"] == "equivalent within ±0.5%"

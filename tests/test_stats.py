@@ -107,3 +107,40 @@ def test_power_analysis_flags_an_observed_gap_below_the_mde() -> None:
     clear = power_analysis([10.0, 10.5, 9.5, 10.2])
     assert not clear.underpowered and clear.seeds_for_observed <= 4
     assert power_analysis([1.0]).mde is None
+
+
+# ---- multiplicity, equivalence and the verdict ---------------------------------------------------
+
+
+def test_holm_equals_statsmodels_and_skips_missing() -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    ps = [0.01, 0.04, 0.03, 0.2]
+    assert stats.holm(ps) == pytest.approx(list(multipletests(ps, method="holm")[1]))
+    out = stats.holm([0.01, None, 0.04])
+    assert out[1] is None and out[0] == pytest.approx(0.02) and out[2] == pytest.approx(0.04)
+    assert stats.holm([None, None]) == [None, None]
+
+
+def test_tost_declares_equivalence_only_for_tight_gaps_near_zero() -> None:
+    tight = [0.05, -0.04, 0.02, -0.01, 0.03]
+    wide = [2.0, -1.5, 0.5, -2.5, 1.8]
+    assert stats.tost(tight, margin=1.0) < 0.05
+    assert stats.tost(wide, margin=1.0) > 0.05
+    assert stats.tost([0.1, 0.1, 0.1]) is None  # zero variance: undefined
+
+
+def test_each_verdict_from_a_constructed_family() -> None:
+    worse = [10.0, 11.0, 9.5, 10.5]
+    better = [-8.0, -9.0, -7.5, -8.5]
+    equal = [0.05, -0.04, 0.02, -0.01]
+    noisy = [5.0, -6.0, 4.0, -2.0]
+    decisions = stats.decide_family([worse, better, equal, noisy], margin=1.0)
+    assert [d.verdict for d in decisions] == [stats.WORSE, stats.BETTER, stats.EQUIVALENT, stats.UNRESOLVED]
+    assert {d.m for d in decisions} == {4}
+    raw = [d.p for d in decisions]
+    assert [d.holm_p for d in decisions] == pytest.approx(stats.holm(raw))
+    assert decisions[3].mde == pytest.approx(stats.power_analysis(noisy).mde)
+    # Too few seeds: no test, so it is not counted in m and stays unresolved without a detectable gap.
+    short = stats.decide_family([worse, [1.0, 2.0]])
+    assert short[0].m == 1 and short[1].verdict == stats.UNRESOLVED and short[1].mde is None

@@ -11,15 +11,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "leaderboard",
         help="write leaderboard.md/.json + pareto.png ranking the methods of stored sweeps",
         description="Read only stored run records and rank every method on its held-out metric "
-        "(LR chosen on validation, as `oelm report`): mean ± 95% CI, paired gap to the baseline "
-        "with its interval and p, minimum detectable gap, parameters, theoretical saving and its "
+        "(LR chosen on validation, as `oelm report`): mean ± 95% CI, paired gap to the reference "
+        "(the best-tuned trainable arm unless --baseline names one) with its interval, p and Holm p, "
+        "the verdict (worse / better (resolved), equivalent within ±MARGIN%, unresolved), minimum "
+        "detectable gap, parameters, theoretical saving and its "
         "share of oelm-freeze's, step-time ratio, a verdict against the target and the Pareto "
         "front of gap against compute saved. Incomplete methods are listed, not ranked.",
     )
     p.add_argument("paths", nargs="+", metavar="SWEEP_DIR", help="sweep (or run) directories")
     p.add_argument("--out", required=True, help="output directory (e.g. docs/results)")
     p.add_argument(
-        "--baseline", default=None, help="method the others are compared to (default: the sweep's, else baseline)"
+        "--baseline",
+        default=None,
+        help="the reference row every method is compared with (default: the best-tuned trainable arm, "
+        "the best held-out mean among complete methods that freeze nothing)",
     )
     p.add_argument(
         "--seeds",
@@ -28,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="only runs of these seeds (e.g. the seeds every method has, when the main comparison has more)",
     )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=1.0,
+        help="equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
+        "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -35,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the leaderboard and print the verdicts."""
     from oelm.experiments.leaderboard import write_leaderboard
 
-    path, boards = write_leaderboard(args.paths, args.out, args.baseline, seeds=args.seeds)
+    path, boards = write_leaderboard(args.paths, args.out, args.baseline, seeds=args.seeds, margin=args.margin)
     print(f"{len(boards)} table(s) -> {path}")
     for board in boards:
         print(f"{board.group.title}: {board.verdict.replace('**', '')}")

@@ -22,6 +22,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="YAML of the original study's reported figures (e.g. configs/study/study_numbers.yaml)",
     )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=1.0,
+        help="equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
+        "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -29,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the report and print where it is."""
     from oelm.reports.report import write_report
 
-    path, comparison = write_report(args.paths, args.out, args.baseline, args.study_numbers)
+    path, comparison = write_report(args.paths, args.out, args.baseline, args.study_numbers, margin=args.margin)
     print(f"{len(comparison.groups)} table(s) from {comparison.n_runs} run(s) -> {path}")
     if comparison.incomplete:
         print(f"{len(comparison.incomplete)} incomplete run(s) listed, not averaged")

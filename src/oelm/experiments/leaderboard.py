@@ -1,8 +1,10 @@
 """The leaderboard: every method of a sweep ranked on its held-out metric, checked against the target.
 
 Built only from stored run records through the same Comparison as `oelm report` (LR chosen on
-validation per method, test metric over seeds, paired gap to the baseline with its interval, p and
-minimum detectable gap). Adds what the question "which frozen-attention variant keeps the quality
+validation per method, test metric over seeds, paired gap to the reference with its interval, p
+(Holm-adjusted over the board), minimum detectable gap and the verdict in the reports' vocabulary).
+The reference row is the best-tuned trainable arm: the best held-out mean among the complete
+methods that freeze nothing (baseline, oelm-nofreeze, ...), unless `--baseline` names one. Adds what the question "which frozen-attention variant keeps the quality
 while keeping the saving?" needs: the theoretical saving and the share of the reference method's
 (oelm-freeze) saving a method keeps, added adapter parameters, a verdict against the target, and
 the Pareto front of gap against compute saved. Deterministic: no timestamps, sorted output.
@@ -19,25 +21,28 @@ from typing import Any
 
 import yaml
 
+from oelm.core.methods import HW, get_method
 from oelm.experiments.sweep import SweepSpec
 from oelm.reports import stats
-from oelm.reports.aggregate import BASELINE, Arm, Group, compare
+from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
 from oelm.reports.tables import (
     NA,
     fmt_gap,
     fmt_int,
     fmt_p,
     fmt_summary,
+    fmt_verdict,
     md_table,
     pct_scale,
     saving_fraction,
-    significant,
+    verdict_text,
 )
 from oelm.training.records import RunRecord, load_runs
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 
 REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
+TWIN = "oelm-nofreeze"  # the same head-wise orthogonal Q/K init, trainable: the frozen methods' twin
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class Target:
     def text(self) -> str:
         """The target in one sentence."""
         return (
-            f"gap to the baseline at most {self.max_gap:g}% with the upper end of its paired 95% "
+            f"gap to the reference at most {self.max_gap:g}% with the upper end of its paired 95% "
             f"interval at most {self.max_upper:g}%, while keeping at least "
             f"{self.min_share * 100:g}% of {self.reference}'s Q/K weight-gradient saving"
         )
@@ -66,8 +71,10 @@ class Entry:
     saving: float | None  # theoretical training-FLOP saving, a fraction of full training
     share: float | None  # saving / the reference method's saving
     added_params: int | None  # parameters a method adds (adapter role of the freeze audit)
-    step_ratio: stats.Summary  # per-seed step-time ratio vs baseline (paired by seed)
+    step_ratio: stats.Summary  # per-seed step-time ratio vs the reference (paired by seed)
     rank: int | None = None
+    twin_gap: stats.Summary | None = None  # paired % gap to the trainable twin (TWIN), where shown
+    twin_decision: stats.Decision | None = None  # its verdict (Holm over the twin comparisons)
     meets: bool = False
     misses: list[str] = field(default_factory=list)  # target criteria it misses
     incomplete: str = ""  # why it is not ranked ('' when it is)
@@ -96,6 +103,8 @@ class Board:
     closest: str | None
     verdict: str
     warnings: list[str]
+    reference_rule: str = ""  # how the reference row was chosen, in words
+    twin: str | None = None  # the trainable twin the frozen methods are also compared with
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,9 +258,10 @@ def _entry_numbers(e: Entry) -> str:
     """Gap, paired interval, p and saving share of one entry in words."""
     paired = e.arm.gap_paired
     ci = f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]" if paired is not None and paired.ci_low is not None else ""
-    p = e.arm.test.p_value if e.arm.test else None
+    d = e.arm.decision
+    p = f"p = {d.p:.3g}, Holm p = {d.holm_p:.3g} (m = {d.m}); " if d is not None and d.p is not None else ""
     share = NA if e.share is None else f"{e.share * 100:.0f}%"
-    return f"gap {_pct(e.arm.gap)}{ci} (p {NA if p is None else f'{p:.3g}'}), keeps {share} of the saving"
+    return f"gap {_pct(e.arm.gap)}{ci} ({p}{verdict_text(d)}), keeps {share} of the saving"
 
 
 def _pct(x: float | None) -> str:
@@ -259,24 +269,84 @@ def _pct(x: float | None) -> str:
     return NA if x is None else f"{x:+.2f}%"
 
 
+def trainable(arm: Arm) -> bool:
+    """Whether a method freezes nothing: by its registered record, else by its frozen parameters."""
+    try:
+        method = get_method(arm.method)
+    except UserError:  # a method this version does not register: trust the recorded counts
+        return arm.frozen_params == 0
+    return not method.freeze and not arm.frozen_params
+
+
+def frozen_twin_of(method: str) -> bool:
+    """Whether TWIN is this method's same-init trainable twin (it freezes head-wise orthogonal Q/K)."""
+    try:
+        m = get_method(method)
+    except UserError:
+        return False
+    return m.freeze_qk and m.qk_init == HW
+
+
+def choose_reference(group: Group, complete: set[str]) -> Arm | None:
+    """The best-tuned trainable arm: the best held-out mean among complete methods freezing nothing."""
+    pool = [a for a in group.arms if a.method in complete and a.primary.mean is not None and trainable(a)]
+    sign = -1.0 if group.higher_is_better else 1.0
+    return min(pool, key=lambda a: (sign * a.primary.mean, a.method)) if pool else None
+
+
+def _twin_gaps(group: Group, entries: list[Entry], twin: Arm, margin: float) -> None:
+    """Fill the paired gap of every frozen head-wise orthogonal method to its trainable twin."""
+    family = [e for e in entries if e.arm is not twin and frozen_twin_of(e.method) and not e.incomplete]
+    gaps = [list(gap_by_seed(e.arm, twin, group.higher_is_better).values()) for e in family]
+    for e, g, d in zip(family, gaps, stats.decide_family(gaps, margin)):
+        e.twin_gap, e.twin_decision = stats.summarize(g), d
+
+
 def build_board(
-    group: Group, runs: Sequence[RunRecord], planned: dict[str, set[str]], target: Target = Target()
+    group: Group,
+    runs: Sequence[RunRecord],
+    planned: dict[str, set[str]],
+    target: Target = Target(),
+    fixed_reference: bool = False,
 ) -> Board:
-    """Rank the complete methods of one table, list the rest, apply the target, find the front."""
+    """Rank the complete methods of one table, list the rest, apply the target, find the front.
+
+    Unless `fixed_reference` (the caller named the reference), every gap is taken to the
+    best-tuned trainable arm (`choose_reference`).
+    """
+    finished = {os.path.normpath(r.path) for r in runs if r.finished}
+    n_max = max((a.primary.n for a in group.arms), default=0)
+    reasons = {}
+    for arm in group.arms:
+        missing = len(planned.get(arm.method, set()) - finished)
+        unfinished = sum(1 for r in runs if not r.finished and r.method == arm.method)
+        reasons[arm.method] = _incomplete_reason(arm, n_max, missing, unfinished)
+    complete = {m for m, why in reasons.items() if not why}
+    if fixed_reference:
+        rule = f"{group.baseline}, named by --baseline"
+    else:
+        best = choose_reference(group, complete)
+        if best is not None:
+            if best.method != group.baseline:
+                rebase(group, best.method)
+            rule = f"{best.method}, the best-tuned trainable arm (best held-out mean among complete methods freezing nothing)"
+        else:
+            rule = f"{group.baseline} (no complete method freezes nothing)"
     base = next((a for a in group.arms if a.method == group.baseline), None)
     ref = next((a for a in group.arms if a.method == target.reference), None)
     ref_saving = saving_fraction(ref.theoretical_saving) if ref else None
-    finished = {os.path.normpath(r.path) for r in runs if r.finished}
-    n_max = max((a.primary.n for a in group.arms), default=0)
     entries = []
     for arm in group.arms:
         saving = saving_fraction(arm.theoretical_saving)
         share = saving / ref_saving if saving is not None and ref_saving else None
         entry = Entry(arm, saving, share, added_params(arm.runs), step_ratio(arm, base))
-        missing = len(planned.get(arm.method, set()) - finished)
-        unfinished = sum(1 for r in runs if not r.finished and r.method == arm.method)
-        entry.incomplete = _incomplete_reason(arm, n_max, missing, unfinished)
+        entry.incomplete = reasons[arm.method]
         entries.append(entry)
+    twin = next((a for a in group.arms if a.method == TWIN and a.method in complete), None)
+    if twin is not None and twin.method != group.baseline:
+        _twin_gaps(group, entries, twin, group.margin)
+    else:
+        twin = None
     sign = -1.0 if group.higher_is_better else 1.0
     ranked = sorted((e for e in entries if not e.incomplete), key=lambda e: (sign * e.arm.primary.mean, e.method))
     for i, e in enumerate(ranked, 1):
@@ -290,8 +360,10 @@ def build_board(
             f"no {target.reference} runs with a recorded saving: the saving share and its criterion cannot be evaluated"
         )
     if base is not None and any(e.method == base.method for e in unranked):
-        warnings.append(f"the baseline {base.method} is itself incomplete: every gap is provisional")
-    return Board(group, ranked, unranked, pareto_front(points), passing, closest, verdict, warnings)
+        warnings.append(f"the reference {base.method} is itself incomplete: every gap is provisional")
+    board = Board(group, ranked, unranked, pareto_front(points), passing, closest, verdict, warnings)
+    board.reference_rule, board.twin = rule, twin.method if twin is not None else None
+    return board
 
 
 def build(
@@ -299,11 +371,14 @@ def build(
     baseline: str | None = None,
     target: Target = Target(),
     seeds: Sequence[int] | None = None,
+    margin: float = stats.MARGIN,
 ) -> tuple[list[Board], list[str], list[RunRecord]]:
     """Boards of every table under the sweep directories, planned methods without a run, the runs.
 
     `seeds` keeps only runs of those seeds: a board over the seeds every method has, when some
-    methods (say the main comparison) have more seeds than others.
+    methods (say the main comparison) have more seeds than others. `baseline` fixes the reference
+    row; None takes the best-tuned trainable arm of each table. `margin` is the equivalence
+    margin (% of the reference's metric).
     """
     keep = None if seeds is None else set(seeds)
     runs = [r for r in load_runs(paths) if keep is None or r.seed in keep]
@@ -313,13 +388,14 @@ def build(
             "pass seeds the sweep has (its runs live in .../seed<N>/)"
         )
     planned = _planned(paths, keep)
-    if baseline is None:
+    fixed = baseline is not None
+    if baseline is None:  # the starting reference; each table then takes its best trainable arm
         baseline = _stored_baseline(paths) or BASELINE
-    comparison = compare(runs, baseline=baseline)
+    comparison = compare(runs, baseline=baseline, margin=margin)
     boards = []
     for group in comparison.groups:
         members = [r for r in runs if r.task == group.task and r.model == group.model]
-        boards.append(build_board(group, members, planned, target))
+        boards.append(build_board(group, members, planned, target, fixed_reference=fixed))
     seen = {a.method for g in comparison.groups for a in g.arms}
     not_started = sorted(m for m in planned if m not in seen)
     return boards, not_started, runs
@@ -341,7 +417,11 @@ def _stored_baseline(paths: Sequence[str | Path]) -> str | None:
 
 
 def command_line(
-    paths: Sequence[str | Path], out: str | Path, baseline: str | None, seeds: Sequence[int] | None = None
+    paths: Sequence[str | Path],
+    out: str | Path,
+    baseline: str | None,
+    seeds: Sequence[int] | None = None,
+    margin: float = stats.MARGIN,
 ) -> str:
     """The exact command that regenerates the leaderboard (paths relative to here when inside)."""
 
@@ -357,17 +437,26 @@ def command_line(
         parts += ["--baseline", baseline]
     if seeds is not None:
         parts += ["--seeds", *(str(s) for s in seeds)]
+    if margin != stats.MARGIN:
+        parts += ["--margin", f"{margin:g}"]
     return " ".join(parts)
 
 
 def _mde(arm: Arm) -> str:
-    """Minimum detectable gap, with the underpowered flag of a non-significant gap below it."""
+    """Minimum detectable gap (paired t, alpha 0.05, power 0.8) at this number of seeds."""
     pw = arm.power
     if pw is None or pw.mde is None:
         return f"n/a ({pw.n if pw else 0} paired seeds)"
-    if pw.underpowered and not significant(arm):
-        return f"±{pw.mde:.2f}%: **underpowered below {pw.mde:.2f}%**"
     return f"±{pw.mde:.2f}%"
+
+
+def _twin_cell(e: Entry) -> str:
+    """Paired gap to the trainable twin with its interval and verdict, or —."""
+    s = e.twin_gap
+    if s is None or s.mean is None:
+        return "—"
+    ci = f" [{s.ci_low:+.2f}, {s.ci_high:+.2f}]" if s.ci_low is not None else ""
+    return f"{s.mean:+.2f}%{ci}: {verdict_text(e.twin_decision)}"
 
 
 def _ratio(s: stats.Summary) -> str:
@@ -395,12 +484,17 @@ def _table(board: Board) -> list[str]:
         "lr (chosen on val)",
         f"{g.primary_metric}: mean ± 95% CI (n seeds), {direction} is better",
         f"gap vs {g.baseline or BASELINE} (%, + = worse) [paired 95% CI]",
-        "p (paired t)",
+        "p (paired t), Holm-adjusted",
+        f"verdict vs {g.baseline or BASELINE}",
         "min. detectable gap",
+    ]
+    if board.twin:
+        head.append(f"gap vs {board.twin} (same init, trainable) [paired 95% CI]: verdict")
+    head += [
         "trainable / frozen / added params",
         "theoretical saving",
         f"share of {REFERENCE}'s saving",
-        "step-time ratio vs baseline (indicative)",
+        f"step-time ratio vs {g.baseline or BASELINE} (indicative)",
         "target",
     ]
     rows = []
@@ -415,7 +509,9 @@ def _table(board: Board) -> list[str]:
                 fmt_summary(e.arm.primary, scale),
                 fmt_gap(e.arm, g),
                 fmt_p(e.arm, g) if not is_base else "—",
+                fmt_verdict(e.arm, g),
                 "—" if is_base else _mde(e.arm),
+                *([_twin_cell(e)] if board.twin else []),
                 _params(e),
                 NA if e.saving is None else f"{e.saving * 100:.2f}%",
                 NA if e.share is None else f"{e.share * 100:.0f}%",
@@ -455,15 +551,23 @@ TIMING_NOTE = (
 )
 
 
-def _notes(target: Target) -> list[str]:
+def _notes(target: Target, margin: float = stats.MARGIN) -> list[str]:
     """How to read the table."""
     return [
         f"How to read: each method at its own learning rate, chosen on validation "
         f"(`oelm report`'s rule); the metric is held-out test, mean ± half-width of the 95% "
-        f"Student-t interval over seeds. The gap is % of the baseline's mean (+ = worse); the "
-        f"bracket is the 95% interval of the per-seed gaps, paired by seed, and p the paired t-test. "
-        f"A gap below the minimum detectable gap (paired t, α 0.05, power 0.8) and not significant "
-        f"is **underpowered**: not evidence of no difference. The theoretical saving is the share "
+        f"Student-t interval over seeds. The reference row is the best-tuned trainable arm (the "
+        f"best held-out mean among the complete methods that freeze nothing: baseline, "
+        f"oelm-nofreeze, ...) unless `--baseline` names one; each table says which. The gap is % "
+        f"of the reference's mean (+ = worse); the bracket is the 95% interval of the per-seed "
+        f"gaps, paired by seed, and p the t-test of those gaps, Holm-adjusted over the m ranked "
+        f"methods compared with the reference. The verdict is one of: worse (resolved), better "
+        f"(resolved), equivalent within ±{margin:g}% (TOST, Holm-adjusted), or unresolved "
+        f"(smallest detectable gap X at 80% power); unresolved is not evidence of no difference. "
+        f"Where {TWIN} (the head-wise orthogonal init, trainable) is on the board but is not the "
+        f"reference, methods freezing head-wise orthogonal Q/K also show their gap to it, with its "
+        f"own verdict (Holm over those comparisons): what freezing costs at the same init. The "
+        f"theoretical saving is the share "
         f"of full training FLOPs the method saves as its runs recorded (adapters count as extra "
         f"cost, schedules are averaged over steps); the share column divides it by {target.reference}'s, "
         f"which freezes Q and K and so saves exactly their weight gradients. Parameters: trainable / "
@@ -490,7 +594,7 @@ def render(
         "",
         f"**Target:** a variant with a {target.text()}.",
         "",
-        *_notes(target),
+        *_notes(target, boards[0].group.margin if boards else stats.MARGIN),
         "",
     ]
     if not boards:
@@ -498,7 +602,16 @@ def render(
         lines += _unranked_only(not_started)
     for i, board in enumerate(boards):
         g = board.group
-        lines += [f"## {g.title}: {g.primary_metric}", "", f"Verdict: {board.verdict}", ""]
+        lines += [f"## {g.title}: {g.primary_metric}", ""]
+        m = g.comparisons
+        lines += [
+            f"Reference: **{g.baseline}** ({board.reference_rule}); {m} ranked method"
+            f"{'s' if m != 1 else ''} compared with it (m = {m}, Holm-adjusted; equivalence margin "
+            f"±{g.margin:g}%).",
+            "",
+            f"Target: {board.verdict}",
+            "",
+        ]
         if board.warnings:
             lines += [*(f"- **Warning:** {w}" for w in board.warnings), ""]
         lines += [*_table(board), ""]
@@ -533,6 +646,11 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "gap_paired": _summary_json(a.gap_paired),
         "paired_test": a.test.to_dict() if a.test else None,
         "power": a.power.to_dict() if a.power else None,
+        "decision": a.decision.to_dict() if a.decision else None,
+        "verdict": None if a.decision is None else verdict_text(a.decision),
+        "twin_gap": _summary_json(e.twin_gap),
+        "twin_decision": e.twin_decision.to_dict() if e.twin_decision else None,
+        "twin_verdict": None if e.twin_decision is None else verdict_text(e.twin_decision),
         "trainable_params": a.trainable_params,
         "frozen_params": a.frozen_params,
         "added_params": e.added_params,
@@ -565,6 +683,11 @@ def to_json(
                 "primary_metric": b.group.primary_metric,
                 "higher_is_better": b.group.higher_is_better,
                 "baseline": b.group.baseline,
+                "reference": b.group.baseline,
+                "reference_rule": b.reference_rule,
+                "twin": b.twin,
+                "margin_percent": b.group.margin,
+                "comparisons": b.group.comparisons,
                 "verdict": b.verdict,
                 "passing": b.passing,
                 "closest": b.closest,
@@ -636,7 +759,7 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
         )
     ax.legend(fontsize=7, loc="upper left")
     ax.set_xlabel("compute saved: theoretical training-FLOP saving (%)")
-    ax.set_ylabel(f"gap vs {board.group.baseline or BASELINE} (%, + = worse), paired 95% CI")
+    ax.set_ylabel(f"gap vs {board.group.baseline or BASELINE} (reference; %, + = worse), paired 95% CI")
     ax.set_title(f"{board.group.title}: {board.group.primary_metric}", fontsize=9)
     ax.grid(alpha=0.3)
 
@@ -647,13 +770,14 @@ def write_leaderboard(
     baseline: str | None = None,
     target: Target = Target(),
     seeds: Sequence[int] | None = None,
+    margin: float = stats.MARGIN,
 ) -> tuple[Path, list[Board]]:
     """Read the records under `paths`, write OUT/leaderboard.md, leaderboard.json and pareto.png."""
     if not paths:
         raise UserError("no sweep directory given; pass the directory `oelm sweep` wrote")
-    boards, not_started, runs = build(paths, baseline, target, seeds)
+    boards, not_started, runs = build(paths, baseline, target, seeds, margin)
     out_dir = Path(out)
-    command = command_line(paths, out_dir, baseline, seeds)
+    command = command_line(paths, out_dir, baseline, seeds, margin)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(boards, out_dir / "pareto.png", target)
     atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))

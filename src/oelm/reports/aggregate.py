@@ -80,6 +80,8 @@ class Arm:
     paired_noise: Noise | None = None
     step_time_ratio: float | None = None
     study: dict[str, Any] | None = None
+    # The verdict against the table's reference (Holm-adjusted over the table's comparisons).
+    decision: stats.Decision | None = None
 
 
 @dataclass
@@ -97,6 +99,12 @@ class Group:
     warnings: list[str] = field(default_factory=list)
     # Runs of the chosen settings whose held-out numbers look wrong: shown, never used to select.
     heldout_notes: list[tuple[RunRecord, str]] = field(default_factory=list)
+    margin: float = stats.MARGIN  # equivalence margin of the TOST, % of the reference's metric
+
+    @property
+    def comparisons(self) -> int:
+        """m: the comparisons against the reference that have a test (the Holm family's size)."""
+        return next((a.decision.m for a in self.arms if a.decision is not None), 0)
 
     @property
     def higher_is_better(self) -> bool:
@@ -117,6 +125,7 @@ class Comparison:
     incomplete: list[RunRecord]
     excluded: list[RunRecord]
     n_runs: int
+    margin: float = stats.MARGIN
 
 
 def _num(value: Any) -> float | None:
@@ -274,19 +283,68 @@ def _paired_noise(runs: list[RunRecord], base_runs: list[RunRecord]) -> Noise | 
     return Noise(f"{metric} difference", float(sum(ses) / len(ses)), stats.summarize(diffs).std, size, unit)
 
 
+def gap_by_seed(arm: Arm, base: Arm, higher_is_better: bool) -> dict[int, float]:
+    """Per-seed relative gap (%, + = worse) of an arm to the reference, over the seeds both have."""
+    gaps = {
+        s: stats.relative_gap(v, base.by_seed[s], higher_is_better) for s, v in arm.by_seed.items() if s in base.by_seed
+    }
+    return {s: g for s, g in sorted(gaps.items()) if math.isfinite(g)}
+
+
+def paired_stats(arm: Arm, base: Arm, higher_is_better: bool) -> None:
+    """Fill the arm's paired interval, test and power, all on the per-seed % gaps to the reference."""
+    gaps = gap_by_seed(arm, base, higher_is_better)
+    arm.gap_paired = stats.summarize(list(gaps.values()))
+    arm.power = stats.power_analysis(list(gaps.values()))
+    # The t-test of the gaps against 0: the same quantity as the interval and the power analysis.
+    arm.test = stats.paired_test(gaps, dict.fromkeys(gaps, 0.0))
+
+
+def assess(group: Group, margin: float = stats.MARGIN) -> None:
+    """Paired statistics and the verdict of every method against the table's reference.
+
+    The family is every method of the table compared with the reference: both its difference
+    tests and its equivalence tests (TOST within ±margin) are Holm-adjusted over it. Reads only
+    the arms' per-seed values (so a stored report.json can be re-assessed).
+    """
+    group.margin = margin
+    base = next((a for a in group.arms if a.method == group.baseline), None)
+    for arm in group.arms:
+        arm.decision = None
+    if base is None:
+        return
+    others = [a for a in group.arms if a is not base]
+    for arm in others:
+        paired_stats(arm, base, group.higher_is_better)
+    gaps = [list(gap_by_seed(a, base, group.higher_is_better).values()) for a in others]
+    for arm, decision in zip(others, stats.decide_family(gaps, margin)):
+        arm.decision = decision
+
+
 def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
-    """Fill the arm's gap, paired test and step-time ratio against the baseline arm."""
+    """Fill the arm's gap of the means, paired noise and step-time ratio against the reference.
+
+    The paired interval, test, power and verdict come from `assess` (over the whole table).
+    """
+    arm.gap = arm.delta = arm.gap_paired = arm.power = arm.test = arm.paired_noise = None
+    arm.step_time_ratio = None
     if arm.primary.mean is not None and base.primary.mean is not None:
         arm.gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
         arm.delta = arm.primary.mean - base.primary.mean
     if arm is not base:
-        gaps = stats.paired_gaps(arm.by_seed, base.by_seed, higher_is_better)
-        arm.gap_paired = stats.summarize(gaps)
-        arm.power = stats.power_analysis(gaps)
-        arm.test = stats.paired_test(arm.by_seed, base.by_seed)
         arm.paired_noise = _paired_noise(arm.runs, base.runs)
     if arm.step_time.mean and base.step_time.mean:
         arm.step_time_ratio = arm.step_time.mean / base.step_time.mean
+
+
+def rebase(group: Group, reference: str, margin: float | None = None) -> None:
+    """Compare every arm of a table against another reference method (its gaps, tests, verdicts)."""
+    base = next(a for a in group.arms if a.method == reference)
+    group.baseline = reference
+    group.warnings = [w for w in group.warnings if not w.startswith("no finished '")]
+    for arm in group.arms:
+        _compare_to_baseline(arm, base, group.higher_is_better)
+    assess(group, group.margin if margin is None else margin)
 
 
 def _budget_warnings(arms: list[Arm]) -> list[str]:
@@ -375,7 +433,9 @@ def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     return sorted(methods, key=lambda m: (m != baseline, m))
 
 
-def _group(key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None) -> Group:
+def _group(
+    key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None, margin: float = stats.MARGIN
+) -> Group:
     """Build one dataset table."""
     by_method: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
@@ -396,24 +456,35 @@ def _group(key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers
         group.baseline = baseline
         for arm in arms:
             _compare_to_baseline(arm, base, group.higher_is_better)
+    assess(group, margin)
     if study is not None:
         for arm in arms:
             arm.study = study.lookup(group.task, group.dataset, group.model, arm.method)
     return group
 
 
-def compare(runs: Sequence[RunRecord], baseline: str = BASELINE, study: StudyNumbers | None = None) -> Comparison:
-    """Group finished runs into dataset tables; list incomplete and excluded runs apart."""
+def compare(
+    runs: Sequence[RunRecord],
+    baseline: str = BASELINE,
+    study: StudyNumbers | None = None,
+    margin: float = stats.MARGIN,
+) -> Comparison:
+    """Group finished runs into dataset tables; list incomplete and excluded runs apart.
+
+    Every method of a table is compared with the reference `baseline` (Holm-adjusted over the
+    table's comparisons; equivalence by TOST within ±`margin` % of the reference's metric).
+    """
     finished = [r for r in runs if r.finished]
     grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
     for run in finished:
         grouped[_group_key(run)].append(run)
-    groups = [_group(k, grouped[k], baseline, study) for k in sorted(grouped)]
+    groups = [_group(k, grouped[k], baseline, study, margin) for k in sorted(grouped)]
     return Comparison(
         groups=groups,
         incomplete=[r for r in runs if not r.finished],
         excluded=[r for r in runs if r.status in (COLLAPSED, INVALID)],
         n_runs=len(runs),
+        margin=margin,
     )
 
 

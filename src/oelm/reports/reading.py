@@ -6,8 +6,11 @@ cost or saved in time (measured step-time ratio next to the theoretical saving).
 
 from __future__ import annotations
 
-from oelm.reports.aggregate import Arm, Comparison, Group, Noise, crossing
-from oelm.reports.tables import fmt_num, fmt_saving, pct_scale, saving_fraction, significant
+from collections.abc import Mapping
+
+from oelm.reports import stats
+from oelm.reports.aggregate import Arm, Comparison, Crossing, Group, Noise, crossing
+from oelm.reports.tables import fmt_num, fmt_p, fmt_saving, pct_scale, saving_fraction, verdict_text
 
 SMALL_NOISE = 0.5  # test SE below half the seed SD: the test set adds little to the seed spread
 
@@ -78,8 +81,8 @@ def _lr_list(group: Group) -> str:
     return ", ".join(f"{a.method} {a.lr:g}" for a in group.arms if a.lr is not None)
 
 
-def _budget(group: Group) -> str:
-    """Steps, batch and sequence length as recorded by the chosen runs."""
+def budget(group: Group) -> str:
+    """Steps, batch and sequence length as recorded by the chosen runs ('' without runs)."""
     run = next((r for a in group.arms for r in a.runs), None)
     if run is None:
         return ""
@@ -89,31 +92,26 @@ def _budget(group: Group) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _sureness(arm: Arm) -> str:
-    """How sure: interval, p, and what a non-significant result can and cannot say."""
-    paired, pw, test = arm.gap_paired, arm.power, arm.test
+def _sureness(arm: Arm, group: Group) -> str:
+    """How sure, in the fixed vocabulary: the interval, p with its Holm adjustment, the verdict."""
+    paired, pw, d = arm.gap_paired, arm.power, arm.decision
     bits = []
     if paired is not None and paired.ci_low is not None:
         bits.append(f"paired 95% interval {paired.ci_low:+.1f}% to {paired.ci_high:+.1f}%")
-    if test is not None and test.p_value is not None:
-        bits.append(f"p = {test.p_value:.2g} over {test.n} seeds")
+    if d is not None and d.p is not None:
+        bits.append(f"{fmt_p(arm, group)} over {d.n} seeds")
     text = f" ({'; '.join(bits)})" if bits else ""
-    if test is None or test.p_value is None:
-        return text + ": too few seeds (or identical per-seed gaps) for a test, so the gap is unmeasured, not zero"
-    if significant(arm):
-        return text + ", a difference the seeds resolve at the 5% level"
-    if pw is not None and pw.mde is not None and pw.underpowered:
+    text += f": {verdict_text(d)}"
+    if d is None or d.p is None:
+        return text + "; the gap is unmeasured, not zero"
+    if d.verdict == stats.UNRESOLVED:
         more = (
             f"; about {pw.seeds_for_observed} seeds would be needed to detect it"
-            if pw.seeds_for_observed and pw.seeds_for_observed > pw.n
+            if pw is not None and pw.seeds_for_observed and pw.seeds_for_observed > pw.n
             else ""
         )
-        return (
-            text + f", not significant and underpowered: these seeds cannot distinguish a gap "
-            f"below {pw.mde:.1f}%, so this is not evidence that the methods are equal{more}"
-        )
-    mde = f" (smallest gap they detect: {pw.mde:.1f}%)" if pw and pw.mde else ""
-    return text + f", not significant at these seeds{mde}; not evidence that the methods are equal"
+        return text + f", not evidence that the methods are equal (nor equivalent within ±{d.margin:g}%){more}"
+    return text
 
 
 def _time(arm: Arm) -> str:
@@ -140,21 +138,25 @@ def _time(arm: Arm) -> str:
     return text
 
 
-def _arm_sentence(arm: Arm, base: Arm, group: Group, scale: float) -> str:
-    """One method against the baseline."""
+def _arm_sentence(arm: Arm, base: Arm, group: Group, scale: float, cross: Crossing | None) -> str:
+    """One method against the reference."""
     if arm.gap is None or arm.primary.mean is None:
         return f"{arm.method} has no finished runs to compare."
     direction = "worse" if arm.gap > 0 else "better"
     return (
         f"{arm.method} reached {group.primary_metric} {fmt_num(arm.primary.mean * scale)} against "
-        f"the baseline's {fmt_num(base.primary.mean * scale)}, {abs(arm.gap):.1f}% {direction}"
-        f"{_sureness(arm)}; {_time(arm)}.{_crossing(arm, base, group)}"
+        f"{_ref(base, group)}'s {fmt_num(base.primary.mean * scale)}, {abs(arm.gap):.1f}% {direction}"
+        f"{_sureness(arm, group)}; {_time(arm)}.{_crossing(arm, cross)}"
     )
 
 
-def _crossing(arm: Arm, base: Arm, group: Group) -> str:
+def _ref(base: Arm, group: Group) -> str:
+    """How the reading names the reference: 'the baseline', or the reference method by name."""
+    return "the baseline" if base.method == "baseline" else f"the reference {base.method}"
+
+
+def _crossing(arm: Arm, c: Crossing | None) -> str:
     """Where the validation curves cross: the sign of the gap depends on the budget."""
-    c = crossing(arm, base, group)
     if c is None:
         return ""
     early, late = ("behind", "ahead") if c.ahead_at_end else ("ahead of", "behind")
@@ -165,8 +167,12 @@ def _crossing(arm: Arm, base: Arm, group: Group) -> str:
     )
 
 
-def reading(group: Group) -> str:
-    """One paragraph: what differed, by how much, how sure, what it cost or saved in time."""
+def reading(group: Group, budget_text: str | None = None, crossings: Mapping[str, Crossing] | None = None) -> str:
+    """One paragraph: what differed, by how much, how sure, what it cost or saved in time.
+
+    From a stored report.json (no runs) pass the stored budget text and crossings; by default
+    both are read from the arms' runs.
+    """
     base = next((a for a in group.arms if a.method == group.baseline), None)
     if base is None or base.primary.mean is None:
         return (
@@ -175,14 +181,18 @@ def reading(group: Group) -> str:
         )
     scale = pct_scale(group)
     n = base.primary.n
-    budget = _budget(group)
+    spent = budget(group) if budget_text is None else budget_text
     head = (
-        f"In plain words: on {group.dataset} with {group.model} ({budget + ', ' if budget else ''}"
+        f"In plain words: on {group.dataset} with {group.model} ({spent + ', ' if spent else ''}"
         f"{n} seed{'s' if n != 1 else ''}, every method at its own learning rate chosen on "
         f"validation: {_lr_list(group)}), "
     )
     others = [a for a in group.arms if a is not base]
-    body = " ".join(_arm_sentence(a, base, group, scale) for a in others) or "only the baseline ran."
+
+    def cross(arm: Arm) -> Crossing | None:
+        return crossing(arm, base, group) if crossings is None else crossings.get(arm.method)
+
+    body = " ".join(_arm_sentence(a, base, group, scale, cross(a)) for a in others) or "only the reference ran."
     noise = noise_text(group)
     return head + body + (f" {noise}" if noise else "")
 

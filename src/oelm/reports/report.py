@@ -11,7 +11,8 @@ from typing import Any
 
 from oelm.reports import plots
 from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing
-from oelm.reports.reading import noise_text, reading, reading_lines
+from oelm.reports.reading import budget, noise_text, reading, reading_lines
+from oelm.reports.stats import MARGIN
 from oelm.reports.study_numbers import StudyNumbers
 from oelm.reports.tables import (
     NA,
@@ -23,10 +24,13 @@ from oelm.reports.tables import (
     fmt_p,
     fmt_saving,
     fmt_summary,
+    fmt_tost,
+    fmt_verdict,
     md_table,
     pct_scale,
     power_text,
     text_table,
+    verdict_text,
 )
 from oelm.training.records import RunRecord, load_runs
 from oelm.utils.io import atomic_write_text
@@ -47,16 +51,18 @@ def _main_table(group: Group, scale: float) -> list[str]:
         "method",
         f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
         f"{group.primary_metric}{unit}: mean ± 95% CI (n seeds)",
-        f"gap vs {group.baseline or BASELINE}, % of baseline (+ = worse) [paired 95% CI]",
+        f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI]",
     ]
     if group.higher_is_better:
         head.append(f"Δ {group.primary_metric} (points{unit}, + = better)")
     head += [
-        "p (paired by seed)",
+        "p (paired t of the per-seed gaps), Holm-adjusted",
+        f"equivalence (TOST within ±{group.margin:g}%), Holm-adjusted",
+        "verdict",
         "min. detectable gap (paired t, α=0.05, power 0.8)",
         "step time (ms)",
         "tokens/s",
-        "step-time ratio vs baseline (measured)",
+        "step-time ratio vs reference (measured)",
         "theoretical saving",
         "trainable / frozen params",
         "study (reported)",
@@ -73,6 +79,8 @@ def _main_table(group: Group, scale: float) -> list[str]:
             cells.append(NA if arm.delta is None else f"{arm.delta * scale:+.2f}")
         cells += [
             fmt_p(arm, group),
+            fmt_tost(arm, group),
+            fmt_verdict(arm, group),
             fmt_mde(arm, group),
             fmt_ms(arm.step_time),
             NA if arm.tokens_per_second.mean is None else f"{arm.tokens_per_second.mean:,.0f}",
@@ -102,6 +110,18 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:80] or "table"
 
 
+def reference_line(group: Group) -> str:
+    """Which arm every method is compared with, and the size of the Holm family."""
+    if group.baseline is None:
+        return ""
+    m = group.comparisons
+    return (
+        f"Reference: **{group.baseline}**; every other method is compared with it ({m} comparison"
+        f"{'s' if m != 1 else ''} with a test, m = {m}: p-values Holm-adjusted over them; "
+        f"equivalence within ±{group.margin:g}% by TOST, Holm-adjusted likewise)."
+    )
+
+
 def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTEND) -> list[str]:
     """Markdown of one dataset table with its LR sweep, warnings and figures."""
     scale = pct_scale(group)
@@ -112,6 +132,8 @@ def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTE
         "on validation; the primary metric is then reported for that LR only."
     )
     lines.append("")
+    if ref := reference_line(group):
+        lines += [ref, ""]
     lines += [f"> **Warning:** {w}" for w in group.warnings]
     lines += [
         f"> **Held-out information** (not used for any choice): `{r.path.as_posix()}` "
@@ -124,7 +146,7 @@ def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTE
         lines += [noise, ""]
     power = [t for a in group.arms if (t := power_text(a, group, extend))]
     if power:
-        lines += ["### Power", "", *[f"- {t}" for t in power], ""]
+        lines += ["### Verdicts and power", "", *[f"- {t}" for t in power], ""]
     lines += ["### Learning-rate sweep (validation)", ""]
     lines += _lr_table(group)
     slug = f"{index:02d}-{_slug(group.title)}"
@@ -150,15 +172,20 @@ def _runs_list(title: str, runs: Sequence[RunRecord], note: str) -> list[str]:
 
 READING_NOTES = [
     "How to read: mean ± half-width of the two-sided 95% Student-t interval over seeds "
-    "(n/a when n = 1). Gaps are relative to the baseline's mean, in % of the baseline, "
-    "signed so that + means worse (perplexity: (m/b - 1)·100; accuracy: (b - m)/b·100); "
-    "the bracket is the 95% interval of the per-seed gaps, paired by seed. p-values come from "
-    "a paired t-test over seeds both arms share (>= 3 seeds; Wilcoxon signed-rank too at >= 6). "
-    "The minimum detectable gap is the smallest |mean paired gap| that this paired t-test "
-    "(two-sided, alpha 0.05) finds with probability 0.8 at this number of seeds, from the "
-    "observed SD of the per-seed gaps (noncentral t); an observed gap below it is flagged "
-    "underpowered: not significant then means 'cannot tell', never 'no difference'. "
-    "The step-time ratio is measured (method / baseline mean step time); the theoretical "
+    "(n/a when n = 1). Gaps are relative to the reference's mean (the `--baseline` method), in % "
+    "of it, signed so that + means worse (perplexity: (m/b - 1)·100; accuracy: (b - m)/b·100); "
+    "the bracket is the 95% interval of the per-seed gaps, paired by seed, and p the t-test of "
+    "those same per-seed gaps against 0 (>= 3 seeds; Wilcoxon signed-rank too at >= 6). Every "
+    "method of a table is compared with the reference: the m p-values of a table are "
+    "Holm-adjusted (statsmodels), and so are the m equivalence tests (two one-sided t-tests, TOST, "
+    "that the mean gap lies within ±the margin). Each comparison gets one verdict: **worse "
+    "(resolved)** or **better (resolved)** when the Holm-adjusted p is below 0.05; else "
+    "**equivalent within ±M%** when the Holm-adjusted TOST p is below 0.05; else **unresolved "
+    "(smallest detectable gap X at 80% power)**, where X is the smallest |mean paired gap| this "
+    "paired t-test (two-sided, alpha 0.05) finds with probability 0.8 at this number of seeds, "
+    "from the observed SD of the per-seed gaps (noncentral t). Unresolved never means 'no "
+    "difference': only equivalence does, and only within its margin. "
+    "The step-time ratio is measured (method / reference mean step time); the theoretical "
     "saving is what the run recorded (n/a when it did not). 'study (reported)' is the original "
     "study's own number at its own scale, copied from configs/study/study_numbers.yaml; it is "
     "not computed here.",
@@ -202,6 +229,8 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "delta": arm.delta,
         "paired_test": arm.test.to_dict() if arm.test else None,
         "power": arm.power.to_dict() if arm.power else None,
+        "decision": arm.decision.to_dict() if arm.decision else None,
+        "verdict": None if arm.decision is None else verdict_text(arm.decision),
         "mean_step_time": arm.step_time.mean,
         "tokens_per_second": arm.tokens_per_second.mean,
         "step_time_ratio": arm.step_time_ratio,
@@ -243,6 +272,8 @@ def _crossings_json(group: Group) -> dict[str, Any]:
 def to_json(comparison: Comparison) -> dict[str, Any]:
     """Machine-readable form of the report (the same numbers as the markdown)."""
     return {
+        "margin_percent": comparison.margin,
+        "test_scale": "per-seed % gap to the reference (the paired interval's quantity)",
         "groups": [
             {
                 "task": g.task,
@@ -251,6 +282,11 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
                 "primary_metric": g.primary_metric,
                 "selection_metric": g.selection_metric,
                 "baseline": g.baseline,
+                "reference": g.baseline,
+                "higher_is_better": g.higher_is_better,
+                "margin_percent": g.margin,
+                "comparisons": g.comparisons,
+                "budget": budget(g),
                 "warnings": g.warnings,
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
                 "reading": _reading(g),
@@ -274,6 +310,7 @@ def write_report(
     study_numbers: str | Path | None = None,
     extend: str = SWEEP_EXTEND,
     epilogue: Callable[[Comparison], list[str]] | None = None,
+    margin: float = MARGIN,
 ) -> tuple[Path, Comparison]:
     """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both.
 
@@ -287,7 +324,7 @@ def write_report(
     runs = load_runs(paths)
     out_dir = Path(out) if out else Path(paths[0]) / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    comparison = compare(runs, baseline=baseline, study=study)
+    comparison = compare(runs, baseline=baseline, study=study, margin=margin)
     text = render(comparison, out_dir, [str(p) for p in paths], extend)
     if epilogue is not None:
         text = text.rstrip() + "\n\n" + "\n".join(epilogue(comparison)).rstrip() + "\n"
@@ -314,14 +351,15 @@ def summary_table(group: Group) -> list[str]:
         "setting\n(val)",
         f"{group.primary_metric}{unit}\nmean ± 95% CI (n)",
         "gap % (+ = worse)\n[paired 95% CI]",
-        "p\n(paired)",
+        f"Holm p\n(m = {group.comparisons})",
         "time\nratio",
         "FLOP\nsaving",
     ]
     rows = []
     for arm in group.arms:
-        if arm.test:
-            p = fmt_p(arm, group).split(" (")[0]
+        d = arm.decision
+        if d is not None and d.p is not None:
+            p = f"{d.holm_p:.2g}"  # the raw p is in the verdict line under the table
         else:
             p = "—" if arm.method == group.baseline else NA
         rows.append(
@@ -352,13 +390,15 @@ def print_summary(comparison: Comparison, extend: str = SWEEP_EXTEND) -> None:
         console = Console(width=SUMMARY_WIDTH)
     for group in comparison.groups:
         console.print(group.title, style="bold", markup=False, highlight=False, soft_wrap=True)
+        if ref := reference_line(group):
+            console.print(ref.replace("**", ""), markup=False, highlight=False)
         for line in summary_table(group):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         for warning in group.warnings:
             console.print(f"[yellow]warning:[/] {escape(warning)}")
         for arm in group.arms:
             if text := power_text(arm, group, extend):
-                console.print(f"[cyan]power:[/] {escape(text.replace('**', ''))}")
+                console.print(f"[cyan]verdict:[/] {escape(text.replace('**', ''))}")
     if comparison.groups:
         console.print(SUMMARY_MORE, markup=False, highlight=False)
     if comparison.excluded or comparison.incomplete:

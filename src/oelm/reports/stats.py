@@ -202,3 +202,110 @@ def power_analysis(diffs: Sequence[float], alpha: float = ALPHA, power: float = 
         return Power(n, 0.0, 0.0, mean, False, n, alpha, power)
     mde = min_detectable_effect_size(n, alpha, power) * sd
     return Power(n, sd, mde, mean, abs(mean) < mde, seeds_needed(mean / sd, alpha, power), alpha, power)
+
+
+# ---- multiplicity and equivalence ---------------------------------------------------------------
+MARGIN = 1.0  # default equivalence margin of the TOST, in % of the reference's metric
+
+WORSE, BETTER, EQUIVALENT, UNRESOLVED = "worse", "better", "equivalent", "unresolved"
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm-adjusted p-values of a family (statsmodels' multipletests); None stays None.
+
+    The family is the p-values that exist: m = the number of not-None entries.
+    """
+    from statsmodels.stats.multitest import multipletests  # heavy optional dependency: imported on use
+
+    present = [i for i, p in enumerate(pvalues) if p is not None]
+    out: list[float | None] = [None] * len(pvalues)
+    if not present:
+        return out
+    adjusted = multipletests([float(pvalues[i]) for i in present], method="holm")[1]
+    for i, p in zip(present, adjusted):
+        out[i] = float(p)
+    return out
+
+
+def gap_test(gaps: Sequence[float]) -> tuple[float | None, float | None]:
+    """Two-sided one-sample t-test of per-seed paired gaps against 0: (t, p), None when undefined.
+
+    Undefined below MIN_PAIRED_SEEDS gaps or when every gap is the same (zero variance).
+    """
+    vals = _finite(gaps)
+    if len(vals) < MIN_PAIRED_SEEDS or np.allclose(vals, vals[0]):
+        return None, None
+    res = sps.ttest_1samp(vals, 0.0)
+    return float(res.statistic), float(res.pvalue)
+
+
+def tost(gaps: Sequence[float], margin: float = MARGIN) -> float | None:
+    """p-value of the paired TOST that the mean gap lies within ±margin (statsmodels' ttost_paired).
+
+    The per-seed gaps are the paired differences (method against the reference, already paired
+    by seed), so the test runs on them against zeros. None where a t-test is undefined.
+    """
+    from statsmodels.stats.weightstats import ttost_paired  # heavy optional dependency: imported on use
+
+    vals = _finite(gaps)
+    if len(vals) < MIN_PAIRED_SEEDS or np.allclose(vals, vals[0]) or margin <= 0:
+        return None
+    p = float(ttost_paired(np.array(vals), np.zeros(len(vals)), -margin, margin)[0])
+    return p if math.isfinite(p) else None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict of one comparison against the reference, from Holm-adjusted tests of its family.
+
+    verdict is WORSE or BETTER (the difference test's Holm p < alpha), EQUIVALENT (else the TOST's
+    Holm p < alpha: the gap lies within ±margin) or UNRESOLVED (neither; mde says what the seeds
+    could have resolved). p and the TOST are on the per-seed % gaps, the quantity of the paired
+    interval; m is the number of comparisons in the family (those with a p-value).
+    """
+
+    verdict: str
+    n: int
+    mean_gap: float | None
+    p: float | None
+    holm_p: float | None
+    tost_p: float | None
+    tost_holm_p: float | None
+    m: int
+    margin: float
+    mde: float | None
+    alpha: float = ALPHA
+    power: float = POWER
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+def decide_family(
+    families: Sequence[Sequence[float]], margin: float = MARGIN, alpha: float = ALPHA, power: float = POWER
+) -> list[Decision]:
+    """One Decision per comparison of a family, given each comparison's per-seed % gaps.
+
+    Both the difference test and the TOST are Holm-adjusted over the family (m = the comparisons
+    that have a p-value). A resolved difference takes precedence over equivalence: a gap the seeds
+    resolve is reported as such even where it lies within the margin.
+    """
+    gaps = [_finite(g) for g in families]
+    ps = [gap_test(g)[1] for g in gaps]
+    tosts = [tost(g, margin) if p is not None else None for g, p in zip(gaps, ps)]
+    holm_ps, holm_tosts = holm(ps), holm(tosts)
+    m = sum(p is not None for p in ps)
+    out = []
+    for g, p, hp, tp, htp in zip(gaps, ps, holm_ps, tosts, holm_tosts):
+        mean = float(np.mean(g)) if g else None
+        pw = power_analysis(g, alpha, power)
+        if hp is not None and hp < alpha and mean is not None and mean != 0:
+            verdict = WORSE if mean > 0 else BETTER
+        elif htp is not None and htp < alpha:
+            verdict = EQUIVALENT
+        else:
+            verdict = UNRESOLVED
+        mde = pw.mde if p is not None else None  # no test: no detectable gap to state
+        out.append(Decision(verdict, len(g), mean, p, hp, tp, htp, m, margin, mde, alpha, power))
+    return out

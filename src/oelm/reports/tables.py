@@ -11,8 +11,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Group
-from oelm.reports.stats import Summary
+from oelm.reports.stats import Decision, Summary
 
 NA = "n/a"
 
@@ -109,19 +110,66 @@ def fmt_gap(arm: Arm, group: Group) -> str:
     return text
 
 
+def _pval(p: float | None) -> str:
+    """A p-value in three significant figures, or n/a."""
+    return NA if p is None else f"{p:.3g}"
+
+
 def fmt_p(arm: Arm, group: Group) -> str:
-    """Paired t-test p-value (Wilcoxon too when there are enough seeds)."""
+    """'p = 0.012, Holm p = 0.048 (m = 4)': the paired t-test of the per-seed gaps, raw and adjusted.
+
+    m is the number of comparisons against the reference in this table (the Holm family).
+    """
     if arm.method == group.baseline:
         return "—"
-    test = arm.test
-    if test is None:
-        paired = arm.gap_paired.n if arm.gap_paired else 0
-        return f"n/a ({paired} paired seeds; needs >= 3)"
-    p = NA if test.p_value is None else f"{test.p_value:.3g}"
-    text = f"{p} (t, n={test.n})"
-    if test.wilcoxon_p is not None:
-        text += f"; Wilcoxon {test.wilcoxon_p:.3g}"
+    d = arm.decision
+    if d is None or d.p is None:
+        n = d.n if d is not None else (arm.gap_paired.n if arm.gap_paired else 0)
+        why = "identical per-seed gaps" if n >= stats.MIN_PAIRED_SEEDS else f"{n} paired seeds; needs >= 3"
+        return f"n/a ({why})"
+    text = f"p = {_pval(d.p)}, Holm p = {_pval(d.holm_p)} (m = {d.m})"
+    if arm.test is not None and arm.test.wilcoxon_p is not None:
+        text += f"; Wilcoxon {arm.test.wilcoxon_p:.3g}"
     return text
+
+
+def fmt_tost(arm: Arm, group: Group) -> str:
+    """'TOST p = 0.004, Holm p = 0.012 (m = 4)': the equivalence test within ±margin, raw and adjusted."""
+    if arm.method == group.baseline:
+        return "—"
+    d = arm.decision
+    if d is None or d.tost_p is None:
+        return NA
+    return f"TOST p = {_pval(d.tost_p)}, Holm p = {_pval(d.tost_holm_p)} (m = {d.m})"
+
+
+def verdict_text(d: Decision | None) -> str:
+    """The one wording of a comparison's verdict, from the fixed vocabulary:
+
+    'worse (resolved)', 'better (resolved)', 'equivalent within ±M%' or
+    'unresolved (smallest detectable gap X% at 80% power)'. Every report, reading, board and
+    generated doc words a comparison through this function.
+    """
+    if d is None:
+        return "unresolved (smallest detectable gap n/a at 80% power: no reference to compare with)"
+    if d.verdict in (stats.WORSE, stats.BETTER):
+        return f"{d.verdict} (resolved)"
+    if d.verdict == stats.EQUIVALENT:
+        return f"equivalent within ±{d.margin:g}%"
+    power = f"{d.power * 100:g}% power"
+    if d.mde is not None:
+        return f"unresolved (smallest detectable gap {d.mde:.2f}% at {power})"
+    why = "identical per-seed gaps" if d.n >= stats.MIN_PAIRED_SEEDS else f"{d.n} paired seed(s), a test needs 3"
+    return f"unresolved (smallest detectable gap n/a at {power}: {why})"
+
+
+def fmt_verdict(arm: Arm, group: Group) -> str:
+    """The verdict of an arm against the table's reference ('reference' for the reference itself)."""
+    if arm.method == group.baseline:
+        return "reference"
+    if group.baseline is None:
+        return NA
+    return verdict_text(arm.decision)
 
 
 SWEEP_EXTEND = "oelm sweep SPEC.yaml --seeds {seeds}"  # how a report's reader adds seeds
@@ -132,62 +180,58 @@ def seeds_arg(n: int) -> str:
     return " ".join(str(i) for i in range(n)) if n <= 8 else f"$(seq 0 {n - 1})"
 
 
-def significant(arm: Arm) -> bool:
-    """Whether the paired t-test rejects equal means at the power analysis' alpha."""
-    test, pw = arm.test, arm.power
-    return bool(test and test.p_value is not None and pw and test.p_value < pw.alpha)
+def resolved(arm: Arm) -> bool:
+    """Whether the Holm-adjusted paired test resolves the gap (verdict worse or better)."""
+    d = arm.decision
+    return d is not None and d.verdict in (stats.WORSE, stats.BETTER)
 
 
 def fmt_mde(arm: Arm, group: Group) -> str:
-    """Minimum detectable gap at this number of seeds, flagged when the observed gap is below it."""
+    """Minimum detectable gap at this number of seeds (paired t, alpha 0.05, power 0.8)."""
     if arm.method == group.baseline:
         return "—"
     pw = arm.power
     if pw is None or pw.mde is None:
         return f"n/a ({pw.n if pw else 0} paired seeds)"
-    text = f"±{pw.mde:.2f}% (n={pw.n})"
-    if pw.underpowered and not significant(arm):
-        text += " **underpowered**"
-    return text
+    return f"±{pw.mde:.2f}% (n={pw.n})"
 
 
 def power_text(arm: Arm, group: Group, extend: str = SWEEP_EXTEND) -> str:
-    """One sentence on what this comparison can resolve; never reads 'not significant' as 'equal'."""
+    """One line per comparison: its verdict, then what the seeds can resolve and how to add seeds.
+
+    Never reads an unresolved gap as 'equal': only the equivalence test makes that claim.
+    """
     pw = arm.power
     if arm.method == group.baseline or pw is None:
         return ""
+    head = f"{arm.method}: {fmt_verdict(arm, group)}"
     if pw.mde is None or pw.sd_diff is None:
         return (
-            f"{arm.method}: {pw.n} paired seed(s), too few for a power estimate (>= 2) or a "
-            "test (>= 3): the gap is unmeasured, not zero."
+            f"{head}; {pw.n} paired seed(s), too few for a power estimate (>= 2) or a test (>= 3): "
+            "the gap is unmeasured, not zero."
         )
     if pw.sd_diff == 0:
         return (
-            f"{arm.method}: the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} "
-            "seeds, so the t-test is undefined; add seeds before reading it."
+            f"{head}; the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} seeds, so "
+            "the t-test is undefined; add seeds before reading it."
         )
     text = (
-        f"{arm.method}: with {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), the paired "
-        f"t-test (two-sided, alpha {pw.alpha:g}, power {pw.power:g}) detects gaps of "
-        f"±{pw.mde:.2f}% or more; observed {pw.observed:+.2f}%"
+        f"{head}; {fmt_p(arm, group)}. With {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), "
+        f"the paired t-test (two-sided, alpha {pw.alpha:g}, power {pw.power:g}) detects gaps of "
+        f"±{pw.mde:.2f}% or more; observed {pw.observed:+.2f}%."
     )
-    p = arm.test.p_value if arm.test else None
-    p_text = "no p-value" if p is None else f"p = {p:.3g}"
-    if significant(arm):
-        return text + f", significant ({p_text})."
-    if pw.underpowered:
+    d = arm.decision
+    if d is not None and d.verdict == stats.UNRESOLVED:
         text += (
-            f" ({p_text}). **Underpowered: this cannot distinguish a gap below {pw.mde:.2f}%**;"
-            " a non-significant result here is not evidence of no difference."
+            f" Unresolved is not evidence of no difference: only the equivalence test (TOST within "
+            f"±{d.margin:g}%) makes that claim."
         )
-    else:
-        text += f", not significant ({p_text}); that is not evidence of no difference."
-    if pw.seeds_for_observed and pw.seeds_for_observed > pw.n:
-        cmd = extend.format(seeds=seeds_arg(pw.seeds_for_observed))
-        text += (
-            f" Detecting a gap of {abs(pw.observed):.2f}% with power {pw.power:g} needs about "
-            f"{pw.seeds_for_observed} seeds (`{cmd}` reuses the finished runs)."
-        )
+        if pw.seeds_for_observed and pw.seeds_for_observed > pw.n:
+            cmd = extend.format(seeds=seeds_arg(pw.seeds_for_observed))
+            text += (
+                f" Detecting a gap of {abs(pw.observed):.2f}% with power {pw.power:g} needs about "
+                f"{pw.seeds_for_observed} seeds (`{cmd}` reuses the finished runs)."
+            )
     return text
 
 

@@ -25,11 +25,19 @@ KIND is one of
 
 RECORD is a path relative to the markdown file's folder: a folder (meaning its report.json) or a
 .json file, optionally with #DATASET to pick one table of a record holding several. FIELD, for a
-METHOD of that table: metric (mean ± 95% CI over seeds), mean, gap (paired interval), p, mde
-(minimum detectable gap, flagged when underpowered), detectable (its number alone), needed (seeds
+METHOD of that table: metric (mean ± 95% CI over seeds), mean, gap (paired interval), p (raw and
+Holm-adjusted with the number of comparisons m), verdict (worse / better (resolved), equivalent
+within ±margin, unresolved (smallest detectable gap X at 80% power)), tost (the equivalence test),
+mde (minimum detectable gap), detectable (its number alone), needed (seeds
 to detect the observed gap), points (accuracy difference), crossing (validation curves), lr, seeds,
 ratio (step time), saving (theoretical FLOP saving), share (of the reference's saving, boards
-only), noise / pairednoise (test-set noise over seed noise). Without METHOD: link, title.
+only), noise / pairednoise (test-set noise over seed noise). Without METHOD: link, title,
+reference (the arm every method of the table is compared with).
+
+The paired tests, their Holm adjustment, the equivalence tests and the verdicts are recomputed
+from each record's per-seed values (`by_seed`) with `oelm.reports.aggregate.assess`, so records
+written before those existed read in the same vocabulary as new ones; the margin is the record's
+`margin_percent` (1% where it has none).
 """
 
 from __future__ import annotations
@@ -43,8 +51,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oelm.reports.aggregate import Arm, Group, Noise
-from oelm.reports.stats import PairedTest, Power, Summary
+from oelm.reports.aggregate import Arm, Crossing, Group, Noise, assess
+from oelm.reports.reading import reading
+from oelm.reports.stats import MARGIN, PairedTest, Power, Summary
 from oelm.reports.tables import (
     NA,
     fmt_gap,
@@ -53,6 +62,8 @@ from oelm.reports.tables import (
     fmt_p,
     fmt_saving,
     fmt_summary,
+    fmt_tost,
+    fmt_verdict,
     md_table,
     pct_scale,
 )
@@ -162,6 +173,11 @@ class Record:
         raise DocError(f"{where}: no table for dataset {dataset!r} in {self.path}")
 
 
+def ranked(table: dict) -> set[str]:
+    """The ranked methods of a stored leaderboard table."""
+    return {e["method"] for e in table.get("ranked", [])}
+
+
 def load_record(path: Path) -> Record:
     """Read a report.json or leaderboard.json into oelm's own report objects."""
     raw = json.loads(path.read_text())
@@ -169,17 +185,20 @@ def load_record(path: Path) -> Record:
     tables = []
     for g in raw["tables"] if leaderboard else raw["groups"]:
         entries = g["ranked"] + g["incomplete"] if leaderboard else g["arms"]
-        group = Group(
-            task=g["task"],
-            dataset=g["dataset"],
-            model=g["model"],
-            primary_metric=g["primary_metric"],
-            selection_metric=g.get("selection_metric", ""),
-            arms=[_arm(e) for e in entries],
-            baseline=g.get("baseline"),
-            direction=g.get("higher_is_better"),
-            warnings=list(g.get("warnings", [])),
-        )
+        fields = {
+            "task": g["task"],
+            "dataset": g["dataset"],
+            "model": g["model"],
+            "primary_metric": g["primary_metric"],
+            "selection_metric": g.get("selection_metric", ""),
+            "baseline": g.get("reference", g.get("baseline")),
+            "direction": g.get("higher_is_better"),
+        }
+        group = Group(arms=[_arm(e) for e in entries], warnings=list(g.get("warnings", [])), **fields)
+        # The family of a board is its ranked methods; of a report, every method of the table.
+        family = group if not leaderboard else Group(arms=[a for a in group.arms if a.method in ranked(g)], **fields)
+        assess(family, float(g.get("margin_percent", raw.get("margin_percent", MARGIN))))
+        group.margin = family.margin
         tables.append(Table(group, g, {e["method"]: e for e in entries}))
     return Record(path, "leaderboard" if leaderboard else "report", tables, raw)
 
@@ -211,10 +230,8 @@ class Records:
 
 
 def _p(arm: Arm, table: Table) -> str:
-    """'p = 0.0328' in fmt_p's precision (the paired t-test), or why there is none."""
-    if arm.test is None or arm.test.p_value is None:
-        return fmt_p(arm, table.group)
-    return f"p = {arm.test.p_value:.3g}"
+    """'p = 0.0328, Holm p = 0.0656 (m = 2)' (fmt_p: the paired t-test of the per-seed gaps)."""
+    return fmt_p(arm, table.group)
 
 
 def _points(arm: Arm, table: Table) -> str:
@@ -261,6 +278,8 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "mean": lambda a, t: fmt_num(None if a.primary.mean is None else a.primary.mean * pct_scale(t.group)),
     "gap": lambda a, t: fmt_gap(a, t.group),
     "p": _p,
+    "verdict": lambda a, t: fmt_verdict(a, t.group),
+    "tost": lambda a, t: fmt_tost(a, t.group),
     "mde": lambda a, t: fmt_mde(a, t.group),
     "detectable": lambda a, t: NA if a.power is None or a.power.mde is None else f"{a.power.mde:.2f}%",
     "needed": lambda a, t: (
@@ -290,7 +309,9 @@ def fill(template: str, records: Records, where: str) -> str:
                 return link
             if parts[1] == "title" and table is not None:
                 return table.group.title
-            raise DocError(f"{here}: a record-level field is link or title (title needs one table)")
+            if parts[1] == "reference" and table is not None:
+                return str(table.group.baseline)
+            raise DocError(f"{here}: a record-level field is link, title or reference (those two need one table)")
         if len(parts) != 3:
             raise DocError(f"{here}: expected {{{{RECORD METHOD FIELD}}}} or {{{{RECORD link}}}}")
         spec, method, name = parts
@@ -312,12 +333,22 @@ ARMS_HEADER = [
     "LR (chosen on val)",
     "{metric} ± 95% CI (n)",
     "gap % [paired 95% CI] (+ = worse)",
-    "p (paired)",
+    "p, Holm p (m comparisons)",
+    "verdict",
     "min. detectable gap",
     "step time vs baseline",
     "FLOP saving",
 ]
-BOARD_HEADER = ["rank", "method", "{metric} ± 95% CI (n)", "gap % [paired 95% CI]", "p", "saving kept", "misses"]
+BOARD_HEADER = [
+    "rank",
+    "method",
+    "{metric} ± 95% CI (n)",
+    "gap % [paired 95% CI]",
+    "p, Holm p (m comparisons)",
+    "verdict",
+    "saving kept",
+    "misses",
+]
 
 
 def _header(columns: Sequence[str], group: Group) -> list[str]:
@@ -338,15 +369,27 @@ def arms_block(spec: str, records: Records, where: str) -> str:
                 FIELDS["metric"](a, t),
                 fmt_gap(a, g),
                 fmt_p(a, g),
+                fmt_verdict(a, g),
                 fmt_mde(a, g),
                 _ratio(a, t),
                 fmt_saving(a.theoretical_saving),
             ]
             for a in g.arms
         ]
-        out += [f"**{g.title}**, {g.primary_metric} (from [{link}]({link})):", ""]
+        out += [f"**{g.title}**, {g.primary_metric} (from [{link}]({link})), {_reference(t)}:", ""]
         out += [*md_table(_header(ARMS_HEADER, g), rows), ""]
     return "\n".join(out).rstrip()
+
+
+def _reference(t: Table) -> str:
+    """Which arm the table compares with, how it was chosen, and the Holm family's size."""
+    g = t.group
+    rule = t.raw.get("reference_rule") or "the record's --baseline"
+    return (
+        f"reference **{g.baseline}** ({rule}; m = {g.comparisons} comparison{'s' if g.comparisons != 1 else ''}, "
+        "Holm-adjusted; "
+        f"equivalence margin ±{g.margin:g}%)"
+    )
 
 
 def board_block(spec: str, records: Records, where: str) -> str:
@@ -362,8 +405,10 @@ def board_block(spec: str, records: Records, where: str) -> str:
             e = t.entries[a.method]
             misses = "meets the target" if e.get("meets_target") else "; ".join(e.get("misses") or []) or "—"
             rank = "incomplete" if e.get("incomplete") else str(e.get("rank", ""))
-            rows.append([rank, a.method, FIELDS["metric"](a, t), fmt_gap(a, g), fmt_p(a, g), _share(a, t), misses])
-        out += [f"**{g.title}**, {g.primary_metric} (from [{link}]({link}); `{record.raw.get('command', '')}`):", ""]
+            cells = [FIELDS["metric"](a, t), fmt_gap(a, g), fmt_p(a, g), fmt_verdict(a, g), _share(a, t), misses]
+            rows.append([rank, a.method, *cells])
+        command = record.raw.get("command", "")
+        out += [f"**{g.title}**, {g.primary_metric} (from [{link}]({link}); `{command}`), {_reference(t)}:", ""]
         out += [*md_table(_header(BOARD_HEADER, g), rows), "", str(t.raw.get("verdict", "")).strip(), ""]
     return "\n".join(out).rstrip()
 
@@ -372,10 +417,23 @@ def reading_block(spec: str, records: Records, where: str) -> str:
     """The plain-language paragraph(s) `oelm report` stored with the record."""
     record, table, _ = records.get(spec, where)
     tables = [table] if table is not None else record.tables
-    paragraphs = [t.raw.get("reading") for t in tables]
-    if not all(paragraphs):
+    if not all(t.raw.get("reading") for t in tables):
         raise DocError(f"{where}: {spec} stores no reading (written by a version of oelm report before it had one)")
-    return "\n\n".join(paragraphs)
+    return "\n\n".join(_reading(t) for t in tables)
+
+
+def _stored_budget(raw: dict) -> str:
+    """The budget text of a stored table: its `budget`, else as its stored reading words it."""
+    if "budget" in raw:
+        return raw["budget"]
+    found = re.search(r" with [^()]* \((.*?)\d+ seeds?, every method", raw.get("reading", ""))
+    return found.group(1).rstrip(", ") if found else ""
+
+
+def _reading(t: Table) -> str:
+    """The plain-language paragraph, regenerated from the stored numbers in today's vocabulary."""
+    crossings = {m: Crossing(**c) for m, c in t.raw.get("crossings", {}).items()}
+    return reading(t.group, budget_text=_stored_budget(t.raw), crossings=crossings)
 
 
 def records_block(records: Records) -> str:

@@ -222,7 +222,7 @@ def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Pa
     assert {e["decision"]["m"] for e in table["ranked"] if e["decision"]} == {5}
     assert ranked["baseline"]["verdict"] == "worse (resolved)"
     md = md_path.read_text()
-    assert "Reference: **oelm-nofreeze** (oelm-nofreeze, the best-tuned trainable arm" in md
+    assert "Reference: **oelm-nofreeze** (the best-tuned trainable arm: best held-out mean" in md
     assert "(m = 5)" in md and "verdict vs oelm-nofreeze" in md
     assert table["twin"] is None  # the twin is the reference: no second column
     # A named reference keeps the baseline; the twin column then shows the gap to oelm-nofreeze.

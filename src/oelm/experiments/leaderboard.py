@@ -323,15 +323,15 @@ def build_board(
         reasons[arm.method] = _incomplete_reason(arm, n_max, missing, unfinished)
     complete = {m for m, why in reasons.items() if not why}
     if fixed_reference:
-        rule = f"{group.baseline}, named by --baseline"
+        rule = "named by --baseline"
     else:
         best = choose_reference(group, complete)
         if best is not None:
             if best.method != group.baseline:
                 rebase(group, best.method)
-            rule = f"{best.method}, the best-tuned trainable arm (best held-out mean among complete methods freezing nothing)"
+            rule = "the best-tuned trainable arm: best held-out mean among complete methods freezing nothing"
         else:
-            rule = f"{group.baseline} (no complete method freezes nothing)"
+            rule = "no complete method freezes nothing: the default reference"
     base = next((a for a in group.arms if a.method == group.baseline), None)
     ref = next((a for a in group.arms if a.method == target.reference), None)
     ref_saving = saving_fraction(ref.theoretical_saving) if ref else None

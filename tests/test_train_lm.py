@@ -190,3 +190,30 @@ def test_compiled_training_runs_and_matches_eager(tmp_path: Path) -> None:
     assert compiled["best_val_loss"] == pytest.approx(eager["best_val_loss"], rel=1e-5)
     timing = json.loads((tmp_path / "compiled" / "timing_stats.json").read_text())
     assert timing["compiled"] is True
+
+
+def test_a_run_moved_to_another_place_still_samples_and_exports(shared_data: Path, tmp_path: Path, capsys) -> None:
+    """The tokenizer was given by a local path that no longer exists: the run's own copy is used."""
+    import shutil
+
+    from oelm.cli import main
+    from oelm.data.lm import prepare_lm
+
+    tok = tmp_path / "tok"
+    shutil.copytree(shared_data / "tokenizers" / "gpt2", tok)
+    src = tmp_path / "corpus.txt"
+    src.write_text("\n\n".join(f"Once upon a time there was a cat number {i}." for i in range(200)))
+    prepare_lm(src, f"gpt2:{tok}", tmp_path / "data", val_fraction=0.1, verbose=False)
+    cfg = tiny_config(tmp_path / "data", tmp_path / "run", steps=3, warmup=0)
+    cfg["model_overrides"] = {**cfg.get("model_overrides", {}), "vocab_size": 50257}
+    with one_thread():
+        train(cfg)
+    assert (tmp_path / "run" / "tokenizer" / "vocab.json").is_file()
+    moved = tmp_path / "elsewhere" / "run"
+    shutil.move(tmp_path / "run", moved)
+    shutil.rmtree(tok)  # the original path is gone, as on another machine
+    capsys.readouterr()
+    assert main(["sample", str(moved), "--prompt", "Once upon", "--tokens", "3", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("Once upon")
+    assert main(["export", str(moved), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "tokenizer.json").is_file() or (tmp_path / "hf" / "vocab.json").is_file()

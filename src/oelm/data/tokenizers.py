@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -280,3 +281,49 @@ def _from_auto_tokenizer(name_or_path: str, spec: str) -> Tokenizer:
         raise UserError(f"tokenizer {name_or_path!r} has no fast (Rust) backend; save it with tokenizer.json")
     name = Path(name_or_path).name or name_or_path
     return HFTokenizer(backend, spec=spec, name=name, eot_id=int(eot_id))
+
+
+# Files that make up a local tokenizer (a GPT-2 files folder or a Hugging Face tokenizer folder).
+TOKENIZER_FILES = (
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def copy_local_tokenizer(spec: str, dest: Path) -> bool:
+    """Copy the files of a tokenizer given by a local path into `dest`; False for names and 'byte'.
+
+    A run keeps its own copy so that it can be sampled and exported on another machine, where
+    the original absolute path does not exist.
+    """
+    if spec in ("byte", "gpt2"):
+        return False
+    raw = spec[len("gpt2:") :] if spec.startswith("gpt2:") else spec
+    path = Path(raw).expanduser()
+    if not path.exists():
+        return False  # a hub name: portable as it is
+    files = [path] if path.is_file() else [path / f for f in TOKENIZER_FILES if (path / f).is_file()]
+    files += [] if path.is_file() else sorted(path.glob("*.tiktoken"))
+    if not files:
+        return False
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copyfile(f, dest / f.name)
+    return True
+
+
+def relocated_spec(spec: str, folder: Path) -> str:
+    """The spec of `spec`'s tokenizer read from its copy in `folder` (same kind, new place)."""
+    if spec.startswith("gpt2:"):
+        return f"gpt2:{folder}"
+    raw = Path(spec).expanduser()
+    if raw.suffix == ".tiktoken":
+        return str(folder / raw.name)
+    return str(folder)

@@ -26,7 +26,7 @@ from oelm.core.restore import carry_method
 from oelm.data.tokenizers import EOT_TEXT, HFTokenizer, TiktokenTokenizer, load_tokenizer
 from oelm.models.gpt import GPT, GPTClassifier
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
-from oelm.training.runs import existing_run_dir, load_model
+from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_json, read_yaml
 from oelm.utils.lock import pid_alive
@@ -175,9 +175,8 @@ def export_hf(
         raise UserError(f"output {str(out)!r} is a file; choose a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder or pass --overwrite")
-    spec = read_metadata(resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)).get(
-        "tokenizer", ""
-    )
+    checkpoint = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)
+    spec = run_tokenizer_spec(run_dir, read_metadata(checkpoint))
     model = load_model(run_dir, which)
     config = read_yaml(Path(run_dir) / "config.yaml", "run config")
     context = int(config.get("seq_len") or model.config.block_size)  # the context it trained at

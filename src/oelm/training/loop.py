@@ -21,6 +21,7 @@ from tqdm import tqdm
 from oelm.core.audit import AuditCheck, audit_model, verify_audit
 from oelm.core.freezing import apply_method, optimizer_groups, scale_group_lrs, sync_optimizer
 from oelm.core.schedules import make_schedule
+from oelm.data.tokenizers import copy_local_tokenizer
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
@@ -28,6 +29,7 @@ from oelm.training.records import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_I
 from oelm.training.results import RunFacts, build_results, build_timing
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard
+from oelm.training.runs import TOKENIZER_DIR
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.wandb import FanOut, WandbLogger
@@ -191,6 +193,9 @@ class Trainer:
             if self.plan.reopen:
                 (self.run_dir / RESULTS_FILE).unlink(missing_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
+            spec = self.task.model_metadata().get("tokenizer")
+            if spec:  # a tokenizer given by a local path travels with the run (sample, export)
+                copy_local_tokenizer(spec, self.run_dir / TOKENIZER_DIR)
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
         barrier(self.dist)

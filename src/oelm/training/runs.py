@@ -14,6 +14,7 @@ from oelm.core.audit import audit_model, verify_audit
 from oelm.core.freezing import apply_method
 from oelm.core.state import MethodState
 from oelm.core.targets import find_targets, unwrap
+from oelm.data.tokenizers import relocated_spec
 from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
 from oelm.models.hf_cls import load_hf_classifier
 from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
@@ -101,3 +102,14 @@ def model_from_meta(meta: dict[str, str], path: Path) -> nn.Module:
         labels = json.loads(meta["label_names"]) if "label_names" in meta else None
         return load_hf_classifier(meta["hf_model"], int(meta["num_labels"]), labels)
     raise UserError(f"{str(path)!r} carries no model description (gpt_config or hf_model); not an oelm checkpoint")
+
+
+TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer/: the run's copy of a tokenizer given by a local path
+
+
+def run_tokenizer_spec(run_dir: str | Path, meta: dict[str, str]) -> str:
+    """The tokenizer spec to use for a run: its own copy (RUN/tokenizer/) when it has one, so a
+    run moved to another machine still loads it; else the spec recorded in the weights."""
+    spec = meta.get("tokenizer", "")
+    copy = Path(run_dir) / TOKENIZER_DIR
+    return relocated_spec(spec, copy.resolve()) if spec and copy.is_dir() else spec

@@ -10,7 +10,7 @@ from oelm.data.tokenizers import load_tokenizer
 from oelm.models.gpt import GPT
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
-from oelm.training.runs import load_model
+from oelm.training.runs import load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
 
 
@@ -24,7 +24,7 @@ def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = 
             f"{str(run_dir)!r} is not a language-model run ({type(model).__name__}); sample needs an LM run"
         )
     path = resolve_checkpoint(Path(run_dir), "last" if which == "latest" else which)
-    return model, read_metadata(path).get("tokenizer", "")
+    return model, run_tokenizer_spec(run_dir, read_metadata(path))
 
 
 def sample(

@@ -20,3 +20,16 @@ def test_unknown_command_is_one_line_and_exit_code_2(capsys: pytest.CaptureFixtu
     assert main(["trian"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "trian" in err[0] and "--help" in err[0]
+
+
+def test_quiet_silences_notes_and_keeps_warnings(tmp_path, capsys) -> None:
+    src = tmp_path / "a.txt"
+    src.write_text("\n\n".join(f"doc {i} words" for i in range(50)))
+    assert main(["prepare", "lm", str(src), "--tokenizer", "byte", "--out", str(tmp_path / "loud")]) == 0
+    assert "prepared" in capsys.readouterr().err
+    assert main(["-q", "prepare", "lm", str(src), "--tokenizer", "byte", "--out", str(tmp_path / "quiet")]) == 0
+    assert capsys.readouterr().err == ""
+    import logging
+
+    logging.getLogger("oelm.data.lm").warning("something to see")
+    assert capsys.readouterr().err.strip() == "oelm: warning: something to see"

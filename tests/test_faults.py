@@ -323,18 +323,19 @@ def test_other_runtime_errors_are_not_reported_as_out_of_memory(tmp_path: Path, 
         train(tiny_config(synthetic_lm_dir(tmp_path / "data"), tmp_path / "run", steps=2, warmup=0))
 
 
-def test_resume_under_another_thread_count_warns_what_bit_identity_needs(tmp_path: Path, capsys) -> None:
+def test_resume_under_another_thread_count_warns_what_bit_identity_needs(tmp_path: Path, caplog) -> None:
     cfg = tiny_config(synthetic_lm_dir(tmp_path / "data"), tmp_path / "run", steps=4, checkpoint_every=2, warmup=0)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
         train({**cfg, "steps": 2})
-        capsys.readouterr()
+        caplog.clear()
         torch.set_num_threads(2)
-        train({**cfg, "resume": True, "allow_change": ["steps"]})
+        with caplog.at_level("WARNING", logger="oelm"):
+            train({**cfg, "resume": True, "allow_change": ["steps"]})
     finally:
         torch.set_num_threads(threads)
-    err = capsys.readouterr().err
+    err = caplog.text
     assert "resuming with threads = 2 where the run used 1" in err and "OMP_NUM_THREADS=1" in err
     assert "torch" not in err.split("threads = 2")[0]  # only what changed is named
 

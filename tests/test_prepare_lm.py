@@ -254,7 +254,7 @@ def test_cli_prepare_lm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         "2",
     ]
     assert main(argv) == 0
-    assert "tokens/s" in capsys.readouterr().out
+    assert "tokens/s" in capsys.readouterr().err  # a progress note: stderr, silenced by -q
     assert read_meta(out)["holdout"] == {
         "fraction": 0.25,
         "seed": 7,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from oelm import __version__
@@ -32,6 +33,38 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the current sys.stderr (not the one at set-up), so redirection and capture work."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property decides
+        pass
+
+
+class _Format(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        return f"oelm: warning: {text}" if record.levelno >= logging.WARNING else text
+
+
+def configure_logging(level: int) -> None:
+    """Messages of the `oelm` loggers on stderr at `level` (INFO by default, -q WARNING, -v DEBUG).
+
+    Library users who never call this get Python's defaults: warnings shown, notes not.
+    """
+    logger = logging.getLogger("oelm")
+    for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+        logger.removeHandler(handler)
+    handler = _StderrHandler()
+    handler.setFormatter(_Format())
+    logger.addHandler(handler)
+    logger.setLevel(level)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered subcommand."""
     parser = Parser(
@@ -39,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Orthogonal ELM Transformers: frozen head-wise orthogonal Q/K, compared fairly.",
     )
     parser.add_argument("--version", action="version", version=f"oelm {__version__}")
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true", help="print only warnings and errors on stderr")
+    loud.add_argument("-v", "--verbose", action="store_true", help="also print debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"oelm.cli.{name}").register(sub)
@@ -52,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help (0) or a bad flag (2, one line already printed)
         return int(stop.code or 0)
+    configure_logging(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

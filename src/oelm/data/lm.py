@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
-import sys
 import sysconfig
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +25,8 @@ from oelm.utils.errors import UserError
 from oelm.utils.hub import require_hub
 from oelm.utils.io import atomic_write_json, read_json, read_json_object
 from oelm.utils.lock import LOCK_NAME, dir_lock
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 BUILTIN_SOURCES = ("builtin:python-docs", "builtin:python-stdlib", "builtin:tales")
@@ -176,7 +178,7 @@ def _check_out_dir(out: Path, overwrite: bool, verbose: bool = False) -> None:
         return
     if "meta.json" not in entries and set(entries) <= set(_OUTPUT_FILES):
         if verbose:
-            print(f"{str(out)!r} holds an unfinished preparation (no meta.json); preparing it again")
+            log.info(f"{str(out)!r} holds an unfinished preparation (no meta.json); preparing it again")
         return
     what = ""
     if (out / "meta.json").is_file():
@@ -274,7 +276,7 @@ def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:
         return {"train": [d for p in files for d in _file_docs(p, text_field, whole_if_plain=True)]}
     ignored = [p.name for p in files if p not in by_split.values()]
     if ignored:
-        print(f"note: {folder} has official split files; ignoring {', '.join(ignored)}", file=sys.stderr)
+        log.info(f"note: {folder} has official split files; ignoring {', '.join(ignored)}")
     if "train" not in by_split:
         raise UserError(f"folder {str(folder)!r} has split files {sorted(by_split)} but no train file")
     return {split: _file_docs(p, text_field, whole_if_plain=False) for split, p in by_split.items()}
@@ -553,9 +555,8 @@ def _write_all(
     if verbose:
         total = sum(counts.values())
         sizes = ", ".join(f"{s} {n:,}" for s, n in counts.items())
-        print(
-            f"prepared {total:,} tokens ({sizes}) in {elapsed:.1f}s, "
-            f"{total / max(elapsed, 1e-9):,.0f} tokens/s -> {out}"
+        log.info(
+            f"prepared {total:,} tokens ({sizes}) in {elapsed:.1f}s, {total / max(elapsed, 1e-9):,.0f} tokens/s -> {out}"
         )
     return meta
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -29,6 +30,8 @@ from oelm.training.loop import train
 from oelm.utils.errors import Interrupted, UserError
 from oelm.utils.io import atomic_write_yaml, read_yaml
 from oelm.utils.lock import dir_lock
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,7 +92,7 @@ def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
         return
     ensure_lm_data(spec.prepare, data)
     if verbose:
-        print(f"data: {data_summary(data)}", file=sys.stderr)
+        log.info(f"data: {data_summary(data)}")
 
 
 def _run_inline(run: RunSpec, progress: bool) -> None:
@@ -283,10 +286,8 @@ def _run_locked(
     outcome = SweepOutcome(skipped=[r for r in runs if r.finished()])
     pending = [r for r in runs if not r.finished()]
     if progress:
-        print(
-            f"sweep {spec.name}: {len(runs)} runs ({len(outcome.skipped)} finished, "
-            f"{len(pending)} to run) -> {spec.out}",
-            file=sys.stderr,
+        log.info(
+            f"sweep {spec.name}: {len(runs)} runs ({len(outcome.skipped)} finished, {len(pending)} to run) -> {spec.out}"
         )
     with _bar(len(runs), len(outcome.skipped), progress) as bar:
         if parallel == 1:
@@ -295,7 +296,7 @@ def _run_locked(
         else:
             _run_parallel(spec, pending, outcome, bar, parallel, threads)
     for run, err in outcome.failed:
-        print(f"run failed: {run.label}: {err.strip().splitlines()[-1]}", file=sys.stderr)
+        log.warning(f"run failed: {run.label}: {err.strip().splitlines()[-1]}")
     if report:
         outcome.report, outcome.comparison = write_report(
             [spec.out / "runs"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,8 @@ from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.training.records import run_finished
 from oelm.utils.errors import UserError
+
+log = logging.getLogger(__name__)
 
 # Fields a sweep sets per run; the spec may not put them in `grid` or `overrides`.
 PER_RUN = ("method", "lr", "seed", "out", "resume", "overwrite", "data_seed")
@@ -252,7 +255,7 @@ def validate(spec: SweepSpec) -> None:
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"seeds repeat: {spec.seeds}; list each seed once")
     if spec.baseline not in spec.methods:
-        print(f"note: the sweep has no '{spec.baseline}' arm; gaps will not be computed")
+        log.warning(f"the sweep has no '{spec.baseline}' arm; gaps will not be computed")
     identities = set()
     for run in spec.runs():
         identity = resolve_config(run.config).identity()

@@ -7,8 +7,8 @@ The best checkpoint is the one with the highest validation accuracy; the held-ou
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,8 @@ from oelm.training.config import ClassificationOptions, TrainConfig
 from oelm.training.distributed import all_reduce_sum, all_reduce_tensor
 from oelm.training.task import Batch, Task, checked_gpt_config
 from oelm.utils.errors import UserError
+
+log = logging.getLogger(__name__)
 
 SPLITS = {"val": "validation", "test": "heldout"}
 
@@ -116,7 +118,7 @@ class ClassificationTask(Task):
                 f"({', '.join(data.label_names)}); drop num_labels or fix it"
             )
         if self.dist.is_main and self.cfg.progress:
-            print(data_summary_line(data), file=sys.stderr)
+            log.info(data_summary_line(data))
         return data
 
     def _setup_gpt(self) -> None:

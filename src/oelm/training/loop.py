@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +36,8 @@ from oelm.training.wandb import FanOut, WandbLogger
 from oelm.utils.errors import Diverged, Interrupted, UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 from oelm.utils.lock import dir_lock
+
+log = logging.getLogger(__name__)
 
 
 def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
@@ -297,10 +299,9 @@ class Trainer:
                 f"change the experiment; {fix}"
             )
         if self.dist.is_main:
-            print(
-                f"oelm: warning: resuming with {self.dist.world} process(es) where the run used {saved}; the global "
-                f"batch stays {now} sequences, but the run will not be bit-identical to an uninterrupted one",
-                file=sys.stderr,
+            log.warning(
+                f"resuming with {self.dist.world} process(es) where the run used {saved}; the global "
+                f"batch stays {now} sequences, but the run will not be bit-identical to an uninterrupted one"
             )
 
     def _check_restored_frozen(self, path) -> None:
@@ -319,7 +320,7 @@ class Trainer:
         self._check_world_size(path, state)
         if self.dist.is_main:
             for line in determinism_changes(state.get("determinism"), determinism_facts(self.device)):
-                print(f"oelm: warning: {line}", file=sys.stderr)
+                log.warning(line)
         try:
             ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
         except RuntimeError as err:  # strict load: the stored weights do not fit this model

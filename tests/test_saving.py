@@ -252,3 +252,21 @@ def test_an_edited_method_record_is_refused_naming_the_field(field, edit, tmp_pa
     path.write_text(json.dumps(record))
     with pytest.raises(UserError, match=rf"field\(s\) {field} differ from the digests"):
         oelm.from_pretrained(tmp_path)
+
+
+def test_saved_files_follow_the_users_umask(tmp_path: Path) -> None:
+    """safetensors writes 0600 whatever the umask; a saved model must be readable as the user asked."""
+    import os
+
+    model = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16))
+    oelm.apply_method(model, "oelm-freeze", seed=0)
+    old = os.umask(0o022)
+    try:
+        oelm.save_pretrained(model, tmp_path / "ours")
+        hf = make("bert")
+        oelm.apply_method(hf, "oelm-freeze", seed=0)
+        oelm.save_pretrained(hf, tmp_path / "hf")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for d in ("ours", "hf") for p in (tmp_path / d).iterdir()}
+    assert modes and set(modes.values()) == {0o644}, modes

@@ -20,7 +20,7 @@ from oelm.core.audit import fingerprint
 from oelm.core.state import method_state
 from oelm.core.targets import unwrap
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text
+from oelm.utils.io import atomic_write_text, follow_umask
 
 RECORD_FILE = "oelm_method.json"
 RECORD_FORMAT = 1
@@ -133,6 +133,7 @@ class _SaveWithRecord:
         out = type(self.model).save_pretrained(self.model, save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True) and method_state(self.model) is not None:
             write_record(self.model, save_directory)
+            follow_umask(save_directory)  # safetensors writes 0600
         return out
 
 

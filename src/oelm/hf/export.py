@@ -28,7 +28,7 @@ from oelm.models.gpt import GPT, GPTClassifier
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
-from oelm.utils.io import read_json, read_yaml
+from oelm.utils.io import follow_umask, read_json, read_yaml
 from oelm.utils.lock import pid_alive
 
 # Text the exported tokenizer must encode exactly as the run's tokenizer did.
@@ -197,6 +197,7 @@ def export_hf(
             tok.save_pretrained(tmp)
         card = model_card(Path(run_dir), config, context, which, note)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        follow_umask(tmp)
         _replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

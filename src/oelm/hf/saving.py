@@ -25,7 +25,7 @@ from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
 from oelm.training.checkpoint import load_weights
 from oelm.training.runs import load_model
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text
+from oelm.utils.io import atomic_write_text, follow_umask
 
 GPT_FILE = "oelm_model.json"  # our GPT's architecture (HF models keep theirs in config.json)
 WEIGHTS_FILE = "model.safetensors"
@@ -43,6 +43,7 @@ def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path
         _save_gpt(base, folder)
     elif callable(getattr(base, "save_pretrained", None)):
         base.save_pretrained(folder, **kwargs)
+        follow_umask(folder)
     else:
         raise UserError(f"cannot save a {type(base).__name__}: neither our GPT nor a Hugging Face model")
     if method_state(base) is not None:
@@ -57,6 +58,7 @@ def _save_gpt(model: nn.Module, folder: Path) -> None:
         arch.update(num_labels=model.num_labels, causal=model.causal)
     tmp = folder / f".{WEIGHTS_FILE}.tmp{os.getpid()}"
     save_model(model, str(tmp))  # de-duplicates the tied LM head
+    follow_umask(tmp)
     os.replace(tmp, folder / WEIGHTS_FILE)  # a kill never leaves a half-written weights file
     atomic_write_text(folder / GPT_FILE, json.dumps(arch, indent=2) + "\n")
 

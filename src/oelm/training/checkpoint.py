@@ -19,7 +19,7 @@ from safetensors.torch import load_model, save_model
 
 from oelm.core.state import method_state
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text
+from oelm.utils.io import atomic_write_text, follow_umask
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
@@ -36,6 +36,7 @@ def _save_weights(model: torch.nn.Module, path: Path, metadata: dict[str, Any]) 
     # save_model de-duplicates tied tensors (lm_head / wte), which save_file refuses.
     meta = {k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
     save_model(model, str(path), metadata=meta)
+    follow_umask(path)
 
 
 def save_checkpoint(

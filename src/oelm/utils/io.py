@@ -160,3 +160,21 @@ def read_yaml(path: str | os.PathLike, what: str = "config file") -> dict[str, A
     if not isinstance(data, dict):
         raise UserError(f"{what} {str(p)!r} must hold a mapping of keys to values")
     return data
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it; put it back at once
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(*paths: str | os.PathLike) -> None:
+    """Give files the mode the user's umask asks for (safetensors writes 0600 whatever the umask).
+
+    A folder is walked: every file in it gets the file mode.
+    """
+    mode = 0o666 & ~_umask()
+    for path in map(Path, paths):
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        for f in files:
+            os.chmod(f, mode)

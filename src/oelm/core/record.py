@@ -4,6 +4,11 @@ The record is written here (`method_record`, `write_record`, the save hook that 
 own `save_pretrained` calls) and read back by `oelm.core.restore.reapply`; these two modules are
 the only places that know `MethodState`'s fields. `check_frozen` proves the frozen tensors of a
 loaded model are bit-identical to what was saved.
+
+The record's `frozen` set is the method's (`method_frozen`): its roles' projections in its layers,
+as frozen now (a schedule's phase included). Tensors frozen by anything else (PEFT freezes every
+base tensor, a user may freeze embeddings) are not the method's and are not recorded, so a
+merged or reloaded model gets exactly the method's freeze back.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from torch import nn
 from oelm import __version__
 from oelm.core.audit import fingerprint
 from oelm.core.state import method_state
-from oelm.core.targets import unwrap
+from oelm.core.targets import find_targets, unwrap
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text, follow_umask
 
@@ -33,7 +38,7 @@ def method_record(model: nn.Module) -> dict[str, Any]:
     state = method_state(model)
     if state is None:
         raise UserError("no method was applied to this model (call oelm.apply_method first)")
-    frozen = {n: fingerprint(p) for n, p in unwrap(model).named_parameters() if not p.requires_grad}
+    frozen = {n: fingerprint(p) for n, p in method_frozen(model).items()}
     record = {
         "format": RECORD_FORMAT,
         "oelm_version": __version__,
@@ -47,6 +52,38 @@ def method_record(model: nn.Module) -> dict[str, Any]:
     }
     record["identity"] = {field: _digest(record[field]) for field in IDENTITY_FIELDS}
     return record
+
+
+# PEFT's tuner layers hold the module they wrap as `base_layer`; the record names tensors as in
+# the model without adapters (what a merged save or a stock base model holds).
+_PEFT_BASE = ".base_layer."
+
+
+def plain_name(name: str) -> str:
+    """A parameter name as in the model without PEFT adapters."""
+    return name.replace(_PEFT_BASE, ".")
+
+
+def method_frozen(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The tensors the method holds frozen now, by name (as in the model without PEFT adapters).
+
+    These are the projections of the method's `freeze` roles in the layers it acts on, frozen at
+    this moment: a schedule's phase counts (late-freeze before its switch and unfreeze after it
+    hold none). Tensors frozen by anything else (PEFT, the user) are never included.
+    """
+    base = unwrap(model)
+    state = method_state(base)
+    if state is None:
+        raise UserError("no method was applied to this model (call oelm.apply_method first)")
+    method = state.method
+    owned: set[int] = set()
+    for layer in (state.targets or find_targets(base)).layers:
+        if layer.index not in state.layers or (layer.kind == "cross" and not method.cross_attention):
+            continue
+        for role, proj in layer.by_role():
+            if role in method.freeze:
+                owned.update(id(p) for _, p in proj.params())
+    return {plain_name(n): p for n, p in base.named_parameters() if id(p) in owned and not p.requires_grad}
 
 
 # The fields that say what was applied; each is stored with a digest so that an edited record is
@@ -87,11 +124,17 @@ def verify_identity(record: dict[str, Any], source: str) -> None:
         )
 
 
+def frozen_mismatches(model: nn.Module, record: dict[str, Any]) -> list[str]:
+    """Recorded frozen tensors that are missing from `model` or whose bytes differ from the record."""
+
+    params = {plain_name(n): p for n, p in unwrap(model).named_parameters()}
+    return sorted(n for n, fp in record["frozen"].items() if n not in params or fingerprint(params[n]) != fp)
+
+
 def check_frozen(model: nn.Module, record: dict[str, Any]) -> None:
     """Raise unless every recorded frozen tensor is bit-identical to its saved fingerprint."""
 
-    params = dict(unwrap(model).named_parameters())
-    changed = sorted(n for n, fp in record["frozen"].items() if fingerprint(params[n]) != fp)
+    changed = frozen_mismatches(model, record)
     if changed:
         raise UserError(
             f"frozen tensors whose bytes differ from the saved fingerprints: {changed[:5]}; the folder "
@@ -123,22 +166,28 @@ def read_record(folder: str | Path) -> dict[str, Any] | None:
 
 
 class _SaveWithRecord:
-    """The model class's save_pretrained, then oelm_method.json; an object (not a closure or bound
-    method) so that deepcopy rebinds it to the copy and pickling/torch.save of the model works."""
+    """The model class's save_pretrained, then oelm_method.json of `source` (the model itself, or
+    the model under a wrapper such as a PEFT model); an object (not a closure or bound method) so
+    that deepcopy rebinds it to the copy and pickling/torch.save of the model works."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, source: nn.Module | None = None) -> None:
         self.model = model
+        self.source = model if source is None else source
 
     def __call__(self, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
         out = type(self.model).save_pretrained(self.model, save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True) and method_state(self.model) is not None:
-            write_record(self.model, save_directory)
+        if kwargs.get("is_main_process", True) and method_state(self.source) is not None:
+            write_record(self.source, save_directory)
             follow_umask(save_directory)  # safetensors writes 0600
         return out
 
 
-def install_save_hook(model: nn.Module) -> None:
-    """Make a Hugging Face model's own `save_pretrained` also write `oelm_method.json` (per instance)."""
+def install_save_hook(model: nn.Module, source: nn.Module | None = None) -> None:
+    """Make a Hugging Face model's own `save_pretrained` also write `oelm_method.json` (per instance).
+
+    `source` is the model whose method is recorded when `model` wraps it (a PEFT model, whose
+    save_pretrained writes the adapter only); by default the model itself.
+    """
     base = unwrap(model)
     if callable(getattr(type(base), "save_pretrained", None)) and "save_pretrained" not in vars(base):
-        base.save_pretrained = _SaveWithRecord(base)
+        base.save_pretrained = _SaveWithRecord(base, source)

@@ -7,16 +7,19 @@ whose saved values are then loaded by the caller), restores the freeze flags and
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from torch import nn
 
 from oelm.core.freezing import apply_method
 from oelm.core.methods import get_method
-from oelm.core.record import RECORD_FORMAT
+from oelm.core.record import RECORD_FORMAT, method_frozen
 from oelm.core.state import MethodState, method_state
 from oelm.core.targets import find_targets, unwrap
 from oelm.utils.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 def _apply_keeping_weights(model: nn.Module, name: str, seed: int, options: dict[str, Any]) -> MethodState:
@@ -47,6 +50,14 @@ def reapply(model: nn.Module, record: dict[str, Any]) -> MethodState:
     state.inits = dict(record["inits"])
     state.orthogonal_heads = {k: int(v) for k, v in record["orthogonal_heads"].items()}
     _restore_flags(unwrap(model), record["frozen"], scheduled=state.method.schedule is not None)
+    beyond = sorted(set(record["frozen"]) - set(method_frozen(model)))
+    if beyond:  # records written before the frozen set was the method's: PEFT's or a user's freeze
+        log.warning(
+            "the method record also lists %d frozen tensor(s) the method does not freeze (e.g. %s); they are "
+            "frozen as recorded. Re-save the model to record the method's freeze only",
+            len(beyond),
+            beyond[0],
+        )
     return state
 
 
@@ -72,13 +83,17 @@ def carry_method(src: nn.Module, dst: nn.Module) -> MethodState:
 
 
 def _restore_flags(base: nn.Module, frozen: dict[str, str], scheduled: bool) -> None:
-    """Freeze exactly the recorded tensors (a schedule's later phase may differ from its start)."""
+    """Freeze exactly the recorded tensors (a schedule's later phase may differ from its start).
+
+    Records now hold the method's frozen tensors only; older ones may also list tensors frozen
+    outside the method (PEFT's, embeddings), which are frozen as recorded.
+    """
     params = dict(base.named_parameters())
     missing = sorted(set(frozen) - set(params))
     if missing:
         raise UserError(f"recorded frozen tensors missing from the model: {missing[:5]}; wrong model class?")
     for name in frozen:
-        params[name].requires_grad_(False)  # tensors frozen outside the method (e.g. embeddings) too
+        params[name].requires_grad_(False)
     extra = sorted(n for n, p in params.items() if not p.requires_grad and n not in frozen)
     if extra and not scheduled:
         raise UserError(

@@ -46,6 +46,10 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) ->
         single = train({**cfg, "out": str(tmp_path / "single"), "batch_size": 8})
 
     ddp = json.loads((tmp_path / "ddp" / "results.json").read_text())
+    timing = json.loads((tmp_path / "ddp" / "timing_stats.json").read_text())
+    if method == "oelm-freeze":  # measured by DDP's comm hook: exactly the trainable gradients
+        assert timing["allreduce_bytes_per_step"] == timing["gradient_bytes_per_step"]
+        assert timing["gradient_bytes_per_step"] == 4 * ddp["trainable_params"]  # float32, frozen Q/K excluded
     assert ddp["world_size"] == 2 and ddp["global_batch_size"] == single["global_batch_size"] == 8
     assert ddp["tokens_seen"] == single["tokens_seen"]
     assert ddp["freeze_check"]["ok"] and ddp["best_step"] == single["best_step"]

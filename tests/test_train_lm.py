@@ -217,3 +217,20 @@ def test_a_run_moved_to_another_place_still_samples_and_exports(shared_data: Pat
     assert capsys.readouterr().out.startswith("Once upon")
     assert main(["export", str(moved), "--to", "hf", str(tmp_path / "hf")]) == 0
     assert (tmp_path / "hf" / "tokenizer.json").is_file() or (tmp_path / "hf" / "vocab.json").is_file()
+
+
+def test_timing_reports_the_gradient_bytes_frozen_qk_do_not_communicate(tmp_path: Path) -> None:
+    data = synthetic_lm_dir(tmp_path / "data")
+    timing = {}
+    for method in ("baseline", "oelm-freeze"):
+        with one_thread():
+            train(tiny_config(data, tmp_path / method, steps=2, warmup=0, method=method))
+        timing[method] = json.loads((tmp_path / method / "timing_stats.json").read_text())
+        assert timing[method]["allreduce_bytes_per_step"] is None  # one process: nothing all-reduced
+    from oelm.training.task import checked_gpt_config
+
+    cfg = make_config(tiny_config(data, tmp_path / "x"))
+    model_cfg = checked_gpt_config(cfg.model, {"vocab_size": 64, **cfg.model_overrides})
+    d, layers = model_cfg.d_model, model_cfg.n_layer
+    saved = timing["baseline"]["gradient_bytes_per_step"] - timing["oelm-freeze"]["gradient_bytes_per_step"]
+    assert saved == layers * 2 * d * d * 4  # the Q and K weights' float32 gradients of every layer

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
@@ -173,6 +174,7 @@ class Trainer:
         self.eval_times: list[float] = []
         self.prior_wall = 0.0
         self.timer = StepTimer(device)
+        self.comm_bytes, self.session_first_step = 0, 0  # all-reduced gradient bytes this session
         self.last_lr = cfg.lr
         self.last_loss: torch.Tensor | float = 0.0  # of the latest step, checked before a checkpoint
 
@@ -200,6 +202,7 @@ class Trainer:
                 copy_local_tokenizer(spec, self.run_dir / TOKENIZER_DIR)
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
+        self.session_first_step = self.step
         barrier(self.dist)
         self._open_logs()
         try:
@@ -242,6 +245,14 @@ class Trainer:
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DDP(self.eval_model, device_ids=ids)
+
+            def count_allreduce(state, bucket):  # unannotated: DDP checks annotations against its own types
+                """DDP's own all-reduce of a gradient bucket, its bytes counted (frozen tensors have none)."""
+                buffer = bucket.buffer()
+                self.comm_bytes += buffer.numel() * buffer.element_size()
+                return allreduce_hook(state, bucket)
+
+            self.train_model.register_comm_hook(None, count_allreduce)
 
     # ---- method schedule (oelm.core.schedules): switches by step, restored exactly on resume ------
     def _schedule_step(self) -> None:
@@ -643,6 +654,12 @@ class Trainer:
             flops_saving=self.task.flops_saving(self.model),
             peak_memory=mem,
             memory_kind=mem_kind,
+            gradient_bytes=sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad),
+            allreduce_bytes_per_step=(
+                self.comm_bytes / (self.step - self.session_first_step)
+                if self.dist.enabled and self.step > self.session_first_step
+                else None
+            ),
             task_results=self.task.results(val, test),
             result_aliases=self.task.result_aliases(),
         )

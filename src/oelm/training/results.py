@@ -48,6 +48,10 @@ class RunFacts:
     flops_saving: Any
     peak_memory: int | None
     memory_kind: str
+    # Gradient bytes of the trainable tensors: what data parallelism all-reduces per step (frozen
+    # tensors have no gradient, so none of theirs); and the bytes DDP's hook counted (None alone).
+    gradient_bytes: int | None = None
+    allreduce_bytes_per_step: float | None = None
     task_results: dict[str, Any] = field(default_factory=dict)  # the task's keys (of the best checkpoint)
     result_aliases: dict[str, str] = field(default_factory=dict)
 
@@ -75,6 +79,8 @@ def build_timing(tr: RunFacts) -> dict[str, Any]:
         },
         "flops_per_step": flops,
         "theoretical_flops_saving": tr.flops_saving,
+        "gradient_bytes_per_step": tr.gradient_bytes,
+        "allreduce_bytes_per_step": tr.allreduce_bytes_per_step,
         **mfu_fields(flops, stats, peak, peak_flops_note(tr.device, tr.amp)),
         "compute_dtype": str(tr.amp).removeprefix("torch.") if tr.amp else "float32",
         "compiled": cfg.compile,

@@ -70,7 +70,7 @@ def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     # The output ends with the plain-language reading, generated from the records.
     last = text.strip().splitlines()[-1]
     assert last.startswith("In plain words:") and "oelm-freeze reached test_perplexity" in last
-    assert "baseline's time" in last and "theoretical saving" in last and "Test-set noise" in last
+    assert "indicative only" in last and "theoretical saving" in last and "Test-set noise" in last
     assert (out / "data" / "meta.json").is_file()
     report = json.loads((out / "report" / "report.json").read_text())
     arms = {a["method"]: a for a in report["groups"][0]["arms"]}

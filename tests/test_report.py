@@ -348,8 +348,8 @@ def test_reading_says_where_the_validation_curves_cross(tmp_path: Path) -> None:
     assert crossing(group.arms[1], group.arms[0], group) is None and "until step" not in reading(group)
 
 
-def test_reading_flags_a_measured_saving_larger_than_the_flop_saving(tmp_path: Path) -> None:
-    """A step-time saving beyond the theoretical one is not credited to the FLOPs removed."""
+def test_reading_calls_a_sweep_step_time_ratio_indicative_never_a_finding(tmp_path: Path) -> None:
+    """Sweep runs are timed apart, with no interval or A/A floor: the ratio is shown, labelled indicative."""
     for seed in range(3):
         make_run(
             tmp_path,
@@ -374,13 +374,8 @@ def test_reading_flags_a_measured_saving_larger_than_the_flop_saving(tmp_path: P
     from oelm.reports.reading import reading
 
     text = reading(compare(load_runs([tmp_path])).groups[0])
-    assert "0.90x the baseline's time" in text and "more than the FLOP saving" in text
-    # A measured saving within the theoretical one (+2 points) is reported without the caveat.
-    for path in (tmp_path / "runs" / "oelm-freeze").rglob("results.json"):
-        rec = json.loads(path.read_text())
-        path.write_text(json.dumps(dict(rec, mean_step_time=0.097)))
-    text = reading(compare(load_runs([tmp_path])).groups[0])
-    assert "0.97x the baseline's time" in text and "more than the FLOP saving" not in text
+    assert "0.90x the baseline's (90.0 vs 100.0 ms; indicative only" in text and "theoretical saving of 3.7%" in text
+    assert "less time" not in text and "more time" not in text  # no saving or cost claimed from it
 
 
 def test_every_markdown_table_comes_from_one_formatter(lm_sweep: Path) -> None:

@@ -41,7 +41,7 @@ class Rows(torch.utils.data.Dataset):
         return {"input_ids": self.x[i], "labels": self.x[i, 0] % 3}
 
 
-def _trainer(model, out, callbacks, steps: int = 4):
+def make_trainer(model, out, callbacks, steps: int = 4):
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments(
@@ -70,7 +70,7 @@ def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path):
     q0 = find_targets(model).layers[0].q.get().detach().clone()
     v0 = find_targets(model).layers[0].v.get().detach().clone()
     cb = OELMCallback()
-    _trainer(model, tmp_path, [cb]).train()
+    make_trainer(model, tmp_path, [cb]).train()
     assert [s for s, _ in cb.checks] == [2, 4, 4] and all(c.ok for _, c in cb.checks)
     assert cb.final.n_frozen_checked == 2 * 2 * 2  # 2 layers x Q/K x weight/bias
     assert torch.equal(find_targets(model).layers[0].q.get(), q0)
@@ -94,7 +94,7 @@ def test_trainer_callback_stops_a_run_that_moves_a_frozen_tensor(tmp_path):
     model = make("bert")
     oelm.apply_method(model, "oelm-freeze", seed=0)
     with pytest.raises(FreezeViolation, match="changed during training"):
-        _trainer(model, tmp_path, [OELMCallback(), Nudge()]).train()
+        make_trainer(model, tmp_path, [OELMCallback(), Nudge()]).train()
 
 
 def test_accelerate_prepared_optimizer_passes_the_audit():
@@ -208,4 +208,4 @@ def test_the_trainer_does_not_scale_our_classifiers_loss_by_the_process_count(tm
     from oelm.models.hf_cls import load_hf_classifier
 
     minilm = load_hf_classifier("minilm", 3)
-    assert _trainer(minilm, tmp_path / "m", []).model_accepts_loss_kwargs is False
+    assert make_trainer(minilm, tmp_path / "m", []).model_accepts_loss_kwargs is False

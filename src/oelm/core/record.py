@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,13 @@ IDENTITY_FIELDS = (
     "orthogonal_heads",
     "frozen",
 )
+# Identity fields some records carry: `base_tensors`, the fingerprints of a PEFT adapter's base
+# model tensors (oelm.hf.peft), which the adapter needs to be loaded onto unchanged.
+OPTIONAL_IDENTITY_FIELDS = ("base_tensors",)
+
+
+def _identity_fields(record: dict[str, Any], digests: dict[str, Any]) -> tuple[str, ...]:
+    return IDENTITY_FIELDS + tuple(f for f in OPTIONAL_IDENTITY_FIELDS if f in record or f in digests)
 
 
 def _digest(value: Any) -> str:
@@ -116,7 +124,8 @@ def verify_identity(record: dict[str, Any], source: str) -> None:
         return
     if not isinstance(digests, dict):
         raise UserError(f"{source}: 'identity' is not a mapping; the file was edited: re-save the model")
-    changed = [f for f in IDENTITY_FIELDS if f not in record or digests.get(f) != _digest(record[f])]
+    fields = _identity_fields(record, digests)
+    changed = [f for f in fields if f not in record or digests.get(f) != _digest(record[f])]
     if changed:
         raise UserError(
             f"{source}: field(s) {', '.join(changed)} differ from the digests written with them: the file was "
@@ -142,11 +151,18 @@ def check_frozen(model: nn.Module, record: dict[str, Any]) -> None:
         )
 
 
-def write_record(model: nn.Module, folder: str | Path) -> Path:
-    """Write `oelm_method.json` for `model` into `folder`."""
+def write_record(model: nn.Module, folder: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write `oelm_method.json` for `model` into `folder`; `extra`: optional identity fields to add."""
 
+    record = method_record(model)
+    unknown = sorted(set(extra or {}) - set(OPTIONAL_IDENTITY_FIELDS))
+    if unknown:
+        raise ValueError(f"not optional identity fields of a method record: {unknown}")
+    for field, value in (extra or {}).items():
+        record[field] = value
+        record["identity"][field] = _digest(value)
     path = Path(folder) / RECORD_FILE
-    atomic_write_text(path, json.dumps(method_record(model), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return path
 
 
@@ -170,24 +186,30 @@ class _SaveWithRecord:
     the model under a wrapper such as a PEFT model); an object (not a closure or bound method) so
     that deepcopy rebinds it to the copy and pickling/torch.save of the model works."""
 
-    def __init__(self, model: nn.Module, source: nn.Module | None = None) -> None:
+    def __init__(
+        self, model: nn.Module, source: nn.Module | None = None, extra: Callable[[nn.Module], dict] | None = None
+    ) -> None:
         self.model = model
         self.source = model if source is None else source
+        self.extra = extra
 
     def __call__(self, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
         out = type(self.model).save_pretrained(self.model, save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True) and method_state(self.source) is not None:
-            write_record(self.source, save_directory)
+            write_record(self.source, save_directory, None if self.extra is None else self.extra(self.model))
             follow_umask(save_directory)  # safetensors writes 0600
         return out
 
 
-def install_save_hook(model: nn.Module, source: nn.Module | None = None) -> None:
+def install_save_hook(
+    model: nn.Module, source: nn.Module | None = None, extra: Callable[[nn.Module], dict] | None = None
+) -> None:
     """Make a Hugging Face model's own `save_pretrained` also write `oelm_method.json` (per instance).
 
     `source` is the model whose method is recorded when `model` wraps it (a PEFT model, whose
-    save_pretrained writes the adapter only); by default the model itself.
+    save_pretrained writes the adapter only); by default the model itself. `extra(model)` gives
+    optional identity fields to add (a module-level function, so the model still pickles).
     """
     base = unwrap(model)
     if callable(getattr(type(base), "save_pretrained", None)) and "save_pretrained" not in vars(base):
-        base.save_pretrained = _SaveWithRecord(base, source)
+        base.save_pretrained = _SaveWithRecord(base, source, extra)

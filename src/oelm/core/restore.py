@@ -82,6 +82,15 @@ def carry_method(src: nn.Module, dst: nn.Module) -> MethodState:
     return d
 
 
+def restore_flags(model: nn.Module, record: dict[str, Any]) -> None:
+    """Set the freeze flags of a model the recorded method was applied to as the record says
+    (a schedule's phase at saving); refuses a record that freezes other tensors than the method."""
+    state = method_state(model)
+    if state is None:
+        raise UserError("no method was applied to this model (call oelm.apply_method first)")
+    _restore_flags(unwrap(model), record["frozen"], scheduled=state.method.schedule is not None)
+
+
 def _restore_flags(base: nn.Module, frozen: dict[str, str], scheduled: bool) -> None:
     """Freeze exactly the recorded tensors (a schedule's later phase may differ from its start).
 

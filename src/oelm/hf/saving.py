@@ -1,7 +1,8 @@
 """Save and load models with their method: weights + architecture + `oelm_method.json`.
 
 `save_pretrained` writes a folder that `from_pretrained` restores with the same tensors frozen and
-every frozen tensor's bytes checked against the record (`oelm.core.record`).
+every frozen tensor's bytes checked against the record (`oelm.core.record`). A PEFT model saves
+its adapter with the record; `oelm.hf.peft.load_adapter` puts it back on a base model.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from oelm.core.record import ADDED, RECORD_FILE, check_frozen, read_record, writ
 from oelm.core.restore import reapply
 from oelm.core.state import method_state
 from oelm.core.targets import unwrap
+from oelm.hf.peft import write_adapter_record
+from oelm.hf.wrappers import is_peft, underlying
 from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
 from oelm.training.checkpoint import load_weights
 from oelm.training.runs import load_model
@@ -34,11 +37,21 @@ __all__ = ["from_pretrained", "load_model", "save_pretrained"]
 
 
 def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path:
-    """Save weights + architecture + method record to `folder` (HF models via their save_pretrained)."""
+    """Save weights + architecture + method record to `folder` (HF models via their save_pretrained).
+
+    A PEFT model saves its adapter (its own save_pretrained) and the method record of the model
+    under it: load it with `oelm.hf.peft.load_adapter(base_model, folder)`.
+    """
 
     base = unwrap(model)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if is_peft(base):
+        base.save_pretrained(folder, **kwargs)
+        follow_umask(folder)
+        if method_state(underlying(base)) is not None:
+            write_adapter_record(base, folder)
+        return folder
     if isinstance(base, (GPT, GPTClassifier)):
         _save_gpt(base, folder)
     elif callable(getattr(base, "save_pretrained", None)):
@@ -102,6 +115,11 @@ def from_pretrained(
         raise UserError(
             f"{str(folder)!r} has no {RECORD_FILE}: it was saved without a method. Load it with "
             "transformers' from_pretrained and call oelm.apply_method"
+        )
+    if (folder / "adapter_config.json").is_file():
+        raise UserError(
+            f"{str(folder)!r} holds a PEFT adapter, not a whole model: put it on its base model with "
+            "oelm.hf.peft.load_adapter(base_model, folder)"
         )
     if (folder / GPT_FILE).is_file():
         model = _build_gpt(folder)

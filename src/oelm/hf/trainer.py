@@ -10,8 +10,8 @@ from transformers import TrainerCallback
 
 from oelm.core.audit import Audit, AuditCheck, audit_model, verify_audit
 from oelm.core.state import method_state
-from oelm.hf.peft import lora_problems
-from oelm.hf.wrappers import underlying
+from oelm.hf.peft import keep_record, lora_problems, write_adapter_record
+from oelm.hf.wrappers import is_peft, underlying
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text
 
@@ -28,7 +28,9 @@ class OELMCallback(TrainerCallback):
     A check passes when every frozen tensor is bit-identical to its start fingerprint, has no
     .grad, is held by no optimizer group and has no optimizer state, and no PEFT adapter wraps
     a frozen Q/K. With strict=True (default) a failed check raises FreezeViolation. Each
-    checkpoint folder gets `oelm_audit.json`; the model's own save writes `oelm_method.json`.
+    checkpoint folder gets `oelm_audit.json` and `oelm_method.json` (the model's own save writes
+    it; for a PEFT model, which saves the adapter only, the callback does, and its
+    `save_pretrained` then writes it too, as in `trainer.save_model`).
     """
 
     def __init__(self, strict: bool = True, audit: Audit | None = None) -> None:
@@ -47,6 +49,7 @@ class OELMCallback(TrainerCallback):
             raise UserError("OELMCallback: no method applied to the model; call oelm.apply_method first")
         if self.audit is None:  # an audit given by the caller (e.g. taken before PEFT) is kept
             self.audit = audit_model(base)
+        keep_record(model)  # a PEFT model's save_pretrained writes the record beside the adapter
 
     def on_save(
         self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any
@@ -55,6 +58,8 @@ class OELMCallback(TrainerCallback):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and folder.is_dir():
             _write(folder / AUDIT_FILE, self.audit, check)
+            if is_peft(model):  # PEFT's save wrote the adapter only (a hooked one the record too)
+                write_adapter_record(model, folder)
 
     def on_train_end(
         self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any

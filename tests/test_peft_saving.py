@@ -77,6 +77,11 @@ def test_a_merged_lora_model_records_and_restores_the_methods_freeze_only(family
         again = oelm.from_pretrained(tmp_path / folder)
         assert {n for n, p in again.named_parameters() if not p.requires_grad} == expected
         assert torch.equal(_logits(again), _logits(merged))
+    record = json.loads((tmp_path / "own" / RECORD_FILE).read_text())
+    record["frozen"].popitem()  # tampered: the digest written with it no longer matches
+    (tmp_path / "own" / RECORD_FILE).write_text(json.dumps(record))
+    with pytest.raises(UserError, match="frozen differ from the digests"):
+        oelm.from_pretrained(tmp_path / "own")
 
 
 def test_an_old_record_listing_every_frozen_tensor_still_loads_with_a_warning(tmp_path, caplog):
@@ -165,6 +170,11 @@ def test_a_trainer_checkpoint_of_a_peft_model_carries_the_record(tmp_path):
     assert read_record(tmp_path / "final")["frozen"] == record["frozen"]
     loaded = load_adapter(make("bert"), ckpt)
     assert torch.equal(_logits(loaded), _logits(wrapped))
+    other = make("bert")
+    with torch.no_grad():
+        other.bert.embeddings.word_embeddings.weight.add_(1e-3)
+    with pytest.raises(UserError, match=r"other tensors differ.*word_embeddings\.weight"):
+        load_adapter(other, ckpt)
 
 
 @pytest.mark.parametrize("targets", [["c_attn"], None, r".*\.attn\.c_attn"])

@@ -557,3 +557,15 @@ def test_cli_report_takes_a_margin(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert report["groups"][0]["margin_percent"] == 0.5
     assert _arm(report, "oelm-freeze-q")["verdict"] == "equivalent within ±0.5%"
+
+
+def test_runs_trained_on_differently_prepared_data_are_not_compared(tmp_path: Path) -> None:
+    for seed in range(3):
+        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=4.0, best_val_loss=1.4, data_fingerprint="aaaa")
+        fp = "aaaa" if seed < 2 else "bbbb"  # the last seed ran after the data was prepared again
+        make_run(tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=4.1, best_val_loss=1.45, data_fingerprint=fp)
+    with pytest.raises(UserError, match=r"trained on different data \(aaaa: 5 run\(s\).*bbbb: 1 run\(s\)"):
+        compare(load_runs([tmp_path]))
+    same = tmp_path / "runs" / "oelm-freeze" / "lr0.001" / "seed2" / "results.json"
+    same.write_text(json.dumps({**json.loads(same.read_text()), "data_fingerprint": "aaaa"}))
+    assert compare(load_runs([tmp_path])).groups  # one preparation: compared as usual

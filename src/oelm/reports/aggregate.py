@@ -463,6 +463,22 @@ def _group(
     return group
 
 
+def _check_same_data(key: tuple, runs: Sequence[RunRecord]) -> None:
+    """Refuse to compare runs of one table that were trained on different data (re-prepared between
+    them: other hold-outs, source or tokenizer). Runs without a fingerprint are not checked."""
+    by_print: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        fp = run.results.get("data_fingerprint")
+        if fp:
+            by_print[fp].append(run)
+    if len(by_print) > 1:
+        parts = "; ".join(f"{fp}: {len(rs)} run(s), e.g. {rs[0].path}" for fp, rs in sorted(by_print.items()))
+        raise UserError(
+            f"the runs of {' / '.join(map(str, key))} were trained on different data ({parts}); the data was "
+            "prepared again between them. Compare runs of one preparation (rerun the others on it)"
+        )
+
+
 def compare(
     runs: Sequence[RunRecord],
     baseline: str = BASELINE,
@@ -478,6 +494,8 @@ def compare(
     grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
     for run in finished:
         grouped[_group_key(run)].append(run)
+    for key, members in grouped.items():
+        _check_same_data(key, members)
     groups = [_group(k, grouped[k], baseline, study, margin) for k in sorted(grouped)]
     return Comparison(
         groups=groups,

@@ -7,6 +7,8 @@ The best checkpoint is the one with the highest validation accuracy; the held-ou
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 from typing import Any
@@ -48,6 +50,7 @@ class ClassificationTask(Task):
         super().__init__(cfg, dist, device)
         self.opts: ClassificationOptions = cfg.classification or ClassificationOptions()
         self.data: ClassificationData | None = None
+        self.data_fingerprint: str | None = None
         self.features: dict[str, list[dict[str, Any]]] = {}
         self.tokenizer: Any = None
         self.hf = False
@@ -119,6 +122,7 @@ class ClassificationTask(Task):
             )
         if self.dist.is_main and self.cfg.progress:
             log.info(data_summary_line(data))
+        self.data_fingerprint = examples_fingerprint(data)
         return data
 
     def _setup_gpt(self) -> None:
@@ -331,6 +335,7 @@ class ClassificationTask(Task):
             "label_names": list(self.data.label_names),
             "max_length": self.max_length,
             "method": self.cfg.method,
+            "data_fingerprint": self.data_fingerprint,
         }
         if self.hf:
             meta["hf_model"] = self.cfg.model
@@ -379,3 +384,13 @@ def data_summary_line(data: ClassificationData) -> str:
     rows = ", ".join(f"{split} {n:,}" for split, n in sizes.items() if n)
     labels = ", ".join(data.label_names[:10]) + (", ..." if len(data.label_names) > 10 else "")
     return f"data: {data.name} ({data.source}): {rows} rows; {data.num_labels} classes: {labels}"
+
+
+def examples_fingerprint(data: ClassificationData) -> str:
+    """A short digest of every example read (texts and labels of each split, in order)."""
+    digest = hashlib.sha256()
+    for split in (data.train, data.validation, data.heldout, *data.extra_eval.values()):
+        for ex in split:
+            digest.update(json.dumps([ex.text, ex.text_pair, ex.label]).encode())
+        digest.update(b"\x00")  # split boundary
+    return digest.hexdigest()[:16]

@@ -655,6 +655,7 @@ class Trainer:
             peak_memory=mem,
             memory_kind=mem_kind,
             gradient_bytes=sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad),
+            data_fingerprint=self.task.model_metadata().get("data_fingerprint"),
             allreduce_bytes_per_step=(
                 self.comm_bytes / (self.step - self.session_first_step)
                 if self.dist.enabled and self.step > self.session_first_step

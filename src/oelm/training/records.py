@@ -62,6 +62,7 @@ class CommonResults(TypedDict, total=False):
     device: str
     world_size: int
     global_batch_size: int
+    data_fingerprint: str | None  # of the prepared data / examples read; reports refuse mixing two
 
 
 class RunResults(CommonResults, total=False):

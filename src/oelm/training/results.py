@@ -52,6 +52,7 @@ class RunFacts:
     # tensors have no gradient, so none of theirs); and the bytes DDP's hook counted (None alone).
     gradient_bytes: int | None = None
     allreduce_bytes_per_step: float | None = None
+    data_fingerprint: str | None = None  # of the prepared data or the examples read (None: not known)
     task_results: dict[str, Any] = field(default_factory=dict)  # the task's keys (of the best checkpoint)
     result_aliases: dict[str, str] = field(default_factory=dict)
 
@@ -124,6 +125,7 @@ def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, 
         "device": timing["device"],
         "world_size": tr.world,
         "global_batch_size": cfg.batch_size * cfg.grad_accum * tr.world,
+        "data_fingerprint": tr.data_fingerprint,
     }
     out: dict[str, Any] = {**common, **tr.task_results}
     out.update({alias: out.get(key) for alias, key in tr.result_aliases.items()})

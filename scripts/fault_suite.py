@@ -40,7 +40,7 @@ ENV = {
     "HF_HUB_OFFLINE": "1",
     "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
 }
-STEP_TIME = re.compile(r"a training step took [^;]*")
+STEP_TIME = re.compile(r"its mean step time was [^;]*\)")  # wall-clock: differs between runs
 TIMING = re.compile(r"time|tok_s|tokens_per|wall|mfu|memory|seconds|throughput", re.I)
 
 
@@ -229,7 +229,7 @@ def _report(out: Path) -> object:
         if isinstance(x, list):
             return [clean(v) for v in x]
         if isinstance(x, str):  # measured step times in the plain-words reading are wall-clock
-            return STEP_TIME.sub("a training step took <measured>", x.replace(str(out), "SWEEP"))
+            return STEP_TIME.sub("its mean step time was <measured>)", x.replace(str(out), "SWEEP"))
         return x
 
     return clean(json.loads((out / "report" / "report.json").read_text()))
@@ -320,13 +320,32 @@ def bad_inputs(work: Path) -> dict:
     }
 
 
+def fuzz(examples: int) -> dict:
+    """tests/test_fuzz_inputs.py with many more generated inputs (the CI run draws a few dozen)."""
+    env = {**os.environ, "OELM_FUZZ_EXAMPLES": str(examples)}
+    test = Path(__file__).resolve().parents[1] / "tests" / "test_fuzz_inputs.py"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    tail = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
+    return {
+        "examples_each": examples,
+        "summary": tail,
+        "problems": [] if done.returncode == 0 else [done.stdout[-3000:]],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=24, help="SIGKILLs of `oelm train` (default 24)")
     ap.add_argument("--sweep-kills", type=int, default=6, help="SIGKILLs of `oelm sweep` (default 6)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default=None, help="work folder (default: a temp folder, removed at the end)")
-    ap.add_argument("--only", nargs="+", default=["train", "sweep", "race", "bad"])
+    ap.add_argument("--only", nargs="+", default=["train", "sweep", "race", "bad", "fuzz"])
+    ap.add_argument("--fuzz", type=int, default=5000, help="generated configs, tables, YAML files each (default 5000)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="oelm-faults-"))
@@ -344,6 +363,8 @@ def main() -> int:
             results["sweep_race"] = sweep_race(work)
         if "bad" in args.only:
             results["bad_inputs"] = bad_inputs(work)
+        if "fuzz" in args.only:
+            results["fuzz"] = fuzz(args.fuzz)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -33,3 +33,14 @@ def test_quiet_silences_notes_and_keeps_warnings(tmp_path, capsys) -> None:
 
     logging.getLogger("oelm.data.lm").warning("something to see")
     assert capsys.readouterr().err.strip() == "oelm: warning: something to see"
+
+
+def test_the_margin_flag_default_is_the_library_default() -> None:
+    import argparse
+
+    from oelm.cli import add_margin_flag
+    from oelm.reports.stats import MARGIN
+
+    parser = argparse.ArgumentParser()
+    add_margin_flag(parser)
+    assert parser.parse_args([]).margin == MARGIN

@@ -65,6 +65,17 @@ def configure_logging(level: int) -> None:
     logger.setLevel(level)
 
 
+def add_margin_flag(parser: argparse.ArgumentParser) -> None:
+    """--margin, the equivalence margin of reports and boards (one wording for every command)."""
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=1.0,  # = oelm.reports.stats.MARGIN (not imported here: `oelm --help` stays fast)
+        help="equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
+        "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered subcommand."""
     parser = Parser(

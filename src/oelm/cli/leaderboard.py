@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from oelm.cli import add_margin_flag
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `leaderboard` subcommand."""
@@ -33,13 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="only runs of these seeds (e.g. the seeds every method has, when the main comparison has more)",
     )
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=1.0,
-        help="equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
-        "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
-    )
+    add_margin_flag(p)
     p.set_defaults(func=run)
 
 

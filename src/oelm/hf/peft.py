@@ -105,8 +105,10 @@ def split_targets(model: nn.Module, config: Any) -> list[str]:
     `config.target_modules` is matched as PEFT matches it (a string is a full-match regex, a list
     matches a name or a name's last dotted parts); None means PEFT's default for the model type.
     """
-    from peft.tuners.tuners_utils import check_target_module_exists  # optional dependency
-    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+    from peft.tuners.tuners_utils import check_target_module_exists  # optional dependency: imported on use
+    from peft.utils import (  # optional dependency: imported on use
+        TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS,
+    )
 
     base = underlying(model)
     if getattr(config, "target_modules", None) is None:

@@ -234,3 +234,27 @@ def test_timing_reports_the_gradient_bytes_frozen_qk_do_not_communicate(tmp_path
     d, layers = model_cfg.d_model, model_cfg.n_layer
     saved = timing["baseline"]["gradient_bytes_per_step"] - timing["oelm-freeze"]["gradient_bytes_per_step"]
     assert saved == layers * 2 * d * d * 4  # the Q and K weights' float32 gradients of every layer
+
+
+def test_bits_per_byte_follow_the_text_bytes_whatever_the_tokenizer(shared_data: Path, tmp_path: Path) -> None:
+    """bits/byte = loss x tokens per byte / ln 2 on each split's own counts; with the byte
+    tokenizer a split has exactly one token per UTF-8 byte plus one end-of-text per document."""
+    from oelm.data.lm import prepare_lm
+
+    docs = [f"Once upon a time, café number {i} opened." for i in range(120)]
+    src = tmp_path / "corpus.txt"
+    src.write_text("\n\n".join(docs))
+    results = {}
+    for name, tok in (("byte", "byte"), ("bpe", f"gpt2:{shared_data / 'tokenizers' / 'gpt2'}")):
+        meta = prepare_lm(src, tok, tmp_path / name, val_fraction=0.1, test_fraction=0.1, seed=0, verbose=False)
+        cfg = tiny_config(tmp_path / name, tmp_path / f"run-{name}", steps=2, warmup=0)
+        cfg["model_overrides"] = {**cfg.get("model_overrides", {}), "vocab_size": meta["vocab_size"]}
+        with one_thread():
+            results[name] = train(cfg)
+        r = results[name]
+        per_byte = meta["splits"]["test"] / meta["split_bytes"]["test"]
+        assert r["test_bits_per_byte"] == pytest.approx(r["test_loss"] * per_byte / math.log(2))
+        if name == "byte":
+            n_docs = meta["splits"]["test"] - meta["split_bytes"]["test"]
+            assert 0 < n_docs < 20  # one end-of-text per held-out document, nothing else
+    assert sum(meta["split_bytes"].values()) == sum(len(d.encode()) for d in docs)

@@ -523,6 +523,7 @@ def _write_all(
     temps = {s: out / f".{s}.bin.tmp-{os.getpid()}" for s in SPLITS if s in splits}
     counts: dict[str, int] = {}
     digests: dict[str, str] = {}
+    text_bytes: dict[str, int] = {}
     start = time.perf_counter()
     try:
         for split, tmp in temps.items():
@@ -533,6 +534,8 @@ def _write_all(
                 else _hub_batches(data, tok, text_field, workers)
             )
             counts[split], digests[split] = _write_split(tmp, batches, tok.eot_id, dtype)
+            if isinstance(data, list):  # UTF-8 bytes of the split's text: bits per byte compare tokenizers
+                text_bytes[split] = sum(len(doc.encode("utf-8")) for doc in data)
         elapsed = time.perf_counter() - start
         meta = {
             "source": source,
@@ -547,6 +550,8 @@ def _write_all(
         if test_holdout is not None:
             meta["test_holdout"] = test_holdout
         meta["split_sha256"] = digests
+        if text_bytes:
+            meta["split_bytes"] = text_bytes
         meta["fingerprint"] = data_fingerprint(meta)
         _publish(out, temps, meta)
     finally:

@@ -186,11 +186,23 @@ class LMTask(Task):
             "test_tokens": test.get("tokens") if test else None,
             "test_windows": test.get("windows") if test else None,
             "test_loss_se": test.get("loss_se") if test else None,
+            # Bits per byte of text (loss x tokens per byte / ln 2, with the split's own token and
+            # byte counts): comparable across tokenizers, where perplexity is not.
+            "val_bits_per_byte": self._bits_per_byte(val["loss"], "val"),
+            "test_bits_per_byte": self._bits_per_byte(test["loss"], "test") if test else None,
             "final_perplexity": final["perplexity"],
             "primary_metric": "test_perplexity" if test else "val_perplexity",
             "selection_metric": "best_val_loss",
             "higher_is_better": self.higher_is_better,
         }
+
+    def _bits_per_byte(self, loss: float, split: str) -> float | None:
+        """Bits per UTF-8 byte of the split's text, when `oelm prepare` recorded its byte count."""
+        text_bytes = (self.meta.get("split_bytes") or {}).get(split)
+        tokens = (self.meta.get("splits") or {}).get(split)
+        if not text_bytes or not tokens or not math.isfinite(loss):
+            return None
+        return loss * tokens / text_bytes / math.log(2)
 
     def dataset_name(self) -> str:
         """The data's source as recorded by `oelm prepare lm`."""

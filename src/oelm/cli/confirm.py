@@ -1,0 +1,71 @@
+"""`oelm confirm plan SWEEP_DIR --seeds N --out DIR` and `oelm confirm run DIR`: claims on fresh seeds."""
+
+from __future__ import annotations
+
+import argparse
+
+from oelm.cli import add_margin_flag
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `confirm` subcommand with its `plan` and `run` steps."""
+    p = subparsers.add_parser(
+        "confirm",
+        help="confirm a board's claims on fresh seeds: fix a hashed plan, then run and judge it",
+        description="Confirmation on fresh seeds. `plan` takes a finished pilot sweep's claims (every "
+        "method whose verdict against the board's reference is resolved or equivalent, or --claims), "
+        "fixes each arm at the LR the pilot's validation chose, picks N seeds the pilot never used and "
+        "writes DIR/plan.json with a sha256 before anything runs. `run` refuses an edited plan, trains "
+        "exactly the planned runs (resumable) and reports each claim as confirmed or not confirmed on "
+        "the fresh seeds only (same paired test, Holm over the claims, same margin).",
+    )
+    steps = p.add_subparsers(dest="step", metavar="STEP")
+    plan = steps.add_parser("plan", help="write DIR/plan.json from a finished pilot sweep (runs nothing)")
+    plan.add_argument("sweep", metavar="SWEEP_DIR", help="the pilot: a directory `oelm sweep` wrote")
+    plan.add_argument("--seeds", type=int, required=True, metavar="N", help="fresh seeds to plan (at least 3)")
+    plan.add_argument("--out", required=True, metavar="DIR", help="the confirmation's directory (outside the pilot)")
+    plan.add_argument(
+        "--claims",
+        nargs="+",
+        default=None,
+        metavar="METHOD",
+        help="confirm these methods' pilot verdicts (default: every resolved or equivalent one)",
+    )
+    plan.add_argument(
+        "--baseline",
+        default=None,
+        help="the reference, as for `oelm leaderboard` (default: the best-tuned trainable arm)",
+    )
+    add_margin_flag(plan)
+    plan.set_defaults(func=run_plan)
+    run = steps.add_parser("run", help="check the plan's hash, train its runs, judge every claim")
+    run.add_argument("dir", metavar="DIR", help="the directory holding plan.json")
+    run.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once (subprocesses)")
+    run.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run")
+    run.set_defaults(func=run_run)
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Write the plan and print what it fixed."""
+    from oelm.experiments.confirm import write_plan
+
+    path, plan = write_plan(args.sweep, args.out, args.seeds, args.claims, args.baseline, args.margin)
+    print(f"plan {path} (sha256 {plan['sha256'][:12]}): reference {plan['reference']}, fresh seeds {plan['seeds']}")
+    for claim in plan["claims"]:
+        lr = plan["arms"][claim["method"]]["lr"]
+        print(f"  claim: {claim['method']} (lr {lr:g}) {claim['wording']}")
+    print(f"next: oelm confirm run {args.out}")
+    return 0
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """Run the plan and print each claim's result."""
+    from oelm.experiments.confirm import CONFIRMED, run_confirmation, summary_lines
+
+    conf = run_confirmation(args.dir, parallel=args.parallel, threads=args.threads)
+    print("\n".join(summary_lines(conf)))
+    ok = sum(c.result == CONFIRMED for c in conf.results)
+    print(f"{ok} of {len(conf.results)} claim(s) confirmed -> {args.dir}/confirmation.md")
+    failed = conf.outcome.failed if conf.outcome else []
+    return 1 if failed else 0

@@ -1,0 +1,419 @@
+"""Confirmation on fresh seeds: a board's claims, fixed before running, tested on seeds never used to select.
+
+`plan` reads a finished pilot sweep through the same board as `oelm leaderboard` (each arm's LR
+chosen on the pilot's validation, verdicts against the board's reference), takes its claims (every
+method whose verdict is resolved or equivalent, or the named ones), fixes each arm at its chosen
+setting, picks seeds the pilot never used and writes DIR/plan.json with a sha256 of its content
+before anything runs. `run` refuses an edited plan, trains exactly the planned runs with the sweep
+machinery (resumable), and tests every claim on the fresh seeds only, with the reports' own
+comparison: per-seed paired % gaps, Holm over the claims, TOST within the plan's margin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oelm.experiments.leaderboard import build
+from oelm.experiments.runner import SweepOutcome, run_sweep
+from oelm.experiments.sweep import SweepSpec, validate
+from oelm.reports import stats
+from oelm.reports.aggregate import Arm, Group, compare
+from oelm.reports.tables import fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
+from oelm.training.records import RunRecord, find_run_dirs, load_run
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_json, atomic_write_text, clean_json, read_json_object, read_yaml
+
+PLAN = "plan.json"
+CONFIRMED, NOT_CONFIRMED = "confirmed", "not confirmed"
+MIN_SEEDS = stats.MIN_PAIRED_SEEDS  # fewer fresh seeds than this cannot test anything
+_DIRECTION = {stats.WORSE: "gap > 0 (worse)", stats.BETTER: "gap < 0 (better)"}
+
+
+def content_hash(content: dict[str, Any]) -> str:
+    """sha256 of a plan's content (every key but `sha256`) as canonical JSON."""
+    body = {k: v for k, v in content.items() if k != "sha256"}
+    text = json.dumps(clean_json(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+
+
+def _pilot_spec(sweep_dir: Path) -> SweepSpec:
+    """The pilot as its SWEEP/sweep.yaml records it (base config, arms, seeds, grid)."""
+    raw = read_yaml(sweep_dir / "sweep.yaml", "sweep record")
+    try:
+        return SweepSpec(
+            name=str(raw.get("name", sweep_dir.name)),
+            base=dict(raw.get("base") or {}),
+            methods=dict(raw["methods"]),
+            seeds=[int(s) for s in raw["seeds"]],
+            grid=dict(raw.get("grid") or {}),
+            out=sweep_dir,
+            prepare=raw.get("prepare"),
+            baseline=str(raw.get("baseline", "baseline")),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(
+            f"{sweep_dir / 'sweep.yaml'} is not a sweep record ({err}); pass the directory `oelm sweep` wrote"
+        ) from err
+
+
+def _records_hash(sweep_dir: Path, runs: Sequence[RunRecord]) -> str:
+    """sha256 over every pilot run's results.json (by path): which records the claims came from."""
+    lines = sorted(
+        f"{os.path.relpath(r.path, sweep_dir)} {_file_hash(r.path / 'results.json')}"
+        for r in runs
+        if (r.path / "results.json").is_file()
+    )
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def _setting(spec: SweepSpec, arm: Arm) -> dict[str, Any]:
+    """An arm fixed at the setting the pilot's validation chose: lr, grid values, method options."""
+    for run in spec.runs():
+        if run.method == arm.method and run.run_dir.parent.name == arm.setting:
+            options = spec.methods[arm.method].get("method_options")
+            return {"lr": run.lr, "setting": arm.setting, "extra": run.extra} | (
+                {"method_options": options} if options else {}
+            )
+    raise UserError(f"{arm.method}'s chosen setting {arm.setting} is not a run of {spec.out / 'sweep.yaml'}")
+
+
+def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | None) -> list[Arm]:
+    """The arms whose pilot verdict is resolved or equivalent (or the named ones, which must be)."""
+    if not named:
+        arms = [a for m, a in board_arms.items() if m != reference and a.decision is not None]
+        arms = [a for a in arms if a.decision.verdict != stats.UNRESOLVED]
+        if not arms:
+            raise UserError(
+                f"no claim to confirm: every method's pilot verdict against {reference} is unresolved; "
+                "add seeds to the pilot (`oelm sweep SPEC.yaml --seeds ...`) first"
+            )
+        return arms
+    out = []
+    for name in dict.fromkeys(named):
+        if name == reference:
+            raise UserError(f"--claims {name}: that is the board's reference, which every claim is compared with")
+        arm = board_arms.get(name)
+        if arm is None:
+            raise UserError(f"--claims {name}: not a ranked method of the pilot board; ranked: {', '.join(board_arms)}")
+        if arm.decision is None or arm.decision.verdict == stats.UNRESOLVED:
+            raise UserError(
+                f"--claims {name}: its pilot verdict is {verdict_text(arm.decision)}: there is no claim to confirm"
+            )
+        out.append(arm)
+    return out
+
+
+def _claim(arm: Arm, group: Group) -> dict[str, Any]:
+    """One claim as the plan fixes it (its pilot numbers, labelled pilot)."""
+    d = arm.decision
+    assert d is not None
+    return {
+        "method": arm.method,
+        "reference": group.baseline,
+        "verdict": d.verdict,
+        "wording": verdict_text(d),
+        "direction": _DIRECTION.get(d.verdict, f"|gap| < {d.margin:g}% (equivalent)"),
+        "margin": d.margin,
+        "pilot": {"seeds": d.n, "mean_gap": d.mean_gap, "holm_p": d.holm_p, "tost_holm_p": d.tost_holm_p, "m": d.m},
+    }
+
+
+def make_plan(
+    sweep_dir: str | Path,
+    n_seeds: int,
+    claims: Sequence[str] | None = None,
+    baseline: str | None = None,
+    margin: float = stats.MARGIN,
+) -> dict[str, Any]:
+    """The plan's content (with its sha256) for a finished pilot sweep: nothing is written or run."""
+    sweep_dir = Path(sweep_dir)
+    if n_seeds < MIN_SEEDS:
+        raise UserError(f"--seeds {n_seeds}: a paired test needs at least {MIN_SEEDS} fresh seeds")
+    spec = _pilot_spec(sweep_dir)
+    boards, _, runs = build([sweep_dir], baseline, margin=margin)
+    if len(boards) != 1:
+        raise UserError(f"{sweep_dir} holds {len(boards)} tables; a confirmation plans the claims of one table")
+    group = boards[0].group
+    if group.baseline is None:
+        raise UserError(f"{sweep_dir}: the board has no reference with finished runs; nothing can be claimed")
+    ranked = {e.method: e.arm for e in boards[0].ranked}
+    if group.baseline not in ranked:
+        raise UserError(f"the reference {group.baseline} is incomplete in {sweep_dir}: finish the pilot first")
+    chosen = _claims(ranked, group.baseline, claims)
+    arms = {group.baseline: _setting(spec, ranked[group.baseline])} | {a.method: _setting(spec, a) for a in chosen}
+    extras = {json.dumps(a.pop("extra"), sort_keys=True) for a in arms.values()}
+    if len(extras) > 1:
+        raise UserError(
+            f"the arms chose different values of the pilot's grid ({', '.join(sorted(extras))}); a confirmation "
+            "runs every arm at one set of grid values: name claims that share them with --claims"
+        )
+    pilot_seeds = sorted(set(spec.seeds) | {r.seed for r in runs if r.seed is not None})
+    start = max(pilot_seeds, default=-1) + 1
+    content = {
+        "kind": "oelm confirmation plan",
+        "pilot": {
+            "dir": os.path.normpath(sweep_dir),
+            "name": spec.name,
+            "seeds": pilot_seeds,
+            "runs": len(runs),
+            "sweep_yaml_sha256": _file_hash(sweep_dir / "sweep.yaml"),
+            "records_sha256": _records_hash(sweep_dir, runs),
+            "reference_rule": boards[0].reference_rule,
+        },
+        "table": {
+            "task": group.task,
+            "dataset": group.dataset,
+            "model": group.model,
+            "primary_metric": group.primary_metric,
+            "higher_is_better": group.higher_is_better,
+        },
+        "reference": group.baseline,
+        "margin": margin,
+        "claims": [_claim(a, group) for a in chosen],
+        "arms": arms,
+        "grid": json.loads(extras.pop()),
+        "seeds": list(range(start, start + n_seeds)),
+        "config": spec.base,
+        "prepare": spec.prepare,
+    }
+    content = clean_json(json.loads(json.dumps(content, default=str)))
+    return {**content, "sha256": content_hash(content)}
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    path, parent = path.resolve(), parent.resolve()
+    return path == parent or parent in path.parents
+
+
+def write_plan(
+    sweep_dir: str | Path,
+    out: str | Path,
+    n_seeds: int,
+    claims: Sequence[str] | None = None,
+    baseline: str | None = None,
+    margin: float = stats.MARGIN,
+) -> tuple[Path, dict[str, Any]]:
+    """Write OUT/plan.json before anything runs; the same plan again is a no-op, a different one an error."""
+    out = Path(out)
+    if _inside(out, Path(sweep_dir)):
+        raise UserError(f"--out {out} lies inside the pilot {sweep_dir}; its runs would count as pilot runs")
+    plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin)
+    path = out / PLAN
+    if path.is_file():
+        stored = read_json_object(path, "remove it or pass another --out")
+        if stored != plan:
+            raise UserError(
+                f"{path} holds a different plan (sha256 {str(stored.get('sha256'))[:12]}, this one "
+                f"{plan['sha256'][:12]}); a plan is fixed once written: pass another --out"
+            )
+        return path, plan
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, plan)
+    return path, plan
+
+
+def read_plan(out: str | Path) -> dict[str, Any]:
+    """OUT/plan.json after checking its sha256 (an edited plan is refused)."""
+    path = Path(out) / PLAN
+    plan = read_json_object(path, f"write it first with `oelm confirm plan SWEEP_DIR --seeds N --out {out}`")
+    if plan.get("sha256") != content_hash(plan):
+        raise UserError(
+            f"{path} does not match its sha256: it was edited after it was written. A confirmation runs "
+            "only the plan fixed before the runs; write a new plan with `oelm confirm plan` into another --out"
+        )
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+def plan_spec(plan: dict[str, Any], out: str | Path) -> SweepSpec:
+    """The planned runs as a sweep: the claims' arms and the reference at their fixed settings x the fresh seeds."""
+    methods = {
+        m: {"lr": [a["lr"]], **({"method_options": a["method_options"]} if a.get("method_options") else {})}
+        for m, a in plan["arms"].items()
+    }
+    spec = SweepSpec(
+        name=f"{plan['pilot']['name']}-confirm",
+        base=plan["config"],
+        methods=methods,
+        seeds=list(plan["seeds"]),
+        grid={k: [v] for k, v in plan["grid"].items()},
+        out=Path(out),
+        prepare=plan["prepare"],
+        baseline=plan["reference"],
+    )
+    validate(spec)
+    return spec
+
+
+@dataclass
+class ClaimResult:
+    """One claim and what the fresh seeds say about it."""
+
+    claim: dict[str, Any]
+    arm: Arm | None
+    result: str
+    why: str  # why not confirmed ('' when confirmed)
+    complete: bool = True  # every planned seed of the claim and the reference finished
+
+
+@dataclass
+class Confirmation:
+    """The judged claims, the fresh-seed table they come from, and the sweep that trained the runs."""
+
+    plan: dict[str, Any]
+    group: Group | None
+    results: list[ClaimResult]
+    outcome: SweepOutcome | None = None
+
+
+def _fresh_runs(spec: SweepSpec) -> list[RunRecord]:
+    """Records of exactly the planned runs (fresh seeds only: nothing else under the directory counts)."""
+    planned = {os.path.normpath(r.run_dir) for r in spec.runs()}
+    root = spec.out / "runs"
+    dirs = find_run_dirs([root]) if root.is_dir() else []
+    return [load_run(d) for d in dirs if os.path.normpath(d) in planned]
+
+
+def judge(plan: dict[str, Any], runs: Sequence[RunRecord]) -> tuple[Group | None, list[ClaimResult]]:
+    """Each claim confirmed or not on these runs: the same paired test, Holm over the claims, the plan's margin."""
+    table, seeds = plan["table"], set(plan["seeds"])
+    runs = [r for r in runs if r.seed in seeds]
+    key = (table["task"], table["dataset"], table["model"], table["primary_metric"])
+    groups = compare(runs, baseline=plan["reference"], margin=plan["margin"]).groups if runs else []
+    group = next((g for g in groups if (g.task, g.dataset, g.model, g.primary_metric) == key), None)
+    arms = {a.method: a for a in group.arms} if group is not None else {}
+    ref = arms.get(plan["reference"])
+    results = []
+    for claim in plan["claims"]:
+        arm = arms.get(claim["method"])
+        short = [
+            m for m, a in ((claim["method"], arm), (plan["reference"], ref)) if a is None or a.primary.n < len(seeds)
+        ]
+        d = arm.decision if arm is not None else None
+        if short:
+            why = f"{', '.join(short)}: fewer than the {len(seeds)} planned seeds finished"
+            results.append(ClaimResult(claim, arm, NOT_CONFIRMED, why, complete=False))
+        elif d is not None and d.verdict == claim["verdict"]:
+            results.append(ClaimResult(claim, arm, CONFIRMED, ""))
+        else:
+            results.append(ClaimResult(claim, arm, NOT_CONFIRMED, f"fresh verdict: {verdict_text(d)}"))
+    return group, results
+
+
+def run_confirmation(
+    out: str | Path, parallel: int = 1, threads: int | None = None, progress: bool = True
+) -> Confirmation:
+    """Verify the plan, train its runs (finished ones are kept), judge the claims, write OUT/confirmation.*."""
+    out = Path(out)
+    plan = read_plan(out)
+    spec = plan_spec(plan, out)
+    outcome = run_sweep(spec, parallel=parallel, progress=progress, report=False, threads=threads)
+    group, results = judge(plan, _fresh_runs(spec))
+    confirmation = Confirmation(plan, group, results, outcome)
+    atomic_write_text(out / "confirmation.md", "\n".join(render(confirmation)) + "\n")
+    atomic_write_json(out / "confirmation.json", to_json(confirmation))
+    return confirmation
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def _claim_cell(claim: dict[str, Any]) -> str:
+    pilot = claim["pilot"]
+    return f"{claim['wording']} (pilot, {pilot['seeds']} seeds, gap {pilot['mean_gap']:+.2f}%)"
+
+
+def _row(c: ClaimResult, group: Group | None) -> list[str]:
+    """Method, claim (pilot), fresh gap, fresh p, fresh verdict, result."""
+    arm = c.arm
+    fresh = [fmt_gap(arm, group), fmt_p(arm, group), fmt_verdict(arm, group)] if arm and group else ["n/a"] * 3
+    return [c.claim["method"], _claim_cell(c.claim), *fresh, c.result + ("" if c.complete else f" ({c.why})")]
+
+
+HEADER = ["Method", "Claim (pilot)", "Fresh gap [paired 95% CI]", "Fresh p", "Fresh verdict", "Result"]
+
+
+def render(conf: Confirmation) -> list[str]:
+    """confirmation.md as lines."""
+    plan, pilot = conf.plan, conf.plan["pilot"]
+    seeds = ", ".join(map(str, plan["seeds"]))
+    n_ok = sum(c.result == CONFIRMED for c in conf.results)
+    table = plan["table"]
+    lrs = ", ".join(f"{m} {a['lr']:g}" for m, a in plan["arms"].items())
+    return [
+        f"# Confirmation of {pilot['name']} on fresh seeds",
+        "",
+        f"Plan `plan.json`, sha256 `{plan['sha256']}` (checked before the runs). Pilot `{pilot['dir']}` "
+        f"(seeds {', '.join(map(str, pilot['seeds']))}, {pilot['runs']} runs): its numbers are labelled pilot "
+        "and enter no statistic below.",
+        "",
+        f"Fresh seeds {seeds}; {table['dataset']} ({table['task']}, {table['model']}), {table['primary_metric']}; "
+        f"reference {plan['reference']}; each arm at the LR its pilot validation chose "
+        f"({lrs}). Each claim is tested on the fresh "
+        f"seeds only: paired per-seed % gap to the reference, Holm over the {len(plan['claims'])} claim(s), "
+        f"TOST within ±{plan['margin']:g}%. A claim is confirmed when the fresh verdict is the pilot's.",
+        "",
+        *md_table(HEADER, [_row(c, conf.group) for c in conf.results]),
+        "",
+        f"**{n_ok} of {len(conf.results)} claim(s) confirmed.**",
+    ]
+
+
+def summary_lines(conf: Confirmation) -> list[str]:
+    """The short table `oelm confirm run` prints."""
+    rows = [[c.claim["method"], c.claim["wording"], *_row(c, conf.group)[4:]] for c in conf.results]
+    return text_table(["Method", "Claim (pilot)", "Fresh verdict", "Result"], rows)
+
+
+def to_json(conf: Confirmation) -> dict[str, Any]:
+    """confirmation.json: the plan's identity, and per claim its pilot claim and fresh numbers."""
+
+    def fresh(arm: Arm | None) -> dict[str, Any] | None:
+        if arm is None:
+            return None
+        return {
+            "seeds": sorted(arm.by_seed),
+            "gap_percent": arm.gap,
+            "gap_paired": arm.gap_paired.to_dict() if arm.gap_paired else None,
+            "decision": arm.decision.to_dict() if arm.decision else None,
+            "verdict": verdict_text(arm.decision),
+        }
+
+    plan = conf.plan
+    return {
+        "plan_sha256": plan["sha256"],
+        "pilot": plan["pilot"],
+        "reference": plan["reference"],
+        "seeds": plan["seeds"],
+        "margin": plan["margin"],
+        "claims": [
+            {
+                "method": c.claim["method"],
+                "lr": plan["arms"][c.claim["method"]]["lr"],
+                "claim": c.claim,
+                "fresh": fresh(c.arm),
+                "result": c.result,
+                "why": c.why or None,
+            }
+            for c in conf.results
+        ],
+        "confirmed": sum(c.result == CONFIRMED for c in conf.results),
+    }

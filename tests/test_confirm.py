@@ -1,0 +1,142 @@
+"""`oelm confirm`: a hashed plan fixed before running, fresh seeds only, each claim confirmed or not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from oelm.cli import main
+from oelm.experiments.confirm import (
+    CONFIRMED,
+    NOT_CONFIRMED,
+    content_hash,
+    read_plan,
+    run_confirmation,
+    write_plan,
+)
+from oelm.experiments.runner import run_sweep
+from oelm.experiments.sweep import spec_from_dict
+from oelm.utils.errors import UserError
+from test_report import make_run
+from test_sweep import TINY
+from train_utils import synthetic_lm_dir
+
+BASE = [10.0, 10.2, 9.9]
+# method -> per-seed relative gap to the baseline on the pilot seeds 0-2 (test perplexity, + = worse)
+PILOT = {
+    "oelm-freeze": [0.10, 0.11, 0.09],  # worse, resolved
+    "oelm-random": [0.05, 0.045, 0.055],  # worse, resolved
+    "oelm-qknorm": [0.03, -0.02, 0.01],  # unresolved: not a claim
+}
+
+
+def _pilot(tmp_path: Path) -> Path:
+    """A finished pilot sweep written to the run-directory schema, with its sweep.yaml."""
+    root = tmp_path / "pilot"
+    for seed, ppl in enumerate(BASE):
+        make_run(root, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
+        make_run(root, "baseline", 3e-4, seed, test_perplexity=ppl + 1, best_val_loss=1.7)
+        for method, gaps in PILOT.items():
+            make_run(root, method, 3e-3, seed, test_perplexity=ppl * (1 + gaps[seed]), best_val_loss=1.6)
+            make_run(root, method, 1e-2, seed, test_perplexity=ppl * 2, best_val_loss=1.9)
+    methods = {"baseline": {"lr": [3e-4, 1e-3]}} | {m: {"lr": [3e-3, 1e-2]} for m in PILOT}
+    base = {**TINY, "data": str(synthetic_lm_dir(tmp_path / "data"))}
+    record = {"name": "pilot", "base": base, "methods": methods, "seeds": [0, 1, 2], "grid": {}, "baseline": "baseline"}
+    (root / "sweep.yaml").write_text(yaml.safe_dump(record))
+    return root
+
+
+def test_plan_fixes_claims_lrs_and_fresh_seeds_under_a_hash(tmp_path: Path) -> None:
+    pilot, out = _pilot(tmp_path), tmp_path / "confirm"
+    path, plan = write_plan(pilot, out, 3)
+    stored = json.loads(path.read_text())
+    assert stored == plan and stored["sha256"] == content_hash(stored)
+    assert plan["seeds"] == [3, 4, 5] and not set(plan["seeds"]) & set(plan["pilot"]["seeds"])
+    assert plan["pilot"]["seeds"] == [0, 1, 2] and plan["reference"] == "baseline"
+    assert [c["method"] for c in plan["claims"]] == ["oelm-random", "oelm-freeze"]  # board order; qknorm unresolved
+    assert {c["wording"] for c in plan["claims"]} == {"worse (resolved)"}
+    assert plan["claims"][1]["direction"] == "gap > 0 (worse)" and plan["claims"][1]["margin"] == 1.0
+    assert {m: a["lr"] for m, a in plan["arms"].items()} == {"baseline": 1e-3, "oelm-freeze": 3e-3, "oelm-random": 3e-3}
+    assert not (out / "runs").exists()  # written before anything runs
+
+    assert write_plan(pilot, out, 3)[1] == plan  # the same plan again: unchanged
+    with pytest.raises(UserError, match="different plan"):
+        write_plan(pilot, out, 4)
+    with pytest.raises(UserError, match="inside the pilot"):
+        write_plan(pilot, pilot / "confirm", 3)
+    with pytest.raises(UserError, match="no claim to confirm"):
+        write_plan(pilot, tmp_path / "other", 3, claims=["oelm-qknorm"])
+    named = write_plan(pilot, tmp_path / "named", 3, claims=["oelm-random"])[1]
+    assert [c["method"] for c in named["claims"]] == ["oelm-random"] and set(named["arms"]) == {
+        "baseline",
+        "oelm-random",
+    }
+
+    edited = {**stored, "arms": {**stored["arms"], "oelm-freeze": {**stored["arms"]["oelm-freeze"], "lr": 1e-2}}}
+    path.write_text(json.dumps(edited, indent=2))
+    with pytest.raises(UserError, match="edited after it was written"):
+        read_plan(out)
+
+
+def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pilot, out = _pilot(tmp_path), tmp_path / "confirm"
+    assert main(["confirm", "plan", str(pilot), "--seeds", "3", "--out", str(out)]) == 0
+    fresh = {3: 10.1, 4: 9.8, 5: 10.3}
+    for seed, ppl in fresh.items():  # freeze stays ~10% worse; random is now within noise
+        i = seed - 3
+        make_run(out, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
+        make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=ppl * (1 + [0.10, 0.105, 0.095][i]), best_val_loss=1.6)
+        make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * (1 + [0.01, -0.01, 0.005][i]), best_val_loss=1.6)
+    make_run(out, "oelm-random", 3e-3, 0, test_perplexity=99.0, best_val_loss=1.6)  # a stray pilot seed: ignored
+    capsys.readouterr()
+    assert main(["confirm", "run", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 of 2 claim(s) confirmed" in printed and "not confirmed" in printed
+
+    result = json.loads((out / "confirmation.json").read_text())
+    by = {c["method"]: c for c in result["claims"]}
+    assert by["oelm-freeze"]["result"] == CONFIRMED and by["oelm-random"]["result"] == NOT_CONFIRMED
+    assert by["oelm-freeze"]["fresh"]["seeds"] == [3, 4, 5] and by["oelm-random"]["fresh"]["seeds"] == [3, 4, 5]
+    assert by["oelm-freeze"]["fresh"]["gap_paired"]["mean"] == pytest.approx(10.0)
+    assert by["oelm-freeze"]["fresh"]["decision"]["m"] == 2  # Holm over the claims
+    assert by["oelm-random"]["why"].startswith("fresh verdict: ")
+    md = (out / "confirmation.md").read_text()
+    assert "worse (resolved) (pilot, 3 seeds, gap +10.00%)" in md and "**1 of 2 claim(s) confirmed.**" in md
+
+    # A missing fresh run: the claim cannot be confirmed on fewer than the planned seeds.
+    for run in (out / "runs" / "oelm-freeze").glob("*/seed5"):
+        (run / "results.json").unlink()
+    conf = run_confirmation(out, progress=False)
+    freeze = next(c for c in conf.results if c.claim["method"] == "oelm-freeze")
+    assert freeze.result == NOT_CONFIRMED and "fewer than the 3 planned" in freeze.why
+
+
+@pytest.mark.slow
+def test_run_trains_only_the_planned_runs(tmp_path: Path) -> None:
+    raw = {
+        "name": "tiny",
+        "out": str(tmp_path / "pilot"),
+        "config": {**TINY, "data": str(synthetic_lm_dir(tmp_path / "data"))},
+        "methods": {"baseline": {"lr": [1e-3, 3e-3]}, "oelm-freeze": {"lr": [3e-3]}},
+        "seeds": [0, 1, 2],
+    }
+    run_sweep(spec_from_dict(raw), progress=False, report=False, threads=1)
+    out = tmp_path / "confirm"
+    # A wide margin gives 6-step runs a claim either way (a resolved gap or equivalence).
+    _, plan = write_plan(tmp_path / "pilot", out, 3, margin=50.0)
+    lrs = {m: a["lr"] for m, a in plan["arms"].items()}
+    conf = run_confirmation(out, progress=False, threads=1)
+    assert conf.outcome is not None and not conf.outcome.failed
+    trained = {(r.method, r.lr, r.seed) for r in conf.outcome.trained}
+    assert trained == {(m, lr, s) for m, lr in lrs.items() for s in (3, 4, 5)}
+    dirs = sorted(p.relative_to(out / "runs").as_posix() for p in (out / "runs").glob("*/*/seed*"))
+    assert dirs == sorted(f"{m}/lr{lr:g}/seed{s}" for m, lr in lrs.items() for s in (3, 4, 5))
+    for d in dirs:
+        config = yaml.safe_load((out / "runs" / d / "config.yaml").read_text())
+        assert config["lr"] == lrs[d.split("/")[0]] and config["seed"] in (3, 4, 5)
+    assert {c.result for c in conf.results} <= {CONFIRMED, NOT_CONFIRMED} and len(conf.results) == 1
+    again = run_confirmation(out, progress=False, threads=1)  # resumable: nothing trains twice
+    assert again.outcome is not None and not again.outcome.trained and len(again.outcome.skipped) == 6

@@ -270,3 +270,21 @@ def test_saved_files_follow_the_users_umask(tmp_path: Path) -> None:
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for d in ("ours", "hf") for p in (tmp_path / d).iterdir()}
     assert modes and set(modes.values()) == {0o644}, modes
+
+
+def test_saving_into_a_folder_leaves_its_other_files_modes_alone(tmp_path: Path) -> None:
+    import os
+
+    script, secret = tmp_path / "run.sh", tmp_path / ".env"
+    script.write_text("#!/bin/sh\n")
+    secret.write_text("TOKEN=x\n")
+    os.chmod(script, 0o755)
+    os.chmod(secret, 0o600)
+    hf = make("bert")
+    oelm.apply_method(hf, "oelm-freeze", seed=0)
+    hf.save_pretrained(tmp_path)  # the model's own save_pretrained, through oelm's hook
+    oelm.save_pretrained(hf, tmp_path)
+    assert script.stat().st_mode & 0o777 == 0o755 and secret.stat().st_mode & 0o777 == 0o600
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask

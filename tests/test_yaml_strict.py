@@ -74,3 +74,9 @@ def test_oelm_train_refuses_a_duplicate_key_config_with_exit_2(tmp_path: Path, c
     err = capsys.readouterr().err
     assert "duplicate key 'steps' (first on line 2)" in err and "line 4" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_duplicates_on_one_line_are_refused_too() -> None:
+    for text in ("a: {x: 1, x: 2}", "{lr: 1, lr: 2}", "method_options: {rank: 4, rank: 8}"):
+        with pytest.raises(yaml.YAMLError, match="duplicate key"):
+            load_yaml_text(text)

@@ -26,7 +26,7 @@ from oelm.core.audit import fingerprint
 from oelm.core.state import method_state
 from oelm.core.targets import find_targets, unwrap
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, follow_umask
+from oelm.utils.io import atomic_write_text, file_times, follow_umask
 
 RECORD_FILE = "oelm_method.json"
 RECORD_FORMAT = 1
@@ -194,10 +194,11 @@ class _SaveWithRecord:
         self.extra = extra
 
     def __call__(self, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
+        before = file_times(save_directory)
         out = type(self.model).save_pretrained(self.model, save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True) and method_state(self.source) is not None:
             write_record(self.source, save_directory, None if self.extra is None else self.extra(self.model))
-            follow_umask(save_directory)  # safetensors writes 0600
+            follow_umask(save_directory, before=before)  # safetensors writes 0600; older files untouched
         return out
 
 

@@ -28,7 +28,7 @@ from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
 from oelm.training.checkpoint import load_weights
 from oelm.training.runs import load_model
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, follow_umask
+from oelm.utils.io import atomic_write_text, file_times, follow_umask
 
 GPT_FILE = "oelm_model.json"  # our GPT's architecture (HF models keep theirs in config.json)
 WEIGHTS_FILE = "model.safetensors"
@@ -46,9 +46,10 @@ def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path
     base = unwrap(model)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    before = file_times(folder)  # files written from here on follow the umask; others keep their modes
     if is_peft(base):
         base.save_pretrained(folder, **kwargs)
-        follow_umask(folder)
+        follow_umask(folder, before=before)
         if method_state(underlying(base)) is not None:
             write_adapter_record(base, folder)
         return folder
@@ -56,7 +57,7 @@ def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path
         _save_gpt(base, folder)
     elif callable(getattr(base, "save_pretrained", None)):
         base.save_pretrained(folder, **kwargs)
-        follow_umask(folder)
+        follow_umask(folder, before=before)
     else:
         raise UserError(f"cannot save a {type(base).__name__}: neither our GPT nor a Hugging Face model")
     if method_state(base) is not None:

@@ -97,13 +97,13 @@ class StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
+                if key in seen:  # also two on one line, as in {lr: 1, lr: 2}
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first on line {seen[key]}); keep one", key_node.start_mark
+                    )
+                seen[key] = key_node.start_mark.line + 1
             except TypeError:  # an unhashable key: let the base class raise its own error
                 break
-            if first != key_node.start_mark.line + 1:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {first}); keep one", key_node.start_mark
-                )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -168,13 +168,21 @@ def _umask() -> int:
     return mask
 
 
-def follow_umask(*paths: str | os.PathLike) -> None:
+def file_times(folder: str | os.PathLike) -> dict[str, int]:
+    """{path: modification time in ns} of every file under `folder` (taken before writing into it)."""
+    root = Path(folder)
+    return {str(p): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} if root.is_dir() else {}
+
+
+def follow_umask(*paths: str | os.PathLike, before: dict[str, int] | None = None) -> None:
     """Give files the mode the user's umask asks for (safetensors writes 0600 whatever the umask).
 
-    A folder is walked: every file in it gets the file mode.
+    A folder is walked; with `before` (file_times of it taken before writing) files that were
+    there and are unchanged keep their modes: only what was written gets the umask's mode.
     """
     mode = 0o666 & ~_umask()
     for path in map(Path, paths):
         files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
         for f in files:
-            os.chmod(f, mode)
+            if before is None or before.get(str(f)) != f.stat().st_mtime_ns:
+                os.chmod(f, mode)

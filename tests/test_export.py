@@ -144,3 +144,13 @@ def test_export_says_the_context_it_trained_at_and_writes_a_model_card(tmp_path)
     card = (out / "README.md").read_text()
     assert "`oelm-freeze`" in card and "context 16" in card and "max_length=16" in card
     assert f"{results['test_perplexity']:.4g}" in card and "oelm.from_pretrained" in card
+
+
+def test_export_never_overwrites_the_run_itself_and_labels_non_best_numbers(lm_run, tmp_path):
+    for out in (lm_run, lm_run.parent):
+        with pytest.raises(UserError, match="is the run directory or holds it"):
+            export_hf(lm_run, out, overwrite=True)
+    assert (lm_run / "results.json").is_file()
+    export_hf(lm_run, tmp_path / "latest", which="latest")
+    card = (tmp_path / "latest" / "README.md").read_text()
+    assert "of the run's best checkpoint" in card and "not of the exported `latest`" in card

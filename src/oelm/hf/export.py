@@ -173,6 +173,9 @@ def export_hf(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"output {str(out)!r} is a file; choose a folder")
+    source = Path(run_dir).resolve()
+    if out.resolve() == source or out.resolve() in source.parents:
+        raise UserError(f"output {str(out)!r} is the run directory or holds it; choose a folder outside the run")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder or pass --overwrite")
     checkpoint = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)
@@ -241,7 +244,13 @@ def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, 
         f"| frozen parameters | {frozen if frozen is not None else 'n/a'} of {(frozen or 0) + (trainable or 0) or 'n/a'} ({share}) |",
         f"| data | `{Path(str(config.get('data', '?'))).name}` ({results.get('dataset', 'n/a')}); tokenizer: {tokenizer_note} |",
         f"| budget | {config.get('steps')} steps x batch {config.get('batch_size')} x grad_accum {config.get('grad_accum', 1)} x {results.get('world_size', 1)} process(es) at context {context}; lr {config.get('lr')} |",
-        f"| held-out | test perplexity {metric('test_perplexity')} ({metric('test_tokens')} tokens, standard error of the loss {metric('test_loss_se')}); validation perplexity {metric('val_perplexity')} |",
+        f"| held-out | test perplexity {metric('test_perplexity')} ({metric('test_tokens')} tokens, standard error of the loss {metric('test_loss_se')}); validation perplexity {metric('val_perplexity')}"
+        + (
+            ""
+            if which == "best"
+            else f"; these are of the run's best checkpoint (step {results.get('best_step')}), not of the exported `{which}`"
+        )
+        + " |",
         "",
         "One training run: its numbers carry test-set noise only. Differences between methods need several",
         "seeds and a paired comparison (`oelm sweep`, `oelm report`), not one run.",

@@ -110,3 +110,13 @@ def test_the_summary_line_states_the_rows_and_classes_read(tmp_path: Path) -> No
     n_train, n_val = len(data.train), len(data.validation)
     assert n_train + n_val == 400 and len(data.heldout) == 30  # every line of the files, quotes and all
     assert f"train {n_train:,}" in line and "heldout 30" in line and "3 classes: 0, 1, 2" in line
+
+
+def test_distinct_labels_stay_distinct(tmp_path: Path) -> None:
+    path = tmp_path / "train.jsonl"
+    labels = ["01", "1", "1_0", "12345678901234567890", "12345678901234567891", "1.0", 1.0]
+    path.write_text("".join(json.dumps({"text": f"t{i}", "label": lab}) + "\n" for i, lab in enumerate(labels)))
+    read = [lab for _, _, lab in read_table(path, Columns())]
+    assert read == ["01", "1", "1_0", "12345678901234567890", "12345678901234567891", "1", "1"]
+    names, mapping = label_vocabulary(read)
+    assert len(names) == 5 and len({mapping[x] for x in read}) == 5  # five classes, none merged

@@ -117,3 +117,19 @@ class _TorchFull:
 
     def save(self, *args, **kwargs):
         raise self.failure
+
+
+def test_a_write_failure_that_is_not_a_full_disk_says_what_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = Tied()
+    ckpt.save_checkpoint(tmp_path, 5, model, {"step": 5}, {}, keep_last=2)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(ckpt, "save_model", denied)
+    with pytest.raises(UserError) as err:
+        ckpt.save_checkpoint(tmp_path, 10, model, {"step": 10}, {}, keep_last=2)
+    assert "Permission denied" in str(err.value) and "free" not in str(err.value)
+    assert not list(tmp_path.glob(".tmp_*"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -267,13 +268,21 @@ def _table_row(r: dict[str, Any], cols: Columns, path: Path, n: int) -> tuple[st
 
 
 def _label_text(value: Any) -> str:
-    """A label as text; integral numbers in any spelling ("1", "1.0", 1.0) are one label, "1"."""
+    """A label as text; one integer in any spelling ("1", "1.0", 1.0) is one label, "1".
+
+    Only text that is an integer (optionally with a zero fraction) is normalised: "01" stays apart
+    from "1", and "1_0" or a 20-digit id is never read through a float.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
     text = str(value).strip()
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return str(int(number)) if number.is_integer() else text
+    match = _INTEGER_LABEL.fullmatch(text)
+    if match and not (len(match.group("digits")) > 1 and match.group("digits").startswith("0")):
+        return str(int(match.group("sign") + match.group("digits")))
+    return text
+
+
+_INTEGER_LABEL = re.compile(r"(?P<sign>[+-]?)(?P<digits>\d+)(?:\.0+)?")
 
 
 def label_vocabulary(raw_labels: Iterable[str]) -> tuple[list[str], dict[str, int]]:
@@ -282,6 +291,8 @@ def label_vocabulary(raw_labels: Iterable[str]) -> tuple[list[str], dict[str, in
     try:
         ints = sorted({int(v) for v in values})
     except ValueError:
+        return values, {v: i for i, v in enumerate(values)}
+    if len(ints) < len(values):  # "01" and "1" are two labels: keep them apart, as text
         return values, {v: i for i, v in enumerate(values)}
     if ints[0] < 0:
         raise UserError(

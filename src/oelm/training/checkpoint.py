@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -104,11 +105,18 @@ def _written_or_removed(tmp: Path, ckpt_root: Path, needed: int) -> Iterator[Non
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
-        free = shutil.disk_usage(ckpt_root).free if ckpt_root.exists() else 0
         latest = latest_checkpoint(ckpt_root)
         kept = f"the last complete checkpoint {latest.name} is intact" if latest else "no checkpoint was complete yet"
+        what = f"{type(err).__name__}: {str(err).splitlines()[0][:100] if str(err) else ''}"
+        full = getattr(err, "errno", None) == errno.ENOSPC or "unexpected pos" in str(err)
+        if not full:  # not a full disk: say what failed, not how much space is free
+            raise UserError(
+                f"could not write a checkpoint in {str(ckpt_root)!r} ({what}); {kept}: fix the cause and rerun "
+                "with --resume"
+            ) from err
+        free = shutil.disk_usage(ckpt_root).free if ckpt_root.exists() else 0
         raise UserError(
-            f"could not write a checkpoint in {str(ckpt_root)!r} ({type(err).__name__}: {str(err).splitlines()[0][:100]}); "
+            f"could not write a checkpoint in {str(ckpt_root)!r} ({what}): the disk is full; "
             f"it needs about {needed / 2**20:,.1f} MiB and {free / 2**20:,.1f} MiB are free; {kept}: "
             "free some space (or lower keep_last) and rerun with --resume"
         ) from None

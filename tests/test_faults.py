@@ -390,3 +390,51 @@ def test_an_unusable_out_is_one_line_naming_it(kind: str, tmp_path: Path, monkey
     assert len(err.splitlines()) == 1 and str(out.name) in err and "--out" in err
     if kind == "read-only":
         assert "is not writable" in err and not out.exists()
+
+
+def test_a_signal_during_the_last_step_stops_before_the_final_evaluation(tmp_path: Path, monkeypatch) -> None:
+    import signal as sig
+
+    from oelm.training.lm import LMTask
+    from oelm.utils.errors import Interrupted
+
+    calls = {"n": 0}
+    real = LMTask.loss
+
+    def loss(self, model, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third and last step
+            os.kill(os.getpid(), sig.SIGTERM)
+        return real(self, model, batch)
+
+    monkeypatch.setattr(LMTask, "loss", loss)
+    cfg = tiny_config(synthetic_lm_dir(tmp_path / "data"), tmp_path / "run", steps=3, warmup=0, checkpoint_every=0)
+    with pytest.raises(Interrupted, match="SIGTERM at step 3 of 3"), one_thread():
+        train(cfg)
+    assert (tmp_path / "run" / "checkpoints" / "step_0000003").is_dir()
+    assert not (tmp_path / "run" / "results.json").exists()
+    monkeypatch.setattr(LMTask, "loss", real)
+    with one_thread():  # the resume has no step left: it evaluates and finishes
+        assert train({**cfg, "resume": True})["steps"] == 3
+
+
+def test_a_lock_file_being_written_is_not_taken_for_stale(tmp_path: Path) -> None:
+    """Between another taker's create and its write the lock file is empty: that is not a dead lock."""
+    import socket
+    import threading
+
+    from oelm.utils.lock import LOCK_NAME, dir_lock
+
+    lock = tmp_path / LOCK_NAME
+    lock.write_text("")  # created, content not yet written by its (live) taker
+
+    def finish_writing() -> None:
+        time.sleep(0.5)
+        lock.write_text(f"{socket.gethostname()} {os.getpid()}\n")  # a live process: this one
+
+    writer = threading.Thread(target=finish_writing)
+    writer.start()
+    with pytest.raises(UserError, match="another sweep"), dir_lock(tmp_path, "sweep"):
+        pass
+    writer.join()
+    assert lock.read_text().split()[1] == str(os.getpid())  # the other taker's lock was left alone

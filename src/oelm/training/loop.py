@@ -396,10 +396,13 @@ class Trainer:
                 self.step += 1
                 self.tokens_seen += tokens
                 last = self.step == cfg.steps
-                stopping = self._agreed_stop(stop.signum) if not last else None
+                stopping = self._agreed_stop(stop.signum)  # on the last step too: it then stops before _finish
                 if self.step % cfg.log_every == 0 or self.step == 1 or last or stopping:
                     self._log_train(loss, tokens, bar)
                 if (cfg.eval_every and self.step % cfg.eval_every == 0) or last:
+                    # Non-finite weights must never be evaluated into best/ (a NaN classifier's
+                    # argmax can still score the majority class).
+                    self._stop_if_diverged(self._mean_loss())
                     with self._out_of_memory_is_clear("evaluation"):
                         self._evaluate()
                 if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last or stopping:
@@ -473,6 +476,10 @@ class Trainer:
         self.timer.stop()
         tokens = sum(self.task.batch_tokens(b) for b in batches) * self.dist.world
         return (total / accum if accum > 1 else total), tokens
+
+    def _mean_loss(self) -> float:
+        """The latest step's loss averaged over ranks (a host sync: only at eval and checkpoint)."""
+        return all_reduce_sum([float(self.last_loss)], self.dist, self.device)[0] / self.dist.world
 
     def _stop_if_diverged(self, loss: float) -> None:
         """A non-finite training loss ends the run here: recorded in results.json, never checkpointed."""
@@ -561,7 +568,7 @@ class Trainer:
 
     def _checkpoint(self) -> None:
         # Between log lines a loss may have become non-finite: such weights are never checkpointed.
-        self._stop_if_diverged(all_reduce_sum([float(self.last_loss)], self.dist, self.device)[0] / self.dist.world)
+        self._stop_if_diverged(self._mean_loss())
         if self.dist.is_main:
             state = {
                 "step": self.step,

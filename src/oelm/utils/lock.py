@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,13 +35,28 @@ def _holder(path: Path) -> tuple[str, int] | None:
 
 
 def _try_create(path: Path) -> bool:
+    """Create the lock file with its content in one step (a hard link of a finished temp file), so
+    another taker never reads an empty lock; False when it already exists."""
+    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    tmp.write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.link(tmp, path)
+        return True
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(f"{socket.gethostname()} {os.getpid()}\n")
-    return True
+    except OSError:  # a file system without hard links: exclusive create, then write
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"{socket.gethostname()} {os.getpid()}\n")
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+UNREADABLE_STALE_S = 10.0  # an unreadable lock younger than this may be one being written
 
 
 @contextmanager
@@ -70,11 +86,14 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
         raise UserError(
             f"output folder {str(directory)!r} is not writable; choose another --out or fix its permissions"
         )
-    for _ in range(3):  # a stale lock is removed once; racing takers retry
+    for _ in range(3 + int(UNREADABLE_STALE_S / 0.2)):  # a stale lock is removed once; racing takers retry
         if _try_create(path):
             break
         holder = _holder(path)
         same_host = holder is not None and holder[0] == socket.gethostname()
+        if holder is None and _age(path) < UNREADABLE_STALE_S:  # perhaps still being written: wait
+            time.sleep(0.2)
+            continue
         if holder is not None and (not same_host or pid_alive(holder[1])):
             _remove_if_empty(directory, created)
             raise UserError(
@@ -91,6 +110,13 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
         if _holder(path) == (socket.gethostname(), os.getpid()):
             path.unlink(missing_ok=True)
         _remove_if_empty(directory, created)
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def _remove_if_empty(directory: Path, created: bool) -> None:

@@ -217,6 +217,13 @@ def test_a_run_moved_to_another_place_still_samples_and_exports(shared_data: Pat
     assert capsys.readouterr().out.startswith("Once upon")
     assert main(["export", str(moved), "--to", "hf", str(tmp_path / "hf")]) == 0
     assert (tmp_path / "hf" / "tokenizer.json").is_file() or (tmp_path / "hf" / "vocab.json").is_file()
+    # A class every transformers release knows (5.x writes "TokenizersBackend", which 4.x cannot load).
+    config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    import transformers
+
+    again = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert again.encode("Once upon") == again.encode("Once upon") and again.eos_token_id is not None
 
 
 def test_timing_reports_the_gradient_bytes_frozen_qk_do_not_communicate(tmp_path: Path) -> None:

@@ -198,6 +198,7 @@ def export_hf(
         hf.save_pretrained(tmp)
         if tok is not None:
             tok.save_pretrained(tmp)
+            _portable_tokenizer_class(tmp / "tokenizer_config.json")
         card = model_card(Path(run_dir), config, context, which, note)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         follow_umask(tmp)
@@ -211,6 +212,17 @@ def export_hf(
         "tokenizer": note,
         "n_positions": context,
     }
+
+
+def _portable_tokenizer_class(path: Path) -> None:
+    """Name the tokenizer class every transformers release knows: version 5 writes
+    "TokenizersBackend", which 4.x cannot load; "PreTrainedTokenizerFast" is the same class there."""
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if config.get("tokenizer_class") in (None, "TokenizersBackend"):
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, tokenizer_note: str) -> str:

@@ -117,7 +117,10 @@ SEQ2SEQ = [r for r in ROWS if r.head == "seq2seq"]
 
 def build(row: Row):
     torch.manual_seed(0)
-    cfg = row.config()
+    try:
+        cfg = row.config()
+    except AttributeError as err:  # a family newer than the installed transformers (the CI floor stage)
+        pytest.skip(f"transformers {T.__version__} has no config class for {row.id}: {err}")
     if row.head == "cls":
         cfg.num_labels = 3
         return T.AutoModelForSequenceClassification.from_config(cfg)

@@ -17,6 +17,7 @@ from oelm.core.record import RECORD_FILE, read_record
 from oelm.core.state import method_state
 from oelm.core.targets import find_targets
 from oelm.models.gpt import GPT, gpt_config
+from oelm.models.hf_cls import dtype_kwarg
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
 from test_freezing import FAMILIES, VOCAB, make
@@ -199,8 +200,8 @@ def test_from_pretrained_in_another_dtype_needs_verify_false(tmp_path):
     oelm.apply_method(model, "oelm-freeze", seed=0)
     model.save_pretrained(tmp_path)
     with pytest.raises(UserError, match="verify=False"):
-        oelm.from_pretrained(tmp_path, dtype=torch.bfloat16)
-    half = oelm.from_pretrained(tmp_path, dtype=torch.bfloat16, verify=False)
+        oelm.from_pretrained(tmp_path, **dtype_kwarg(torch.bfloat16))
+    half = oelm.from_pretrained(tmp_path, **dtype_kwarg(torch.bfloat16), verify=False)
     assert half.dtype == torch.bfloat16 and _frozen(half) == _frozen(model)
     assert isinstance(half, T.LlamaForSequenceClassification)
 

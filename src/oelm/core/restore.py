@@ -101,9 +101,12 @@ def _restore_flags(base: nn.Module, frozen: dict[str, str], scheduled: bool) -> 
     missing = sorted(set(frozen) - set(params))
     if missing:
         raise UserError(f"recorded frozen tensors missing from the model: {missing[:5]}; wrong model class?")
+    # Only the method's own tensors can disagree with the record: a tensor the model class freezes
+    # itself (e.g. sinusoidal position tables in some transformers releases) is not the method's.
+    owned = set(method_frozen(base))
     for name in frozen:
         params[name].requires_grad_(False)
-    extra = sorted(n for n, p in params.items() if not p.requires_grad and n not in frozen)
+    extra = sorted(n for n in owned if n in params and n not in frozen)
     if extra and not scheduled:
         raise UserError(
             f"the method freezes tensors that were trainable when saved: {extra[:5]}; "

@@ -10,6 +10,7 @@ state-dict keys only (not module attributes), so it does not depend on how atten
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import os
 import shutil
@@ -352,9 +353,10 @@ def _tiktoken_backend(ours: Any) -> Any:
         path.write_text(
             "".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in sorted(ranks.items(), key=lambda x: x[1]))
         )
-        return TikTokenConverter(
-            vocab_file=str(path), pattern=r50k_pat_str, extra_special_tokens=["<|endoftext|>"]
-        ).converted()
+        # transformers 5 names the argument extra_special_tokens, 4.x additional_special_tokens.
+        params = inspect.signature(TikTokenConverter.__init__).parameters
+        special = "extra_special_tokens" if "extra_special_tokens" in params else "additional_special_tokens"
+        return TikTokenConverter(vocab_file=str(path), pattern=r50k_pat_str, **{special: ["<|endoftext|>"]}).converted()
 
 
 def _wrap(backend: Any, eot_id: int) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,14 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """dict-style read, as Hugging Face code (e.g. PEFT 0.13) reads a model's config."""
+        return getattr(self, key, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict, as Hugging Face configs offer (PEFT reads configs through it)."""
+        return dataclasses.asdict(self)
 
 
 PRESETS: dict[str, GPTConfig] = {

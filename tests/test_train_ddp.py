@@ -115,3 +115,31 @@ def test_a_failing_rank_ends_the_whole_job_within_seconds_with_its_error(tmp_pat
     assert done.returncode != 0 and "injected failure on rank 1" in done.stderr
     assert elapsed < 60, f"the job took {elapsed:.0f} s to end after rank 1 failed"
     assert not (tmp_path / "ddp" / "results.json").exists()
+
+
+@pytest.mark.slow  # torchrun with two processes: ~10 s
+def test_ranks_that_do_not_share_the_run_directory_stop_with_a_clear_error(tmp_path: Path) -> None:
+    """Rank 1 is made blind to rank 0's files (as on another node without a shared file system):
+    every rank stops with one clear error instead of hanging when rank 1 later reads best/."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, pathlib\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    real = pathlib.Path.is_file\n"
+        "    pathlib.Path.is_file = lambda self: False if self.name == 'config.yaml' and self.parent.name == 'ddp' "
+        "else real(self)\n"
+    )
+    data = synthetic_lm_dir(tmp_path / "data")
+    cfg = tiny_config(data, tmp_path / "ddp", steps=4, batch_size=4, eval_every=0, checkpoint_every=0)
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "oelm", "train", str(config_file), "--no-progress"]
+    paths = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OELM_FS_WAIT_S": "1", "PYTHONPATH": paths}
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0 and time.monotonic() - start < 60
+    assert "1 of 2 ranks cannot see the run directory" in done.stderr and "do not share a file system" in done.stderr
+    assert not (tmp_path / "ddp" / "results.json").exists()

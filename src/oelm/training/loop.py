@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -200,6 +201,7 @@ class Trainer:
             spec = self.task.model_metadata().get("tokenizer")
             if spec:  # a tokenizer given by a local path travels with the run (sample, export)
                 copy_local_tokenizer(spec, self.run_dir / TOKENIZER_DIR)
+        self._check_shared_run_dir()
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
         self.session_first_step = self.step
@@ -264,6 +266,29 @@ class Trainer:
 
         sync_optimizer(self.optimizer, self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay)
         self._wrap_trainable()
+
+    def _check_shared_run_dir(self) -> None:
+        """Every rank reads what rank 0 writes (checkpoints, best/): refuse, on every rank, a job
+        whose ranks do not see rank 0's run directory, instead of hanging later. Network file
+        systems may show a new file late, so the ranks look again for up to OELM_FS_WAIT_S seconds."""
+        if not self.dist.enabled:
+            return
+        barrier(self.dist)
+        wait = float(os.environ.get("OELM_FS_WAIT_S", "60"))
+        deadline = time.monotonic() + wait
+        while True:
+            seen = 1.0 if (self.run_dir / "config.yaml").is_file() else 0.0
+            blind = self.dist.world - round(all_reduce_sum([seen], self.dist, self.device)[0])
+            if blind == 0:
+                return
+            if all_reduce_sum([float(time.monotonic() >= deadline)], self.dist, self.device)[0] > 0:
+                break  # every rank leaves the loop at the same poll
+            time.sleep(0.5)
+        raise UserError(
+            f"{blind} of {self.dist.world} ranks cannot see the run directory {str(self.run_dir)!r} that rank 0 "
+            f"wrote (waited {wait:g} s): the ranks do not share a file system. Every rank reads checkpoints "
+            "and best/ from it: put --out (and the data) on a file system all of them see"
+        )
 
     def _check_checkpoint_method(self, path) -> None:
         """Refuse a checkpoint written under another method, options or method seed, naming the field."""

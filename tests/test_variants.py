@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
+import oelm
 from oelm import apply_method
 from oelm.core.adapters import iter_adapters
 from oelm.core.audit import audit_model, fingerprint, verify_audit
@@ -40,6 +43,8 @@ CASES = [
     ("oelm-upper-half", {}, 2 * QK, 0),
     ("oelm-alternate", {}, 2 * QK, 0),
     ("oelm-freeze", {"layers": [1]}, 2 * QK, 0),
+    ("baseline-scaled", {}, 0, 0),
+    ("baseline-torch", {}, 0, 0),
 ]
 
 
@@ -249,3 +254,23 @@ def test_adapters_work_on_hugging_face_families(family, method):
     model(input_ids=x, labels=x).loss.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in added.values())
     assert all(p.grad is None for n, p in model.named_parameters() if not p.requires_grad)
+
+
+def test_the_trainable_baselines_start_q_k_at_their_stated_inits() -> None:
+    """baseline (N(0, 0.02)), baseline-torch (nn.Linear's U(+-1/sqrt(d))) and baseline-scaled (unit-norm
+    rows, the orthogonal init's scale): the three inits a frozen variant is compared against."""
+    stds = {}
+    for method in ("baseline", "baseline-torch", "baseline-scaled", "oelm-freeze"):
+        model = GPT(gpt_config("gpt-tiny", vocab_size=VOCAB, block_size=T))
+        oelm.apply_method(model, method, seed=0)
+        q = model.transformer.h[0].attn.q_proj.weight
+        assert q.requires_grad == (method != "oelm-freeze")
+        stds[method] = float(q.std())
+        d = q.shape[1]
+        if method == "baseline-torch":
+            assert float(q.abs().max()) <= 1 / math.sqrt(d)
+            assert float(q.std()) == pytest.approx(1 / math.sqrt(3 * d), rel=0.05)
+        if method == "baseline-scaled":
+            assert torch.allclose(q.norm(dim=1), torch.ones(q.shape[0]), atol=1e-5)
+    assert stds["baseline"] == pytest.approx(0.02, rel=0.05)
+    assert stds["baseline-scaled"] == pytest.approx(stds["oelm-freeze"], rel=0.05)  # scale-matched

@@ -48,6 +48,8 @@ def _new_qk(
         return ortho.global_orthogonal(n_rows, d_in, gen), method.qk_init
     if method.qk_init == "normal":
         return ortho.normal(n_rows, d_in, gen, method.normal_std), f"normal(std={method.normal_std})"
+    if method.qk_init == "torch-default":
+        return ortho.torch_default(n_rows, d_in, gen), method.qk_init
     return ortho.scaled_random(n_rows, d_in, gen), method.qk_init
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from oelm.core.adapters import adapter_class
 from oelm.utils.errors import UserError
 
-QK_INITS = ("default", "headwise-orthogonal", "global-orthogonal", "normal", "scaled-random")
+QK_INITS = ("default", "headwise-orthogonal", "global-orthogonal", "normal", "scaled-random", "torch-default")
 FFN_INITS = ("default", "orthogonal")
 ROLES = ("q", "k", "v", "o", "ffn")
 # How Q/K of a *pretrained* model are treated when the method re-initializes them.
@@ -179,6 +179,13 @@ for _m in (
     ),
     Method("oelm-global", "globally orthogonal Q/K (one QR per matrix), frozen", "global-orthogonal", QK),
     Method("oelm-nofreeze", "head-wise orthogonal Q/K init, trainable", HW),
+    # Trainable baselines at other Q/K inits (the controls a frozen init is compared against).
+    Method(
+        "baseline-scaled",
+        "unit-norm random Q/K rows (the orthogonal init's scale), trainable: the scale-matched baseline",
+        "scaled-random",
+    ),
+    Method("baseline-torch", "Q/K at PyTorch's nn.Linear default U(+-1/sqrt(d)), trainable", "torch-default"),
     Method(
         "oelm-qk-ffn",
         "head-wise orthogonal Q/K and orthogonal FFN, all frozen",

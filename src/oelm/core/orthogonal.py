@@ -7,6 +7,8 @@ W_h @ W_h.T == I (needs head_dim <= d_in).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from oelm.utils.errors import UserError
@@ -52,6 +54,12 @@ def global_orthogonal(n_rows: int, d_in: int, generator: torch.Generator) -> tor
 def normal(n_rows: int, d_in: int, generator: torch.Generator, std: float = 0.02) -> torch.Tensor:
     """i.i.d. N(0, std^2) entries (the study's `oelm-random`)."""
     return _gaussian((n_rows, d_in), generator) * std
+
+
+def torch_default(n_rows: int, d_in: int, generator: torch.Generator) -> torch.Tensor:
+    """PyTorch's nn.Linear default (kaiming_uniform_ with a = sqrt(5)): U(-1/sqrt(d_in), 1/sqrt(d_in))."""
+    bound = 1.0 / math.sqrt(d_in)
+    return (torch.rand((n_rows, d_in), generator=generator, dtype=torch.float64) * 2 - 1) * bound
 
 
 def scaled_random(n_rows: int, d_in: int, generator: torch.Generator) -> torch.Tensor:

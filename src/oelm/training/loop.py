@@ -421,7 +421,8 @@ class Trainer:
                 self.step += 1
                 self.tokens_seen += tokens
                 last = self.step == cfg.steps
-                stopping = self._agreed_stop(stop.signum)  # on the last step too: it then stops before _finish
+                # On the last step too: the run then stops before _finish.
+                stopping = self._agreed_stop(stop.signum, due=self.step % cfg.log_every == 0 or last)
                 if self.step % cfg.log_every == 0 or self.step == 1 or last or stopping:
                     self._log_train(loss, tokens, bar)
                 if (cfg.eval_every and self.step % cfg.eval_every == 0) or last:
@@ -462,11 +463,12 @@ class Trainer:
                 + kept
             ) from None
 
-    def _agreed_stop(self, signum: int | None) -> int | None:
-        """The signal to stop on, agreed by every rank (one tiny all-reduce per step under DDP)."""
+    def _agreed_stop(self, signum: int | None, due: bool) -> int | None:
+        """The signal to stop on. One process stops at the step it got it; under DDP the ranks agree
+        at log steps only (`due`), so the step loop gains no all-reduce or host sync per step."""
         if not self.dist.enabled:
             return signum
-        if not all_reduce_sum([float(signum or 0)], self.dist, self.device)[0]:
+        if not due or not all_reduce_sum([float(signum or 0)], self.dist, self.device)[0]:
             return None
         return signum or int(signal.SIGTERM)  # a rank the signal missed stops with the others
 

@@ -80,15 +80,33 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) ->
         assert (k1, s1) == (k2, s2) and l1 == pytest.approx(l2, rel=1e-4)
 
 
-@pytest.mark.slow  # torchrun with two processes, one of which fails: ~10 s
-def test_a_failing_rank_ends_the_whole_job_within_seconds_with_its_error(tmp_path: Path) -> None:
-    """Rank 1 raises at its third step (injected through sitecustomize, no hook in oelm): it must
-    leave at once instead of waiting in a barrier that rank 0, inside an all-reduce, never reaches."""
+def torchrun_with_rank1_hook(
+    tmp_path: Path, hook_body: str, steps: int, **env: str
+) -> tuple[subprocess.CompletedProcess, float]:
+    """`oelm train` under torchrun (2 processes) with `hook_body` run in rank 1 at start-up (through
+    sitecustomize: no hook in oelm). Returns the finished process and its wall time."""
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import os\n"
-        "if os.environ.get('RANK') == '1':\n"
+    (hook / "sitecustomize.py").write_text("import os\nif os.environ.get('RANK') == '1':\n" + hook_body)
+    data = synthetic_lm_dir(tmp_path / "data")
+    cfg = tiny_config(data, tmp_path / "ddp", steps=steps, batch_size=4, eval_every=0, checkpoint_every=0)
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "oelm", "train", str(config_file), "--no-progress"]
+    paths = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": paths, **env}
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300)
+    return done, time.monotonic() - start
+
+
+@pytest.mark.slow  # torchrun with two processes, one of which fails: ~10 s
+def test_a_failing_rank_ends_the_whole_job_within_seconds_with_its_error(tmp_path: Path) -> None:
+    """Rank 1 raises at its third step: it must leave at once instead of waiting in a barrier that
+    rank 0, inside an all-reduce, never reaches."""
+    done, elapsed = torchrun_with_rank1_hook(
+        tmp_path,
         "    from oelm.training.lm import LMTask\n"
         "    real, calls = LMTask.loss, []\n"
         "    def loss(self, model, batch):\n"
@@ -96,22 +114,9 @@ def test_a_failing_rank_ends_the_whole_job_within_seconds_with_its_error(tmp_pat
         "        if len(calls) == 3:\n"
         "            raise RuntimeError('injected failure on rank 1')\n"
         "        return real(self, model, batch)\n"
-        "    LMTask.loss = loss\n"
+        "    LMTask.loss = loss\n",
+        steps=200,
     )
-    data = synthetic_lm_dir(tmp_path / "data")
-    cfg = tiny_config(data, tmp_path / "ddp", steps=200, batch_size=4, eval_every=0, checkpoint_every=0)
-    config_file = tmp_path / "ddp.yaml"
-    config_file.write_text(yaml.safe_dump(cfg))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += ["-m", "oelm", "train", str(config_file), "--no-progress"]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
-    }
-    start = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    elapsed = time.monotonic() - start
     assert done.returncode != 0 and "injected failure on rank 1" in done.stderr
     assert elapsed < 60, f"the job took {elapsed:.0f} s to end after rank 1 failed"
     assert not (tmp_path / "ddp" / "results.json").exists()
@@ -121,25 +126,15 @@ def test_a_failing_rank_ends_the_whole_job_within_seconds_with_its_error(tmp_pat
 def test_ranks_that_do_not_share_the_run_directory_stop_with_a_clear_error(tmp_path: Path) -> None:
     """Rank 1 is made blind to rank 0's files (as on another node without a shared file system):
     every rank stops with one clear error instead of hanging when rank 1 later reads best/."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import os, pathlib\n"
-        "if os.environ.get('RANK') == '1':\n"
+    done, elapsed = torchrun_with_rank1_hook(
+        tmp_path,
+        "    import pathlib\n"
         "    real = pathlib.Path.is_file\n"
         "    pathlib.Path.is_file = lambda self: False if self.name == 'config.yaml' and self.parent.name == 'ddp' "
-        "else real(self)\n"
+        "else real(self)\n",
+        steps=4,
+        OELM_FS_WAIT_S="1",
     )
-    data = synthetic_lm_dir(tmp_path / "data")
-    cfg = tiny_config(data, tmp_path / "ddp", steps=4, batch_size=4, eval_every=0, checkpoint_every=0)
-    config_file = tmp_path / "ddp.yaml"
-    config_file.write_text(yaml.safe_dump(cfg))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += ["-m", "oelm", "train", str(config_file), "--no-progress"]
-    paths = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OELM_FS_WAIT_S": "1", "PYTHONPATH": paths}
-    start = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode != 0 and time.monotonic() - start < 60
+    assert done.returncode != 0 and elapsed < 60
     assert "1 of 2 ranks cannot see the run directory" in done.stderr and "do not share a file system" in done.stderr
     assert not (tmp_path / "ddp" / "results.json").exists()

@@ -80,3 +80,10 @@ def test_duplicates_on_one_line_are_refused_too() -> None:
     for text in ("a: {x: 1, x: 2}", "{lr: 1, lr: 2}", "method_options: {rank: 4, rank: 8}"):
         with pytest.raises(yaml.YAMLError, match="duplicate key"):
             load_yaml_text(text)
+
+
+@pytest.mark.parametrize("override", ["method_options={rank: 4, rank: 8}", "lr=[1"])
+def test_key_value_overrides_use_the_strict_loader_and_fail_in_one_line(override: str, tmp_path: Path, capsys) -> None:
+    assert main(["train", "data=x", f"out={tmp_path / 'run'}", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not valid YAML" in err and "Traceback" not in err

@@ -23,7 +23,7 @@ from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 sec
 from oelm.models.gpt import PRESETS
 from oelm.training.wandb import require_wandb
 from oelm.utils.errors import UserError
-from oelm.utils.io import read_yaml
+from oelm.utils.io import load_yaml_text, read_yaml
 
 # Fields that change how a run is executed or written but not what it computes; a resumed run may
 # differ from the stored one in these without being "a different run".
@@ -237,7 +237,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, value = text.split("=", 1)
     if not key:
         raise UserError(f"override {text!r} has an empty key")
-    parsed = yaml.safe_load(value) if value != "" else ""
+    try:  # the strict loader of config files: no duplicate keys, no alias bombs
+        parsed = load_yaml_text(value) if value != "" else ""
+    except yaml.YAMLError as err:
+        detail = " ".join(str(err).split())[:160]
+        raise UserError(f"override {text!r}: the value is not valid YAML ({detail})") from None
     return key.split("."), parsed
 
 

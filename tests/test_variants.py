@@ -45,6 +45,9 @@ CASES = [
     ("oelm-freeze", {"layers": [1]}, 2 * QK, 0),
     ("baseline-scaled", {}, 0, 0),
     ("baseline-torch", {}, 0, 0),
+    ("oelm-identity-q", {}, L * QK, L * H),
+    ("oelm-mimetic", {}, 2 * L * QK, 0),
+    ("oelm-mimetic-nofreeze", {}, 0, 0),
 ]
 
 
@@ -274,3 +277,39 @@ def test_the_trainable_baselines_start_q_k_at_their_stated_inits() -> None:
             assert torch.allclose(q.norm(dim=1), torch.ones(q.shape[0]), atol=1e-5)
     assert stds["baseline"] == pytest.approx(0.02, rel=0.05)
     assert stds["baseline-scaled"] == pytest.approx(stds["oelm-freeze"], rel=0.05)  # scale-matched
+
+
+def test_identity_q_passes_its_input_through():
+    model = tiny_gpt()
+    apply_method(model, "oelm-identity-q", seed=0)
+    for block in model.transformer.h:
+        w = block.attn.q_proj.weight
+        assert torch.equal(w, torch.eye(w.shape[0], dtype=w.dtype))
+        assert not w.requires_grad and block.attn.k_proj.weight.requires_grad
+
+
+def test_mimetic_heads_fit_alpha_z_plus_beta_i():
+    """Each head's Q_h^T K_h is the best rank-head_dim fit of a matrix near 0.7 I: its trace shows the identity part."""
+    from oelm.core import orthogonal as ortho
+
+    n_heads, head_dim, d = 4, 8, 32
+    q, k = ortho.mimetic_pair(n_heads, head_dim, d, ortho.make_generator(0, "t"))
+    assert q.shape == k.shape == (n_heads * head_dim, d)
+    for h in range(n_heads):
+        qh, kh = q[h * head_dim : (h + 1) * head_dim], k[h * head_dim : (h + 1) * head_dim]
+        m = qh.T @ kh  # [d, d], rank head_dim
+        assert torch.linalg.matrix_rank(m) == head_dim
+        # Diagonal-heavy: the mean diagonal entry is well above the mean |off-diagonal| entry.
+        off = (m - torch.diag(torch.diagonal(m))).abs().sum() / (d * d - d)
+        assert torch.diagonal(m).mean() > 3 * off
+    # Same seed, same pair; another seed, another pair.
+    q2, _ = ortho.mimetic_pair(n_heads, head_dim, d, ortho.make_generator(0, "t"))
+    q3, _ = ortho.mimetic_pair(n_heads, head_dim, d, ortho.make_generator(1, "t"))
+    assert torch.equal(q, q2) and not torch.equal(q, q3)
+
+
+def test_identity_q_refuses_a_non_square_projection():
+    from oelm.core import orthogonal as ortho
+
+    with pytest.raises(UserError, match="square"):
+        ortho.identity(16, 32)

@@ -50,6 +50,18 @@ def _new_qk(
         return ortho.normal(n_rows, d_in, gen, method.normal_std), f"normal(std={method.normal_std})"
     if method.qk_init == "torch-default":
         return ortho.torch_default(n_rows, d_in, gen), method.qk_init
+    if method.qk_init == "identity":
+        return ortho.identity(n_rows, d_in), method.qk_init
+    if method.qk_init == "mimetic":
+        if layer.n_heads != layer.n_kv_heads:
+            raise UserError(
+                f"the mimetic init pairs each query head with its own key head, but this model has "
+                f"{layer.n_heads} query and {layer.n_kv_heads} key/value heads; use oelm-freeze"
+            )
+        # One generator for the pair (keyed without the role): Q and K of a head come from one SVD.
+        pair_gen = ortho.make_generator(seed, layer.index, "qk", method.qk_init)
+        q, k = ortho.mimetic_pair(n_heads, n_rows // n_heads, d_in, pair_gen)
+        return (q if role == "q" else k), method.qk_init
     return ortho.scaled_random(n_rows, d_in, gen), method.qk_init
 
 

@@ -14,7 +14,16 @@ from typing import Any
 from oelm.core.adapters import adapter_class
 from oelm.utils.errors import UserError
 
-QK_INITS = ("default", "headwise-orthogonal", "global-orthogonal", "normal", "scaled-random", "torch-default")
+QK_INITS = (
+    "default",
+    "headwise-orthogonal",
+    "global-orthogonal",
+    "normal",
+    "scaled-random",
+    "torch-default",
+    "identity",
+    "mimetic",
+)
 FFN_INITS = ("default", "orthogonal")
 ROLES = ("q", "k", "v", "o", "ffn")
 # How Q/K of a *pretrained* model are treated when the method re-initializes them.
@@ -247,6 +256,21 @@ for _m in (
         "oelm-upper-half", "frozen orthogonal Q/K in the upper half of the layers only", HW, QK, layers="upper-half"
     ),
     Method("oelm-alternate", "frozen orthogonal Q/K in every other layer (0, 2, ...)", HW, QK, layers="every-other"),
+    # Variants from the literature.
+    # Karbevski & Mijoski 2025 (arXiv 2510.23912) fix W_Q to the identity and retune the attention
+    # scale; here the scale is a trainable logit temperature per head (the temp adapter).
+    Method(
+        "oelm-identity-q",
+        "W_Q fixed to the identity (frozen), K trainable at its default init, a trainable temperature per head",
+        "identity",
+        {"q"},
+        {"q"},
+        adapter="temp",
+    ),
+    # Trockman & Kolter 2023: Q_h^T K_h ~ alpha Z + beta I per head (attention like a pretrained
+    # model's at step 0), then frozen.
+    Method("oelm-mimetic", "mimetic Q/K init (Q_h^T K_h ~ 0.7 Z + 0.7 I per head), frozen", "mimetic", QK),
+    Method("oelm-mimetic-nofreeze", "mimetic Q/K init, trainable: oelm-mimetic's same-init twin", "mimetic"),
 ):
     register_method(_m)
 

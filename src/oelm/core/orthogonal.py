@@ -68,6 +68,36 @@ def scaled_random(n_rows: int, d_in: int, generator: torch.Generator) -> torch.T
     return g / g.norm(dim=1, keepdim=True)
 
 
+def identity(n_rows: int, d_in: int) -> torch.Tensor:
+    """The identity map (a Q that passes its input through: q = x), for square projections only."""
+    if n_rows != d_in:
+        raise UserError(
+            f"an identity Q needs a square projection, but this one maps {d_in} -> {n_rows}; "
+            "use a method with a different Q init (e.g. oelm-freeze)"
+        )
+    return torch.eye(n_rows, dtype=torch.float64)
+
+
+def mimetic_pair(
+    n_heads: int, head_dim: int, d_in: int, generator: torch.Generator, alpha: float = 0.7, beta: float = 0.7
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mimetic Q/K (Trockman & Kolter 2023): per head, Q_h^T K_h is the best rank-head_dim fit of alpha Z + beta I.
+
+    Z has i.i.d. N(0, 1/d_in) entries. With M = U S V^T (SVD), Q_h = sqrt(S_r) U_r^T and K_h =
+    sqrt(S_r) V_r^T (r = head_dim), so q . k = x^T Q_h^T K_h x' follows x^T M x': attention starts
+    out looking like a pretrained model's (a diagonal-heavy Q K^T). Returns ([n_heads * head_dim,
+    d_in], [n_heads * head_dim, d_in]).
+    """
+    _check_heads(n_heads * head_dim, n_heads, d_in)
+    z = _gaussian((n_heads, d_in, d_in), generator) / math.sqrt(d_in)
+    m = alpha * z + beta * torch.eye(d_in, dtype=torch.float64)
+    u, s, vh = torch.linalg.svd(m)
+    root = s[:, :head_dim].sqrt().unsqueeze(-1)  # [n_heads, r, 1]
+    q = root * u[:, :, :head_dim].transpose(1, 2)  # [n_heads, r, d_in]
+    k = root * vh[:, :head_dim, :]
+    return q.reshape(-1, d_in), k.reshape(-1, d_in)
+
+
 def orthogonalize_pretrained(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     """QR of each pretrained head block, keeping its row space (as the study did for BERT)."""
     n_rows, d_in = weight.shape

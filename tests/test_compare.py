@@ -81,4 +81,4 @@ def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     assert arms["oelm-freeze"]["paired_noise"]["test_se"] > 0 and "Test-set noise in the gap" in last
     md = (out / "report" / "report.md").read_text().rstrip()
     assert md.endswith(report["groups"][0]["reading"])
-    assert "--seeds" in md or not arms["oelm-freeze"]["power"]["underpowered"]
+    assert "oelm confirm plan" in md and "pilot: 3 seeds" in md

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -195,7 +196,12 @@ def test_seeds_restrict_the_board_to_the_seeds_every_method_has(tmp_path: Path) 
     table = _read(tmp_path / "lb")["tables"][0]
     assert [e["method"] for e in table["ranked"]][:2] == ["baseline", "oelm-qknorm"] and not table["incomplete"]
     assert {e["primary"]["n"] for e in table["ranked"]} == {3}
-    assert "--seeds 0 1 2" in md_path.read_text()
+    md = md_path.read_text()
+    assert "--seeds 0 1 2" in md
+    # Every ranked verdict is labelled a pilot result, with the fresh seeds a confirmation needs.
+    assert "Pilot results: these seeds also chose every LR" in md
+    assert re.search(r"- oelm-qknorm: pilot: 3 seeds \(LRs chosen on them\)", md)
+    assert f"oelm confirm plan {tmp_path.as_posix()} --seeds " in md
     with pytest.raises(UserError, match=r"no run of seeds \[7\]"):
         write_leaderboard([tmp_path], tmp_path / "none", seeds=[7])
 

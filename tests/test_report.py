@@ -230,7 +230,7 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
     for method, values in ppl.items():
         for seed, v in enumerate(values):
             make_run(tmp_path, method, 1e-3, seed, test_perplexity=v, best_val_loss=2.0)
-    md_path, comp = write_report([tmp_path], extend="oelm sweep my.yaml --seeds {seeds}")
+    md_path, comp = write_report([tmp_path], extend="oelm confirm plan SW --seeds {seeds} --out C")
     arm = comp.groups[0].arms[1]
     gaps = np.array(ppl["oelm-freeze"]) / np.array(ppl["baseline"]) * 100 - 100
     d = stats.min_detectable_effect_size(3)
@@ -238,8 +238,17 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
     assert arm.power.underpowered
     md = md_path.read_text()
     assert f"unresolved (smallest detectable gap {arm.power.mde:.2f}% at 80% power)" in md
-    n = stats.seeds_needed(gaps.mean() / gaps.std(ddof=1))
-    assert f"needs about {n} seeds (`oelm sweep my.yaml --seeds $(seq 0 {n - 1})`" in md
+    # A pilot result: the fresh seeds a confirmation needs, from the pilot's paired SD, for the
+    # observed gap and for a gap of the margin, with the `oelm confirm plan` call (never "add seeds").
+    sd = gaps.std(ddof=1)
+    n_gap, n_margin = stats.seeds_needed(gaps.mean() / sd), stats.seeds_needed(1.0 / sd)
+    assert n_gap > 3 and n_margin > 3
+    assert (
+        f"pilot: 3 seeds (LRs chosen on them); a confirmation on fresh seeds needs {n_gap} to resolve "
+        f"the observed gap of {abs(gaps.mean()):.2f}% or {n_margin} to resolve a gap of the ±1% margin"
+    ) in md
+    assert f"`oelm confirm plan SW --seeds {min(n_gap, n_margin)} --out C`" in md
+    assert "--seeds $(seq" not in md and "reuses the finished runs" not in md
     assert "no difference" not in md.replace("not evidence of no difference", "").replace(
         "never means 'no difference'", ""
     )
@@ -454,12 +463,18 @@ def test_results_schema_is_one_definition_written_in_order_and_read_by_one_statu
         flops_saving=None,
         peak_memory=None,
         memory_kind="none",
-        task_results={"primary_metric": "test_loss", "selection_metric": "best_val_loss", "test_loss": 1.6},
+        task_results={
+            "primary_metric": "test_loss",
+            "selection_metric": "best_val_loss",
+            "test_loss": 1.6,
+            "final_split": "test",
+            "test_source": records.TEST_OFFICIAL,
+        },
     )
     results = build_results(facts, {"ok": True}, build_timing(facts))
     # results.json: the common keys of records.CommonResults in their order, then the task's.
     assert tuple(results)[: len(records.COMMON_KEYS)] == records.COMMON_KEYS
-    assert results["schema_version"] == records.SCHEMA_VERSION == 1 and results["status"] == records.COMPLETE
+    assert results["schema_version"] == records.SCHEMA_VERSION == 2 and results["status"] == records.COMPLETE
     run = tmp_path / "run"
     run.mkdir()
     assert records.run_status(run) == (records.INCOMPLETE, "no results.json") and not records.run_finished(run)
@@ -569,3 +584,46 @@ def test_runs_trained_on_differently_prepared_data_are_not_compared(tmp_path: Pa
     same = tmp_path / "runs" / "oelm-freeze" / "lr0.001" / "seed2" / "results.json"
     same.write_text(json.dumps({**json.loads(same.read_text()), "data_fingerprint": "aaaa"}))
     assert compare(load_runs([tmp_path])).groups  # one preparation: compared as usual
+
+
+def test_version_1_records_read_in_todays_names_and_reports_name_the_split(tmp_path: Path) -> None:
+    """model_type -> method; a validation-only final_perplexity is not passed off as final; splits shown."""
+    for seed in range(3):
+        for method in ("baseline", "oelm-freeze"):
+            run = make_run(
+                tmp_path,
+                method,
+                1e-3,
+                seed,
+                val_perplexity=10.0 + seed + (method != "baseline"),
+                primary_metric="val_perplexity",
+                test_perplexity=None,
+                test_loss=None,
+                best_val_loss=2.0 + seed / 10,
+            )
+            res = json.loads((run / "results.json").read_text())
+            res.pop("method")  # a version-1 record that named the method only as model_type
+            res["final_perplexity"] = res["val_perplexity"]  # version 1: validation, when no test
+            (run / "results.json").write_text(json.dumps(res))
+    read = records.load_run(tmp_path / "runs" / "baseline" / "lr0.001" / "seed0").results
+    assert read["method"] == "baseline" and "model_type" not in read
+    assert read["final_split"] == "val" and read["final_perplexity"] is None and read["test_source"] is None
+    fresh = records.normalize_results({"task": "lm", "method": "m", "test_loss": 2.0, "final_perplexity": 7.4})
+    assert fresh["final_split"] == "test" and fresh["final_perplexity"] == 7.4
+    assert fresh["test_source"] == records.TEST_UNKNOWN
+    # A record of today with a subset selection set: the report labels the validation metric.
+    for seed in range(3):
+        path = tmp_path / "runs" / "oelm-freeze" / "lr0.001" / f"seed{seed}" / "results.json"
+        res = json.loads(path.read_text())
+        path.write_text(json.dumps({**res, "val_windows": 64, "val_windows_all": 900, "val_subset": True}))
+    md_path, comp = write_report([tmp_path / "runs"], tmp_path / "rep")
+    md = md_path.read_text()
+    assert "final numbers on **validation** (the data has no test split)" in md
+    assert comp.groups[0].splits["final_split"] == "val"
+    assert comp.groups[0].splits["val_subset"] == "mixed"  # only one arm's records say: not claimed
+    for seed in range(3):
+        path = tmp_path / "runs" / "baseline" / "lr0.001" / f"seed{seed}" / "results.json"
+        res = json.loads(path.read_text())
+        path.write_text(json.dumps({**res, "val_windows": 64, "val_windows_all": 900, "val_subset": True}))
+    md = write_report([tmp_path / "runs"], tmp_path / "rep")[0].read_text()
+    assert "val_perplexity (val, subset of 64 windows)" in md and "a fixed subset of 64 of the split's 900" in md

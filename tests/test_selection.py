@@ -141,3 +141,8 @@ def test_real_sweep_choice_is_unchanged_when_the_test_split_changes(tmp_path: Pa
         losses = items["values"]
         assert items["metric"] == "test_loss" and len(losses) == run.results["test_windows"] > 1
         assert sum(losses) / len(losses) == pytest.approx(run.results["test_loss"], abs=1e-5)
+    # The test split is a seeded hold-out of the training documents, and every record and report says so.
+    assert {r["test_source"] for r in results} == {records.TEST_HOLDOUT}
+    assert all(r["final_split"] == "test" and r["final_perplexity"] == r["test_perplexity"] for r in results)
+    assert first.comparison.groups[0].splits["test_source"] == records.TEST_HOLDOUT
+    assert records.TEST_HOLDOUT in (tmp_path / "a" / "report" / "report.md").read_text()

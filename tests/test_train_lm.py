@@ -21,7 +21,6 @@ RESULT_KEYS = {
     "status",
     "task",
     "method",
-    "model_type",
     "model",
     "dataset",
     "seed",
@@ -47,6 +46,11 @@ RESULT_KEYS = {
     "test_loss",
     "test_perplexity",
     "final_perplexity",
+    "final_split",
+    "test_source",
+    "val_windows",
+    "val_windows_all",
+    "val_subset",
 }
 
 
@@ -83,8 +87,12 @@ def test_validation_loss_drops_on_tinystories(ts_run: tuple[Path, dict]) -> None
     assert evals[-1]["loss"] < evals[0]["loss"]
     assert results["best_val_loss"] < 0.75 * math.log(257)  # well below the uniform-guess loss
     assert results["val_perplexity"] == pytest.approx(math.exp(results["val_loss"]))
-    assert results["test_loss"] is None and results["final_perplexity"] == results["val_perplexity"]
+    # No test split: the final numbers are validation's and say so; no "final" perplexity poses as test.
+    assert results["test_loss"] is None and results["final_perplexity"] is None
+    assert results["final_split"] == "val" and results["test_source"] is None and "model_type" not in results
     assert results["primary_metric"] == "val_perplexity"
+    # eval_batches=4 x batch 8 = 32 evenly spaced windows of a larger split: labelled a subset.
+    assert results["val_windows"] == 32 < results["val_windows_all"] and results["val_subset"] is True
 
 
 def test_run_directory_schema(ts_run: tuple[Path, dict]) -> None:

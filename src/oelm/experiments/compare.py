@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oelm.experiments.resolve import read_file
 from oelm.experiments.runner import SweepOutcome, run_sweep
-from oelm.experiments.sweep import spec_from_dict
+from oelm.experiments.sweep import confirm_command, spec_from_dict
 from oelm.reports.reading import reading_lines
 from oelm.training.config import format_validation
 from oelm.utils.errors import UserError
@@ -154,9 +154,11 @@ def default_out(preset: ComparePreset) -> Path:
 
 
 def extend_command(preset_arg: str, out: Path | None) -> str:
-    """The `oelm compare` call that adds seeds to this comparison ({seeds} filled in later)."""
-    cmd = "oelm compare" + ("" if preset_arg == DEFAULT_PRESET else f" --preset {preset_arg}")
-    return cmd + " --seeds {seeds}" + (f" --out {out.as_posix()}" if out else "")
+    """The `oelm confirm plan` call that checks this comparison on fresh seeds ({seeds} filled in later).
+
+    The comparison's own seeds chose every arm's LR: its verdicts are pilot results.
+    """
+    return confirm_command(out or Path(DEFAULT_OUT) / Path(preset_arg).stem)
 
 
 def default_parallel(device: str = "cpu") -> tuple[int, int | None]:

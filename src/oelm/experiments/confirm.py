@@ -97,9 +97,20 @@ def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | N
         arms = [a for m, a in board_arms.items() if m != reference and a.decision is not None]
         arms = [a for a in arms if a.decision.verdict != stats.UNRESOLVED]
         if not arms:
+            needs = [
+                f"{a.method} {n}"
+                for m, a in board_arms.items()
+                if m != reference and a.power is not None and (n := stats.confirmation_seeds(a.power, a.power.observed))
+            ]
+            detail = (
+                f" (seeds to resolve each observed gap, from the pilot's paired SD: {', '.join(needs)})"
+                if needs
+                else ""
+            )
             raise UserError(
-                f"no claim to confirm: every method's pilot verdict against {reference} is unresolved; "
-                "add seeds to the pilot (`oelm sweep SPEC.yaml --seeds ...`) first"
+                f"no claim to confirm: every method's pilot verdict against {reference} is unresolved{detail}; "
+                "a pilot with about that many seeds (`oelm sweep SPEC.yaml --seeds ...`) can make a claim for "
+                "`oelm confirm plan` to check on fresh seeds"
             )
         return arms
     out = []

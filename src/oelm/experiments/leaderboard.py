@@ -26,6 +26,7 @@ from oelm.experiments.sweep import SweepSpec
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
 from oelm.reports.tables import (
+    CONFIRM_PLAN,
     NA,
     fmt_gap,
     fmt_int,
@@ -34,6 +35,7 @@ from oelm.reports.tables import (
     fmt_verdict,
     md_table,
     pct_scale,
+    pilot_text,
     saving_fraction,
     verdict_text,
 )
@@ -577,8 +579,31 @@ def _notes(target: Target, margin: float = stats.MARGIN) -> list[str]:
     ]
 
 
+def _pilot_lines(board: Board, confirm: str) -> list[str]:
+    """Each ranked method's verdict as a pilot result: the fresh seeds a confirmation needs."""
+    texts = []
+    for e in board.ranked:
+        if e.method != board.group.baseline and (t := pilot_text(e.arm, board.group, confirm)):
+            texts.append(f"- {e.method}: {t}")
+    if not texts:
+        return []
+    return [
+        "Pilot results: these seeds also chose every LR on validation, so each verdict above is a pilot "
+        "result; a confirmation on fresh seeds (`oelm confirm`) needs (power analysis from the pilot's "
+        "paired SD of the per-seed gap, paired t, alpha 0.05, power 0.8):",
+        "",
+        *texts,
+        "",
+    ]
+
+
 def render(
-    boards: Sequence[Board], not_started: Sequence[str], command: str, n_runs: int, target: Target = Target()
+    boards: Sequence[Board],
+    not_started: Sequence[str],
+    command: str,
+    n_runs: int,
+    target: Target = Target(),
+    confirm: str = CONFIRM_PLAN,
 ) -> str:
     """leaderboard.md: the command first, then one ranked table per table of runs."""
     lines = [
@@ -615,6 +640,7 @@ def render(
         if board.warnings:
             lines += [*(f"- **Warning:** {w}" for w in board.warnings), ""]
         lines += [*_table(board), ""]
+        lines += _pilot_lines(board, confirm)
         lines += _unranked(board, not_started if i == 0 else [])
         front = ", ".join(board.front) if board.front else NA
         lines += [f"Pareto front (lower gap, higher theoretical saving; ranked methods): {front}.", ""]
@@ -781,5 +807,10 @@ def write_leaderboard(
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(boards, out_dir / "pareto.png", target)
     atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))
-    atomic_write_text(out_dir / "leaderboard.md", render(boards, not_started, command, len(runs), target))
+    sweep = Path(paths[0]).as_posix()
+    confirm = f"oelm confirm plan {sweep} --seeds {{seeds}} --out {sweep}-confirm" + (
+        f" --baseline {baseline}" if baseline else ""
+    )
+    text = render(boards, not_started, command, len(runs), target, confirm)
+    atomic_write_text(out_dir / "leaderboard.md", text)
     return out_dir / "leaderboard.md", boards

@@ -73,9 +73,9 @@ class SweepSpec:
     prepare: dict[str, Any] | None = None
     study_numbers: str | None = None
     baseline: str = "baseline"
-    # The command that adds seeds to this sweep ({seeds} filled in), quoted by the report's
-    # power section; not part of the sweep's identity.
-    extend: str = "oelm sweep SPEC.yaml --seeds {seeds}"
+    # The `oelm confirm plan` call that checks this pilot on fresh seeds ({seeds}: how many), quoted
+    # by the report's verdict lines; not part of the sweep's identity.
+    extend: str = "oelm confirm plan SWEEP_DIR --seeds {seeds} --out CONFIRM_DIR"
     # `oelm sweep --methods`: train only these arms, in this order. The plan (sweep.yaml, what
     # reports and the leaderboard list as not yet finished) stays the whole spec.
     only: list[str] | None = None
@@ -235,9 +235,15 @@ def load_spec(
         numbers = Path(raw["study_numbers"])
         raw["study_numbers"] = str(numbers if numbers.is_file() else path.parent / numbers)
     spec = spec_from_dict(raw, path.parent, name=path.stem)
-    spec.extend = f"oelm sweep {path.as_posix()} --seeds {{seeds}}" + (f" --out {out}" if out else "")
+    spec.extend = confirm_command(spec.out)
     spec.only = only
     return spec
+
+
+def confirm_command(sweep_dir: Path) -> str:
+    """`oelm confirm plan` of a pilot sweep directory, {seeds} left to fill in."""
+    out = sweep_dir.as_posix()
+    return f"oelm confirm plan {out} --seeds {{seeds}} --out {out}-confirm"
 
 
 def _check_methods(raw: Any, names: Sequence[str], path: Path) -> list[str]:

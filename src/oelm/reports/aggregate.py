@@ -100,6 +100,8 @@ class Group:
     # Runs of the chosen settings whose held-out numbers look wrong: shown, never used to select.
     heldout_notes: list[tuple[RunRecord, str]] = field(default_factory=list)
     margin: float = stats.MARGIN  # equivalence margin of the TOST, % of the reference's metric
+    # What the splits are (eval_sets): the final split, the test split's origin, the selection set.
+    splits: dict[str, Any] = field(default_factory=dict)
 
     @property
     def comparisons(self) -> int:
@@ -433,6 +435,57 @@ def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     return sorted(methods, key=lambda m: (m != baseline, m))
 
 
+def eval_sets(runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """What a table's numbers are measured on, as its runs recorded it (records.normalize_results).
+
+    final_split: "test" | "val" (| "mixed"); test_source: where the test split came from (None
+    without one); val_windows / val_windows_all / val_subset: the LM selection set (None when not
+    recorded or not an LM).
+    """
+
+    def one(key: str) -> Any:
+        values = {json_key(r.results.get(key)) for r in runs}
+        if values == {None}:
+            return None
+        return values.pop() if len(values) == 1 else "mixed"  # records that differ (or half say): no claim
+
+    return {k: one(k) for k in ("final_split", "test_source", "val_windows", "val_windows_all", "val_subset")}
+
+
+def json_key(value: Any) -> Any:
+    """A hashable stand-in for a recorded value (lists and dicts as their repr)."""
+    return repr(value) if isinstance(value, (list, dict)) else value
+
+
+def split_text(splits: dict[str, Any]) -> str:
+    """One sentence naming the splits: '' when the records say nothing about them."""
+    parts = []
+    if splits.get("final_split") == "val":
+        parts.append("final numbers on **validation** (the data has no test split)")
+    elif splits.get("final_split") == "test":
+        parts.append(f"final numbers on the **test** split ({splits.get('test_source') or 'source not recorded'})")
+    elif splits.get("final_split") == "mixed":
+        parts.append("final numbers on **different splits** in different runs")
+    if splits.get("val_subset") is True and splits.get("val_windows"):
+        parts.append(
+            f"validation = a fixed subset of {splits['val_windows']:,} of the split's "
+            f"{splits.get('val_windows_all') or '?':,} windows"
+        )
+    elif splits.get("val_subset") is False and splits.get("val_windows"):
+        parts.append(f"validation = the whole split ({splits['val_windows']:,} windows)")
+    return ("Splits: " + "; ".join(parts) + ".") if parts else ""
+
+
+def metric_label(metric: str, splits: dict[str, Any]) -> str:
+    """A metric's name with the part of the split it was measured on: 'val_perplexity (val, subset
+    of 64 windows)'; unchanged where nothing qualifies it."""
+    if metric.startswith("val_") and splits.get("val_subset") is True and splits.get("val_windows"):
+        return f"{metric} (val, subset of {splits['val_windows']:,} windows)"
+    if metric.startswith("val_"):
+        return f"{metric} (val)"
+    return metric
+
+
 def _group(
     key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None, margin: float = stats.MARGIN
 ) -> Group:
@@ -442,11 +495,12 @@ def _group(
         by_method[run.method or "?"].append(run)
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
+    group.splits = eval_sets([r for a in arms for r in a.runs])
     group.warnings = _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms) + _prefreeze_warnings(arms)
     group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
     if group.primary_metric.startswith("val_"):
         group.warnings.append(
-            f"{group.primary_metric} is measured on the validation split that chose the LR (the "
+            f"{metric_label(group.primary_metric, group.splits)} is measured on the validation split that chose the LR (the "
             "data has no test split): it is optimistic; prepare a test split for a held-out number"
         )
     base = next((a for a in arms if a.method == baseline and a.primary.n > 0), None)

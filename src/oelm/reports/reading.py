@@ -105,9 +105,11 @@ def _sureness(arm: Arm, group: Group) -> str:
     if d is None or d.p is None:
         return text + "; the gap is unmeasured, not zero"
     if d.verdict == stats.UNRESOLVED:
+        need = stats.confirmation_seeds(pw, pw.observed) if pw is not None else None
         more = (
-            f"; about {pw.seeds_for_observed} seeds would be needed to detect it"
-            if pw is not None and pw.seeds_for_observed and pw.seeds_for_observed > pw.n
+            f" (pilot: {pw.n} seeds; a confirmation on fresh seeds needs about {need} to resolve this gap, "
+            "see `oelm confirm plan`)"
+            if pw is not None and need is not None
             else ""
         )
         return text + f", not evidence that the methods are equal (nor equivalent within ±{d.margin:g}%){more}"

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from oelm.reports import plots
-from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing
+from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing, metric_label, split_text
 from oelm.reports.reading import budget, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
 from oelm.reports.study_numbers import StudyNumbers
 from oelm.reports.tables import (
+    CONFIRM_PLAN,
     NA,
-    SWEEP_EXTEND,
     fmt_gap,
     fmt_int,
     fmt_mde,
@@ -50,7 +50,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
     head = [
         "method",
         f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
-        f"{group.primary_metric}{unit}: mean ± 95% CI (n seeds)",
+        f"{metric_label(group.primary_metric, group.splits)}{unit}: mean ± 95% CI (n seeds)",
         f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI]",
     ]
     if group.higher_is_better:
@@ -122,7 +122,7 @@ def reference_line(group: Group) -> str:
     )
 
 
-def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTEND) -> list[str]:
+def _group_section(group: Group, out: Path, index: int, extend: str = CONFIRM_PLAN) -> list[str]:
     """Markdown of one dataset table with its LR sweep, warnings and figures."""
     scale = pct_scale(group)
     lines = [f"## {group.title}", ""]
@@ -131,6 +131,8 @@ def _group_section(group: Group, out: Path, index: int, extend: str = SWEEP_EXTE
         f"Each method's LR is the one whose mean `{group.selection_metric}` over seeds is best "
         "on validation; the primary metric is then reported for that LR only."
     )
+    if splits := split_text(group.splits):
+        lines[-1] += " " + splits
     lines.append("")
     if ref := reference_line(group):
         lines += [ref, ""]
@@ -192,7 +194,7 @@ READING_NOTES = [
 ]
 
 
-def render(comparison: Comparison, out: Path, sources: Sequence[str], extend: str = SWEEP_EXTEND) -> str:
+def render(comparison: Comparison, out: Path, sources: Sequence[str], extend: str = CONFIRM_PLAN) -> str:
     """The full markdown report; writes the figures into `out`."""
     lines = ["# OELM comparison report", ""]
     lines.append(
@@ -285,6 +287,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
                 "reference": g.baseline,
                 "higher_is_better": g.higher_is_better,
                 "margin_percent": g.margin,
+                "splits": g.splits,
                 "comparisons": g.comparisons,
                 "budget": budget(g),
                 "warnings": g.warnings,
@@ -308,7 +311,7 @@ def write_report(
     out: str | Path | None = None,
     baseline: str = BASELINE,
     study_numbers: str | Path | None = None,
-    extend: str = SWEEP_EXTEND,
+    extend: str = CONFIRM_PLAN,
     epilogue: Callable[[Comparison], list[str]] | None = None,
     margin: float = MARGIN,
 ) -> tuple[Path, Comparison]:
@@ -376,7 +379,7 @@ def summary_table(group: Group) -> list[str]:
     return text_table(head, rows, align="llllrrr")
 
 
-def print_summary(comparison: Comparison, extend: str = SWEEP_EXTEND) -> None:
+def print_summary(comparison: Comparison, extend: str = CONFIRM_PLAN) -> None:
     """The main numbers of every table on the console, for `oelm sweep` / `oelm compare`.
 
     Fits SUMMARY_WIDTH columns: the table keeps the headline columns (summary_table), long lines

@@ -204,6 +204,24 @@ def power_analysis(diffs: Sequence[float], alpha: float = ALPHA, power: float = 
     return Power(n, sd, mde, mean, abs(mean) < mde, seeds_needed(mean / sd, alpha, power), alpha, power)
 
 
+MIN_CONFIRM_SEEDS = 3  # a confirmation's paired test needs at least this many fresh seeds
+
+
+def confirmation_seeds(pw: Power, gap: float | None) -> int | None:
+    """Fresh seeds a confirmation needs to resolve a gap of |gap| % at pw's power, from the pilot's
+    paired SD (the pilot's own seeds chose the LRs, so its verdict is a pilot result).
+
+    None where the pilot gives no SD (fewer than 2 paired seeds) or the gap is 0 or unknown;
+    at least MIN_CONFIRM_SEEDS (what `oelm confirm plan` accepts).
+    """
+    if pw.sd_diff is None or gap is None or not math.isfinite(gap) or gap == 0:
+        return None
+    if pw.sd_diff == 0:
+        return MIN_CONFIRM_SEEDS
+    n = seeds_needed(gap / pw.sd_diff, pw.alpha, pw.power)
+    return None if n is None else max(MIN_CONFIRM_SEEDS, n)
+
+
 # ---- multiplicity and equivalence ---------------------------------------------------------------
 MARGIN = 1.0  # default equivalence margin of the TOST, in % of the reference's metric
 

@@ -172,12 +172,38 @@ def fmt_verdict(arm: Arm, group: Group) -> str:
     return verdict_text(arm.decision)
 
 
-SWEEP_EXTEND = "oelm sweep SPEC.yaml --seeds {seeds}"  # how a report's reader adds seeds
+# The command that plans a confirmation of a pilot on fresh seeds ({seeds}: how many). Sweeps and
+# `oelm compare` fill in their own directories; a bare `oelm report` shows the placeholders.
+CONFIRM_PLAN = "oelm confirm plan SWEEP_DIR --seeds {seeds} --out CONFIRM_DIR"
+SWEEP_EXTEND = CONFIRM_PLAN  # the name callers used when this command added seeds to the pilot
 
 
-def seeds_arg(n: int) -> str:
-    """Seeds 0..n-1 as `--seeds` arguments (a `seq` call when the list is long)."""
-    return " ".join(str(i) for i in range(n)) if n <= 8 else f"$(seq 0 {n - 1})"
+def pilot_text(arm: Arm, group: Group, confirm: str = CONFIRM_PLAN) -> str:
+    """'pilot: n seeds; a confirmation on fresh seeds needs N ...' with the `oelm confirm plan` call.
+
+    The sweep's seeds chose every LR on validation, so its verdicts are pilot results; N comes from
+    a power analysis on the pilot's paired SD of the per-seed gap (paired t, two-sided, alpha 0.05,
+    power 0.8): the seeds that resolve the observed gap and those that resolve a gap of the margin.
+    '' without a power analysis (fewer than 2 paired seeds).
+    """
+    pw, d = arm.power, arm.decision
+    if arm.method == group.baseline or pw is None or pw.sd_diff is None:
+        return ""
+    n_gap = stats.confirmation_seeds(pw, pw.observed)
+    n_margin = stats.confirmation_seeds(pw, d.margin if d is not None else group.margin)
+    needs = []
+    if n_gap is not None:
+        needs.append(f"{n_gap} to resolve the observed gap of {abs(pw.observed):.2f}%")
+    if n_margin is not None:
+        needs.append(f"{n_margin} to resolve a gap of the ±{group.margin:g}% margin")
+    if not needs:
+        return f"pilot: {pw.n} seeds (LRs chosen on them)."
+    n_plan = min(n for n in (n_gap, n_margin) if n is not None)
+    cmd = confirm.format(seeds=n_plan)
+    return (
+        f"pilot: {pw.n} seeds (LRs chosen on them); a confirmation on fresh seeds needs "
+        f"{' or '.join(needs)} (power {pw.power:g}, from the pilot's paired SD {pw.sd_diff:.2f}%): `{cmd}`."
+    )
 
 
 def resolved(arm: Arm) -> bool:
@@ -196,8 +222,9 @@ def fmt_mde(arm: Arm, group: Group) -> str:
     return f"±{pw.mde:.2f}% (n={pw.n})"
 
 
-def power_text(arm: Arm, group: Group, extend: str = SWEEP_EXTEND) -> str:
-    """One line per comparison: its verdict, then what the seeds can resolve and how to add seeds.
+def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:
+    """One line per comparison: its verdict, what the pilot's seeds can resolve, and how many fresh
+    seeds a confirmation needs (`pilot_text`; `extend` is the `oelm confirm plan` call).
 
     Never reads an unresolved gap as 'equal': only the equivalence test makes that claim.
     """
@@ -210,10 +237,11 @@ def power_text(arm: Arm, group: Group, extend: str = SWEEP_EXTEND) -> str:
             f"{head}; {pw.n} paired seed(s), too few for a power estimate (>= 2) or a test (>= 3): "
             "the gap is unmeasured, not zero."
         )
+    pilot = pilot_text(arm, group, extend)
     if pw.sd_diff == 0:
         return (
             f"{head}; the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} seeds, so "
-            "the t-test is undefined; add seeds before reading it."
+            f"the t-test is undefined. {pilot}"
         )
     text = (
         f"{head}; {fmt_p(arm, group)}. With {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), "
@@ -226,13 +254,7 @@ def power_text(arm: Arm, group: Group, extend: str = SWEEP_EXTEND) -> str:
             f" Unresolved is not evidence of no difference: only the equivalence test (TOST within "
             f"±{d.margin:g}%) makes that claim."
         )
-        if pw.seeds_for_observed and pw.seeds_for_observed > pw.n:
-            cmd = extend.format(seeds=seeds_arg(pw.seeds_for_observed))
-            text += (
-                f" Detecting a gap of {abs(pw.observed):.2f}% with power {pw.power:g} needs about "
-                f"{pw.seeds_for_observed} seeds (`{cmd}` reuses the finished runs)."
-            )
-    return text
+    return f"{text} {pilot}" if pilot else text
 
 
 def fmt_saving(value: Any) -> str:

@@ -15,6 +15,7 @@ from oelm.core.flops import theoretical_saving, training_flops_per_token
 from oelm.data.lm import load_lm_split, read_meta
 from oelm.models.gpt import GPT
 from oelm.training.distributed import all_reduce_tensor
+from oelm.training.records import TEST_HOLDOUT, TEST_OFFICIAL
 from oelm.training.task import Batch, Task, checked_gpt_config
 from oelm.utils.errors import UserError
 
@@ -174,11 +175,20 @@ class LMTask(Task):
         return out
 
     def results(self, val: dict[str, float], test: dict[str, float] | None) -> dict[str, Any]:
-        """LM keys of results.json (of the best checkpoint)."""
-        final = test if test is not None else val
+        """LM keys of results.json (of the best checkpoint).
+
+        The names say which split and how much of it: `val_*` are on the selection set (`val_windows`
+        of the split's `val_windows_all` non-overlapping windows; `val_subset` when that is fewer),
+        `final_perplexity` exists only for a test split (`final_split` says which split the final
+        numbers are on) and `test_source` says whether that test split is an official one.
+        """
+        all_val = len(window_starts(len(self.splits["val"]), self.seq_len, None))
         return {
             "val_loss": val["loss"],
             "val_perplexity": val["perplexity"],
+            "val_windows": val.get("windows"),
+            "val_windows_all": all_val,
+            "val_subset": val.get("windows") is not None and val["windows"] < all_val,
             "test_loss": test["loss"] if test else None,
             "test_perplexity": test["perplexity"] if test else None,
             # Size and standard error of the evaluation sets: test noise next to seed noise.
@@ -190,11 +200,18 @@ class LMTask(Task):
             # byte counts): comparable across tokenizers, where perplexity is not.
             "val_bits_per_byte": self._bits_per_byte(val["loss"], "val"),
             "test_bits_per_byte": self._bits_per_byte(test["loss"], "test") if test else None,
-            "final_perplexity": final["perplexity"],
+            "final_perplexity": test["perplexity"] if test else None,
+            "final_split": "test" if test else "val",
+            "test_source": self._test_source() if test else None,
             "primary_metric": "test_perplexity" if test else "val_perplexity",
             "selection_metric": "best_val_loss",
             "higher_is_better": self.higher_is_better,
         }
+
+    def _test_source(self) -> str:
+        """Whether the test split is the source's own or carved from its training documents."""
+        origin = (self.meta.get("split_origin") or {}).get("test")
+        return TEST_HOLDOUT if origin == "holdout" else TEST_OFFICIAL
 
     def _bits_per_byte(self, loss: float, split: str) -> float | None:
         """Bits per UTF-8 byte of the split's text, when `oelm prepare` recorded its byte count."""

@@ -21,7 +21,10 @@ from oelm.utils.errors import UserError
 from oelm.utils.io import read_json
 
 RESULTS_FILE = "results.json"  # written last and atomically: its status "complete" marks a finished run
-SCHEMA_VERSION = 1  # of results.json; stored runs of this version read as they are
+# Of results.json. 2: `method` only (version 1 also wrote `model_type`, the study's name for it),
+# `final_split`, `test_source` and the validation window counts; `normalize_results` reads
+# version-1 records into the version-2 names, so every stored run still loads.
+SCHEMA_VERSION = 2
 
 # Statuses of a run. Only COMPLETE runs are averaged; every status but INCOMPLETE is finished.
 COMPLETE = "complete"  # also results.json's "status" value of a finished run
@@ -41,7 +44,6 @@ class CommonResults(TypedDict, total=False):
     task: str
     method: str
     method_options: dict[str, Any]  # validated, defaults filled in
-    model_type: str  # = method (the study's key)
     model: str
     dataset: str
     seed: int
@@ -77,6 +79,22 @@ class RunResults(CommonResults, total=False):
     higher_is_better: bool  # direction of both metrics
     collapsed: bool  # chance-level validation predictions (part of selection)
     heldout_collapsed: bool  # the same on held-out data (information only)
+    # Which split the final numbers are on: "test" when the data has a test split, else "val"
+    # (then the primary metric is a validation metric and `final_perplexity` is null).
+    final_split: str
+    # Where the test split came from: TEST_OFFICIAL, TEST_HOLDOUT (carved from the training data
+    # by a seed) or TEST_UNKNOWN (records written before it was recorded); null without a test split.
+    test_source: str | None
+    val_windows: int  # LM: validation windows read (the selection set)
+    val_windows_all: int  # LM: non-overlapping windows in the whole validation split
+    val_subset: bool  # LM: the selection set is evenly spaced windows, not the whole split
+
+
+TEST_OFFICIAL = "official split"
+TEST_HOLDOUT = "held-out documents of the train split (seeded), not an official test split"
+TEST_UNKNOWN = "not recorded (record predates test_source)"
+# Keys of schema version 1 and what they are now (normalize_results maps them on reading).
+RENAMED_KEYS = {"model_type": "method"}
 
 
 COMMON_KEYS: tuple[str, ...] = tuple(CommonResults.__annotations__)
@@ -227,8 +245,36 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def read_results(run_dir: str | Path) -> RunResults | None:
-    """A run directory's results.json, or None when it is absent or not a JSON object."""
-    return cast("RunResults | None", _read_json(Path(run_dir) / RESULTS_FILE))
+    """A run directory's results.json in today's names (normalize_results), or None when absent."""
+    raw = _read_json(Path(run_dir) / RESULTS_FILE)
+    return None if raw is None else normalize_results(raw)
+
+
+def normalize_results(raw: dict[str, Any]) -> RunResults:
+    """results.json of any schema version in the names of SCHEMA_VERSION (a new dict; the file is
+    left as it is). The one compatibility reader: every report, sweep and board reads through it.
+
+    Version 1 wrote `model_type` (= method): read as `method` where that is missing, then dropped.
+    It had no `final_split`: LM records wrote `final_perplexity` = test perplexity when the data had
+    a test split, else the *validation* perplexity; here it is kept only for a test split, and
+    `final_split` says which split the final numbers are on. Its test split's origin was not
+    recorded (`test_source`: TEST_UNKNOWN).
+    """
+    out = dict(raw)
+    for old, new in RENAMED_KEYS.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    if out.get("task") == "lm" or "val_perplexity" in out:
+        has_test = out.get("test_loss") is not None or out.get("test_perplexity") is not None
+        out.setdefault("final_split", "test" if has_test else "val")
+        if out["final_split"] != "test":
+            out["final_perplexity"] = None
+        out.setdefault("test_source", TEST_UNKNOWN if has_test else None)
+    elif out.get("task") == "classification":
+        out.setdefault("final_split", "test")
+        out.setdefault("test_source", TEST_UNKNOWN)
+    return cast(RunResults, out)
 
 
 def classify(results: RunResults | dict[str, Any] | None) -> tuple[str, str]:

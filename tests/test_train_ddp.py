@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from oelm.training.checkpoint import WEIGHTS
 from oelm.training.loop import train
-from train_utils import one_thread, synthetic_lm_dir, tiny_config
+from train_utils import one_thread, synthetic_lm_dir, tiny_config, torchrun_train
 
 
 @pytest.mark.slow  # torchrun starts two Python processes
@@ -25,22 +25,7 @@ from train_utils import one_thread, synthetic_lm_dir, tiny_config
 def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) -> None:
     data = synthetic_lm_dir(tmp_path / "data")
     cfg = tiny_config(data, tmp_path / "ddp", steps=12, batch_size=4, eval_every=6, checkpoint_every=0, method=method)
-    config_file = tmp_path / "ddp.yaml"
-    config_file.write_text(yaml.safe_dump(cfg))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "oelm",
-        "train",
-        str(config_file),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    done = torchrun_train(cfg, tmp_path / "ddp.yaml", 2)
     assert done.returncode == 0, done.stderr[-3000:]
     with one_thread():
         single = train({**cfg, "out": str(tmp_path / "single"), "batch_size": 8})

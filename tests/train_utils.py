@@ -87,6 +87,18 @@ def tiny_config(data: Path, out: Path, **overrides: Any) -> dict[str, Any]:
     return cfg
 
 
+def torchrun_train(
+    cfg: dict[str, Any], config_file: Path, nproc: int, *args: str, **env: str
+) -> subprocess.CompletedProcess:
+    """`oelm train CONFIG` under torchrun with `nproc` gloo processes (one thread each); `args` are
+    more command-line flags, `env` more environment variables."""
+    config_file.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    cmd += ["-m", "oelm", "train", str(config_file), "--no-progress", *args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300)
+
+
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Run torch on one thread: tiny models are faster so, and a busy CI box is not oversubscribed."""

@@ -15,12 +15,44 @@ from oelm.core.state import method_state
 from oelm.core.targets import find_targets, model_family, unwrap
 from oelm.utils.errors import UserError
 
+try:
+    from torch.distributed.tensor import DTensor, distribute_tensor
+except ImportError:  # a torch build without torch.distributed: no sharded parameters exist
+    DTensor = distribute_tensor = None
+
+
+def is_sharded(t: torch.Tensor) -> bool:
+    """True for a DTensor (a parameter sharded by FSDP2's fully_shard)."""
+    return DTensor is not None and isinstance(t, DTensor)
+
+
+def full_value(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a sharded (DTensor) parameter gathered from every rank, else t itself.
+
+    Gathering is a collective: with sharded parameters every rank must make the same calls in the
+    same order (the audit, the schedule's switch and the freeze check all iterate by name).
+    """
+    return t.detach().full_tensor() if is_sharded(t) else t.detach()
+
+
+@torch.no_grad()
+def copy_full_(t: torch.Tensor, value: torch.Tensor) -> None:
+    """Overwrite t with the whole tensor `value`: a sharded (DTensor) t takes its own shard of it."""
+    if is_sharded(t):
+        t.to_local().copy_(distribute_tensor(value.contiguous(), t.device_mesh, t.placements).to_local())
+    else:
+        t.copy_(value)
+
 
 def fingerprint(t: torch.Tensor) -> str:
-    """SHA-256 of a tensor's bytes (dtype and shape included): equal iff bit-identical."""
+    """SHA-256 of a tensor's bytes (dtype and shape included): equal iff bit-identical.
+
+    A sharded (DTensor) tensor is hashed whole (gathered; a collective, see `full_value`), so its
+    fingerprint equals the one taken before sharding exactly when every shard is unchanged.
+    """
     if t.device.type == "meta":
         return "meta"  # no values to hash (parameter counting on the meta device)
-    data = t.detach().to("cpu").contiguous()
+    data = full_value(t).to("cpu").contiguous()
     h = hashlib.sha256(f"{data.dtype}{tuple(data.shape)}".encode())
     h.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
     return h.hexdigest()[:32]
@@ -188,7 +220,7 @@ def max_orthogonality_error(model: nn.Module) -> float:
             if proj.weight.device.type == "meta":
                 worst = max(worst, state.meta_orthogonality.get(proj.name, 0.0))
             else:
-                worst = max(worst, orthogonality_error(proj.get(), n_heads))
+                worst = max(worst, orthogonality_error(full_value(proj.get()), n_heads))
     return worst
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from oelm.core import orthogonal as ortho
-from oelm.core.adapters import adapter_class, make_adapter
+from oelm.core.adapters import adapter_class, iter_adapters, make_adapter
 from oelm.core.methods import PRETRAINED_QK, Method, get_method, select_layers, validate_method_options
 from oelm.core.record import install_save_hook
 from oelm.core.state import STATE_ATTR, MethodState
@@ -156,6 +156,20 @@ def _check_ffn(m: Method, targets: ModelTargets, layers: list[int]) -> None:
         )
 
 
+def _check_qk_width(m: Method, targets: ModelTargets) -> None:
+    """A thin-keys method needs a model built with Q/K at its ratio of the value width."""
+    if m.qk_ratio == 1.0:
+        return  # a model built thin (model_overrides.qk_dim) may still run any full-width method
+    for layer in targets.layers:
+        qk, v = layer.q.shape_out_in[0], layer.v.shape_out_in[0] * layer.n_heads // layer.n_kv_heads
+        if qk != round(v * m.qk_ratio):
+            raise UserError(
+                f"method {m.name!r} needs Q/K at {m.qk_ratio:g} x the value width ({v}), but this model's Q "
+                f"has {qk} rows; build our GPT with model_overrides.qk_dim={round(v * m.qk_ratio)} "
+                "(`oelm train` sets it for the method by itself)"
+            )
+
+
 def apply_method(
     model: nn.Module, method: str | Method, seed: int = 0, qk_init: str | None = None, **options: Any
 ) -> MethodState:
@@ -176,6 +190,7 @@ def apply_method(
     targets = find_targets(base)
     layers = select_layers(opts["layers"], len(targets.layers))
     _check_ffn(m, targets, layers)
+    _check_qk_width(m, targets)
     state = MethodState(m, seed, qk_init, targets.family, opts, layers)
     if m.schedule is not None:
         f = opts["f"]
@@ -198,26 +213,71 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def _owners(model: nn.Module) -> dict[str, nn.Module]:
+    """Parameter name -> the module that holds it directly (tied tensors under their first name)."""
+    out: dict[str, nn.Module] = {}
+    seen: set[int] = set()
+    for mod_name, module in model.named_modules():
+        for leaf, p in module.named_parameters(recurse=False):
+            if id(p) not in seen:
+                seen.add(id(p))
+                out[f"{mod_name}.{leaf}" if mod_name else leaf] = module
+    return out
+
+
+def decays(name: str, module: nn.Module, adapter: bool = False) -> bool:
+    """Whether AdamW weight decay applies to parameter `name` (held directly by `module`), by role.
+
+    Decayed: the weights of linear maps and embeddings (Linear, Conv1D, split fused Q/K/V parts
+    such as GPT-2's `q_weight`, a low-rank adapter's `lora_*` factors). Not decayed: biases, norm
+    gains, adapter scales and gains, and any other tensor. The decision reads names and module
+    types, never shapes, so a flattened or sharded parameter (FSDP) keeps its decay.
+    """
+    leaf = name.rsplit(".", 1)[-1]
+    if "bias" in leaf:
+        return False
+    if adapter:
+        return leaf.startswith("lora_")
+    if isinstance(module, nn.LayerNorm) or "norm" in type(module).__name__.lower():
+        return False
+    if isinstance(module, nn.Embedding):
+        return True
+    return leaf.endswith("weight")
+
+
+def decay_by_id(model: nn.Module) -> dict[int, bool]:
+    """Parameter id -> `decays` for every parameter of the model."""
+    base = unwrap(model)
+    inside = {id(p) for _, a in iter_adapters(base) for p in a.parameters()}  # nested modules included
+    params = dict(base.named_parameters())
+    return {
+        id(params[name]): decays(name, module, adapter=id(params[name]) in inside)
+        for name, module in _owners(base).items()
+    }
+
+
 def optimizer_groups(model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0) -> list[dict]:
-    """AdamW groups: decay on trainable tensors with ndim >= 2, none on the rest; frozen excluded.
+    """AdamW groups: decay on trainable tensors whose role decays (`decays`), none on the rest;
+    frozen tensors excluded (never given to the optimizer).
 
     layer_lr_decay < 1 scales the learning rate by decay**(n_layers + 1 - depth) (embeddings at
     depth 0, layer i at i + 1, head and final norm at full LR), one group pair per depth (key
     "lr_scale"). The group structure depends on all parameters, not on which are trainable, so
     a schedule can refill the same groups (`sync_optimizer`).
     """
+    decay = decay_by_id(model)
     if layer_lr_decay == 1.0:
         return [
             {
-                "params": [p for p in model.parameters() if p.requires_grad and p.ndim >= 2],
+                "params": [p for p in model.parameters() if p.requires_grad and decay[id(p)]],
                 "weight_decay": weight_decay,
             },
-            {"params": [p for p in model.parameters() if p.requires_grad and p.ndim < 2], "weight_decay": 0.0},
+            {"params": [p for p in model.parameters() if p.requires_grad and not decay[id(p)]], "weight_decay": 0.0},
         ]
     depths, n = layer_depths(model)
     groups: dict[tuple[int, bool], dict] = {}
     for p in model.parameters():
-        key = (depths[id(p)], p.ndim >= 2)
+        key = (depths[id(p)], decay[id(p)])
         g = groups.setdefault(
             key,
             {
@@ -229,6 +289,25 @@ def optimizer_groups(model: nn.Module, weight_decay: float, layer_lr_decay: floa
         if p.requires_grad:
             g["params"].append(p)
     return [groups[k] for k in sorted(groups)]
+
+
+def rebind_targets(model: nn.Module, names: dict[int, str]) -> None:
+    """Point the method's cached targets at the model's current parameters, by name.
+
+    A wrapper that replaces parameter objects (FSDP2's `fully_shard` swaps each for a DTensor
+    parameter) leaves the targets `apply_method` found holding the old ones; `names` maps the old
+    parameters' ids to their names (taken before wrapping).
+    """
+    base = unwrap(model)
+    state = getattr(base, STATE_ATTR, None)
+    if state is None or state.targets is None:
+        return
+    now = dict(base.named_parameters(remove_duplicate=False))
+    for layer in state.targets.layers:
+        for _, proj in layer.by_role():
+            proj.weight = now[names[id(proj.weight)]]
+            if proj.bias is not None:
+                proj.bias = now[names[id(proj.bias)]]
 
 
 def scale_group_lrs(groups: list[dict], lr: float) -> list[dict]:

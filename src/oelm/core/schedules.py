@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from oelm.core import orthogonal as ortho
-from oelm.core.audit import Audit, fingerprint
-from oelm.core.freezing import freeze_projection, unfreeze_projection
+from oelm.core.audit import Audit, copy_full_, fingerprint, full_value
 from oelm.core.state import method_state
 from oelm.core.targets import Proj, find_targets, unwrap
 
@@ -49,53 +49,53 @@ class FreezeSchedule:
         self.fingerprints: dict[str, str] = {}  # late-freeze: parameter -> fingerprint at the switch
         frozen_steps = total_steps - self.at_step if self.kind == "late-freeze" else self.at_step
         self.state.scheduled_frozen_fraction = min(max(frozen_steps, 0), total_steps) / total_steps
-
-    def _projections(self) -> list[tuple[Proj, int]]:
-        """(projection, its head count) of every scheduled projection."""
+        # The scheduled tensors by parameter name, resolved now: a wrapper that later replaces the
+        # parameter objects (FSDP2's fully_shard) keeps the names, so the switch finds the current ones.
+        ids = {id(p): n for n, p in self.model.named_parameters(remove_duplicate=True)}
+        self.scheduled: list[tuple[Proj, int, list[str]]] = []
         names = set(self.state.scheduled)
-        out = []
         for layer in find_targets(self.model).layers:
             for role, proj in layer.by_role():
                 if proj.name in names:
-                    out.append((proj, layer.n_heads if role == "q" else layer.n_kv_heads))
-        return out
+                    heads = layer.n_heads if role == "q" else layer.n_kv_heads
+                    self.scheduled.append((proj, heads, [ids[id(p)] for _, p in proj.params()]))
 
-    def _names(self) -> dict[int, str]:
-        return {id(p): n for n, p in self.model.named_parameters(remove_duplicate=True)}
+    def _projections(self) -> list[tuple[Proj, int, list[tuple[str, nn.Parameter]]]]:
+        """(projection, its head count, its (name, current parameter) pairs) per scheduled projection."""
+        now = dict(self.model.named_parameters(remove_duplicate=True))
+        return [(proj, heads, [(n, now[n]) for n in names]) for proj, heads, names in self.scheduled]
 
     def update(self, step: int, audit: Audit) -> bool:
         """Switch if `step` optimizer steps are done and it is time; True when it switched."""
         if self.switched or step < self.at_step:
             return False
-        names = self._names()
-        for proj, n_heads in self._projections():
+        for proj, n_heads, params in self._projections():
             if self.kind == "late-freeze":
-                self._freeze(proj, n_heads, names, audit)
+                self._freeze(proj, n_heads, params, audit)
             else:
-                self._unfreeze(proj, names, audit)
+                self._unfreeze(proj, params, audit)
         self.switched = True
         audit.schedule = self.summary()
         return True
 
-    def _freeze(self, proj: Proj, n_heads: int, names: dict[int, str], audit: Audit) -> None:
+    def _freeze(self, proj: Proj, n_heads: int, params: list[tuple[str, nn.Parameter]], audit: Audit) -> None:
         if self.on_freeze == "reorthogonalize":
-            proj.set(ortho.orthogonalize_pretrained(proj.get(), n_heads))
+            _reorthogonalize(params[0][1], proj.transposed, n_heads)
             self.state.orthogonal_heads[proj.name] = n_heads
-        freeze_projection(proj)
-        for _, p in proj.params():
+        _set_trainable(params, False)
+        for name, p in params:
             fp = fingerprint(p)
-            self.fingerprints[names[id(p)]] = fp
-            audit.set_frozen(names[id(p)], fp)
+            self.fingerprints[name] = fp
+            audit.set_frozen(name, fp)
 
-    def _unfreeze(self, proj: Proj, names: dict[int, str], audit: Audit) -> None:
-        for _, p in proj.params():
-            name = names[id(p)]
+    def _unfreeze(self, proj: Proj, params: list[tuple[str, nn.Parameter]], audit: Audit) -> None:
+        for name, p in params:
             expected = audit.fingerprints.get(name)
             if expected is not None and fingerprint(p) != expected:
                 self.problems.append(f"{name}: changed before its unfreeze step {self.at_step}")
             audit.set_trainable(name)
         self.state.orthogonal_heads.pop(proj.name, None)
-        unfreeze_projection(proj)
+        _set_trainable(params, True)
 
     def frozen_after(self, step: int) -> set[str]:
         """Parameters this schedule froze after weights saved at `step` were taken (their values
@@ -126,22 +126,39 @@ class FreezeSchedule:
         self.problems = list(sd["problems"])
         if not sd["switched"]:
             return
-        names = self._names()
-        for proj, n_heads in self._projections():
+        for proj, n_heads, params in self._projections():
             if self.kind == "late-freeze":
-                freeze_projection(proj)
+                _set_trainable(params, False)
                 if self.on_freeze == "reorthogonalize":
                     self.state.orthogonal_heads[proj.name] = n_heads
-                for _, p in proj.params():
-                    audit.set_frozen(names[id(p)], sd["fingerprints"][names[id(p)]])
+                for name, _ in params:
+                    audit.set_frozen(name, sd["fingerprints"][name])
             else:
-                for _, p in proj.params():
-                    audit.set_trainable(names[id(p)])
+                for name, _ in params:
+                    audit.set_trainable(name)
                 self.state.orthogonal_heads.pop(proj.name, None)
-                unfreeze_projection(proj)
+                _set_trainable(params, True)
         self.fingerprints = dict(sd["fingerprints"])
         self.switched = True
         audit.schedule = self.summary()
+
+
+def _set_trainable(params: list[tuple[str, nn.Parameter]], trainable: bool) -> None:
+    """Put a projection's current parameters in or out of the optimization (a frozen one has no grad)."""
+    for _, p in params:
+        p.requires_grad_(trainable)
+        if not trainable:
+            p.grad = None
+
+
+@torch.no_grad()
+def _reorthogonalize(weight: nn.Parameter, transposed: bool, n_heads: int) -> None:
+    """Replace a weight by the QR of each of its head blocks, whole or sharded (DTensor) alike."""
+    full = full_value(weight)  # every rank gathers the same tensor and computes the same result
+    w = full.T if transposed else full
+    new = ortho.orthogonalize_pretrained(w, n_heads).to(full.dtype)
+    new = new.T if transposed else new
+    copy_full_(weight, new)
 
 
 def make_schedule(model: nn.Module, total_steps: int) -> FreezeSchedule | None:

@@ -15,15 +15,30 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as tdist
 from safetensors import safe_open
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 from oelm.core.state import method_state
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, follow_umask
+from oelm.utils.io import atomic_write_json, atomic_write_text, follow_umask, read_json_object
+
+try:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+except ImportError:  # a torch without torch.distributed: --strategy fsdp is refused by the config
+    dcp = None
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
+SHARDED = "dcp"  # --strategy fsdp: the sharded model + optimizer (torch.distributed.checkpoint)
+SHARDED_META = "meta.json"  # --strategy fsdp: the weights' metadata, as model.safetensors holds it
 BEST_COPY = "best.safetensors"  # best/ weights as of this checkpoint (a kill may leave best/ newer)
 _STEP_DIR = re.compile(r"^step_(\d{7,})$")
 
@@ -162,15 +177,24 @@ def method_record(model: torch.nn.Module) -> dict[str, Any]:
 
 
 def list_steps(ckpt_root: Path) -> list[tuple[int, Path]]:
-    """Complete step checkpoints, oldest first."""
+    """Complete step checkpoints (whole weights, or sharded with their metadata), oldest first."""
     if not ckpt_root.is_dir():
         return []
     found = []
     for p in ckpt_root.iterdir():
         m = _STEP_DIR.match(p.name)
-        if m and (p / WEIGHTS).is_file() and (p / STATE).is_file():
+        weights = (p / WEIGHTS).is_file() or (p / SHARDED / ".metadata").is_file()
+        if m and weights and (p / STATE).is_file():
             found.append((int(m.group(1)), p))
     return sorted(found)
+
+
+def checkpoint_metadata(step_dir: Path) -> dict[str, str]:
+    """A step checkpoint's weight metadata: from model.safetensors, or a sharded one's meta.json."""
+    if (step_dir / WEIGHTS).is_file():
+        return read_metadata(step_dir / WEIGHTS)
+    fix = f"delete {str(step_dir)!r} to resume from an earlier checkpoint, or pass --overwrite"
+    return {k: str(v) for k, v in read_json_object(step_dir / SHARDED_META, fix).items()}
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
@@ -230,14 +254,26 @@ def resolve_checkpoint(run_dir: Path, which: str) -> Path:
     if which == "last":
         last = latest_checkpoint(root)
         if last is not None:
-            return last / WEIGHTS
+            return _whole_weights(last)
     elif which.isdigit():
         if (root / step_dir_name(int(which)) / WEIGHTS).is_file():
             return root / step_dir_name(int(which)) / WEIGHTS
+        if (root / step_dir_name(int(which)) / SHARDED).is_dir():
+            return _whole_weights(root / step_dir_name(int(which)))
     else:
         raise UserError(f"checkpoint {which!r} is not 'best', 'last' or a step number; pass one of those")
     steps = ", ".join(str(s) for s, _ in list_steps(root)) or "none"
     raise UserError(f"no {which!r} checkpoint in {str(root)!r} (steps saved: {steps}); train with checkpoints first")
+
+
+def _whole_weights(step_dir: Path) -> Path:
+    if (step_dir / WEIGHTS).is_file():
+        return step_dir / WEIGHTS
+    raise UserError(
+        f"checkpoint {str(step_dir)!r} is sharded (--strategy fsdp: torch.distributed.checkpoint files in "
+        f"{SHARDED}/); only best/ and the run's last step hold whole weights: pass --checkpoint best, finish "
+        "the run with --resume, or convert it with torch.distributed.checkpoint.format_utils.dcp_to_torch_save"
+    )
 
 
 def rng_state() -> dict[str, Any]:
@@ -269,3 +305,130 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---- --strategy fsdp: sharded step checkpoints (torch.distributed.checkpoint) and whole weights ----
+def tied_names(model: torch.nn.Module) -> list[list[str]]:
+    """Groups of parameter names that share one tensor (our GPT: lm_head.weight and transformer.wte.weight)."""
+    by_id: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(name)
+    return [sorted(names) for names in by_id.values() if len(names) > 1]
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's state dict on CPU on rank 0 ({} elsewhere); a collective: every rank calls it."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options)
+
+
+def _save_full(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: Path, metadata: dict[str, Any]) -> None:
+    """Write a gathered state dict as save_model writes a whole model: tied tensors once, under the
+    first name in sorted order, the others named in the metadata (what load_model expects)."""
+    meta = {k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    sd = dict(sd)
+    for names in tied_names(model):
+        for other in names[1:]:
+            sd.pop(other, None)
+            meta.setdefault(other, names[0])
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(path), metadata=meta)
+    follow_umask(path)
+
+
+def save_best_sharded(ckpt_root: Path, model: torch.nn.Module, metadata: dict[str, Any], is_main: bool) -> None:
+    """best/model.safetensors from a sharded model: gathered on every rank's call, written by rank 0."""
+    sd = full_state_dict(model)
+    if not is_main:
+        return
+    best = ckpt_root / "best"
+    best.mkdir(parents=True, exist_ok=True)
+    tmp = best / f".{WEIGHTS}.tmp{os.getpid()}"
+    with _written_or_removed(tmp, ckpt_root, _nbytes(sd)):
+        _save_full(model, sd, tmp, metadata)
+    os.replace(tmp, best / WEIGHTS)
+
+
+def save_sharded_checkpoint(
+    ckpt_root: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any] | None,
+    metadata: dict[str, Any],
+    keep_last: int,
+    is_main: bool,
+    whole_weights: bool,
+) -> Path:
+    """checkpoints/step_N/ for --strategy fsdp, written by every rank, renamed into place by rank 0.
+
+    step_N/dcp/ holds the model and optimizer as torch.distributed.checkpoint writes them (one file
+    per rank + .metadata; loadable at any world size), step_N/state.pt the rest (rank 0's `state`),
+    step_N/meta.json the weights' metadata; `whole_weights` (the run's last step) adds
+    model.safetensors, gathered, for the tools that read whole weights. Every rank writes into the
+    same temporary directory, which rank 0 renames once all have finished.
+    """
+    final = ckpt_root / step_dir_name(step)
+    tmp = ckpt_root / f".tmp_{step_dir_name(step)}_sharded"
+    if is_main:
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    tdist.barrier()
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    try:
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / SHARDED))
+    except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(
+            f"could not write the sharded checkpoint {step_dir_name(step)} in {str(ckpt_root)!r} "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); fix the cause "
+            "and rerun with --resume"
+        ) from None
+    whole = full_state_dict(model) if whole_weights else {}
+    tdist.barrier()  # every rank's shard is on disk before rank 0 renames the directory
+    if not is_main:
+        return final
+    with _written_or_removed(tmp, ckpt_root, _nbytes(whole) + _nbytes(state)):
+        meta = {**metadata, "step": str(step)}
+        atomic_write_json(tmp / SHARDED_META, {k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()})
+        if whole_weights:
+            _save_full(model, whole, tmp / WEIGHTS, meta)
+        torch.save(state, tmp / STATE)
+        best = ckpt_root / "best" / WEIGHTS
+        if best.is_file():
+            _link_or_copy(best, tmp / BEST_COPY)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    atomic_write_text(ckpt_root / "latest", final.name + "\n")
+    prune(ckpt_root, keep_last)
+    return final
+
+
+def load_sharded_checkpoint(step_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load step_N/dcp/ into a sharded model and its optimizer, resharded to this job's world size."""
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    loaded = {"model": model_sd, "optim": optim_sd}
+    try:
+        dcp.load(loaded, checkpoint_id=str(step_dir / SHARDED))
+    except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
+        raise UserError(
+            f"sharded checkpoint {str(step_dir / SHARDED)!r} does not fit this run ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:160] if str(err) else ''}); resume with the run's own model settings "
+            "or pass --overwrite"
+        ) from None
+    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+
+
+def load_whole_weights(model: torch.nn.Module, path: Path) -> dict[str, str]:
+    """Load a whole-model safetensors file into a sharded model (every rank reads it and keeps its shard)."""
+    meta = read_metadata(path)
+    sd = load_file(str(path))
+    for names in tied_names(model):
+        present = next((n for n in names if n in sd), None)
+        for n in names:
+            if present is not None and n not in sd:
+                sd[n] = sd[present]
+    set_model_state_dict(model, sd, options=StateDictOptions(full_state_dict=True, strict=True))
+    return meta

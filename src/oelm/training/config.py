@@ -21,6 +21,7 @@ from pydantic import (
 from oelm.core.methods import list_methods, validate_method_options
 from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 section 4)
 from oelm.models.gpt import PRESETS
+from oelm.training.distributed import fsdp_available
 from oelm.training.wandb import require_wandb
 from oelm.utils.errors import UserError
 from oelm.utils.io import load_yaml_text, read_yaml
@@ -33,6 +34,7 @@ RUNTIME_FIELDS = frozenset(
         "resume",
         "overwrite",
         "device",
+        "strategy",  # same computation either way; its checkpoint format is checked on resume
         "compile",
         "compile_mode",
         "progress",
@@ -128,6 +130,11 @@ class TrainConfig(BaseModel):
         description="with --resume: keys that may differ from the stored run, comma-separated (e.g. lr,steps)",
     )
     overwrite: bool = Field(False, description="replace whatever run --out holds")
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="data parallelism under torchrun: ddp (replicated model) or fsdp (FSDP2: parameters, "
+        "gradients and optimizer state sharded per transformer block; sharded checkpoints)",
+    )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="autocast dtype")
     compile: bool = Field(False, description="torch.compile the model")
@@ -188,6 +195,13 @@ class TrainConfig(BaseModel):
             raise ValueError(f"compile_mode={self.compile_mode!r} needs compile=true; set both")
         if self.wandb:
             require_wandb()
+        if self.strategy == "fsdp" and not fsdp_available():
+            raise ValueError(
+                "strategy fsdp needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6 with "
+                "torch.distributed); install such a torch or use --strategy ddp"
+            )
+        if self.strategy == "fsdp" and self.compile:
+            raise ValueError("strategy fsdp does not support compile yet; drop --compile or use --strategy ddp")
         if self.warmup >= self.steps and self.schedule != "constant" and self.warmup > 0:
             raise ValueError(f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup")
         return self

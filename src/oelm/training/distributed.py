@@ -1,15 +1,31 @@
-"""Process-group setup for DDP under torchrun (gloo on CPU, NCCL on CUDA) and small collectives."""
+"""Process-group setup for DDP / FSDP2 under torchrun (gloo on CPU, NCCL on CUDA), sharding, collectives."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
+from oelm.core.freezing import rebind_targets
+from oelm.core.targets import find_targets
 from oelm.utils.errors import UserError
+
+try:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+except ImportError:  # a torch without FSDP2: --strategy fsdp is refused by the config
+    FSDPModule = fully_shard = init_device_mesh = None
+
+
+def fsdp_available() -> bool:
+    """Whether this torch has FSDP2 (`torch.distributed.fsdp.fully_shard`)."""
+    return fully_shard is not None and dist.is_available()
 
 
 @dataclass(frozen=True)
@@ -62,11 +78,13 @@ def _env_int(name: str, default: int) -> int:
         raise UserError(f"environment variable {name}={raw!r} is not an integer; {LAUNCH_FIX}") from None
 
 
-def init_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
+def init_distributed(device_name: str, group_of_one: bool = False) -> tuple[DistInfo, torch.device]:
     """Join the torchrun process group when WORLD_SIZE > 1; return (info, device).
 
     The launch variables are checked first (a stale WORLD_SIZE from another shell must not hang
     the run), and joining waits at most OELM_DIST_TIMEOUT_S seconds (default 600) for the others.
+    group_of_one: a single process still gets a process group of its own (FSDP2 shards over a
+    device mesh, which needs one), in memory, with no rendezvous.
     """
     world, rank, local_rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     if world < 1 or not 0 <= rank < world or local_rank < 0:
@@ -90,6 +108,11 @@ def init_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
                 f"could not join the process group of {world} processes as rank {rank} within {timeout} s "
                 f"({type(err).__name__}: {str(err).splitlines()[0][:120]}); start every rank, or {LAUNCH_FIX}"
             ) from None
+    if world == 1 and group_of_one and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     return DistInfo(rank=rank, world=world, local_rank=local_rank), device
 
 
@@ -99,8 +122,8 @@ def shutdown_distributed(info: DistInfo, clean: bool = True) -> None:
     clean=False (this rank failed): no barrier, which the other ranks, busy elsewhere, would
     never reach; the failing rank exits at once and torchrun ends the job with its error.
     """
-    if info.enabled and dist.is_initialized():
-        if clean:
+    if dist.is_initialized():  # also a group of one (FSDP2 in one process)
+        if clean and info.enabled:
             dist.barrier()
         dist.destroy_process_group()
 
@@ -125,3 +148,78 @@ def barrier(info: DistInfo) -> None:
     """Wait for every rank (no-op without a process group)."""
     if info.enabled:
         dist.barrier()
+
+
+# ---- FSDP2 (--strategy fsdp) ---------------------------------------------------------------------
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's transformer blocks: the members of a layer list that hold a layer's Q projection.
+
+    Each is one FSDP2 unit, so a block's fused Q/K/V (our GPT's `fused_qkv`) is gathered whole
+    and keeps running as one GEMM that skips frozen weights' gradients.
+    """
+    q_ids = {id(layer.q.weight) for layer in find_targets(model).layers}
+    blocks = []
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList):
+            blocks += [m for m in module if any(id(p) in q_ids for p in m.parameters())]
+    return blocks
+
+
+def shard_model(model: nn.Module, device: torch.device, world: int) -> nn.Module:
+    """FSDP2: `fully_shard` each transformer block, then the root (embeddings, final norm, head).
+
+    Parameters become DTensors sharded on dim 0 over all ranks; the method's cached targets are
+    re-pointed at them by name (`rebind_targets`), so the audit, FLOP counts and schedules see the
+    parameters that train. Frozen tensors stay frozen (requires_grad is carried per parameter:
+    FSDP2 reduce-scatters gradients only for those that require them).
+    """
+    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    blocks = transformer_blocks(model)
+    if not blocks:
+        raise UserError(
+            f"--strategy fsdp found no transformer blocks (layer list) to shard in {type(model).__name__}; "
+            "use --strategy ddp for this model"
+        )
+    mesh = init_device_mesh(device.type, (world,))
+    for block in blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    rebind_targets(model, names)
+    return model
+
+
+def fsdp_modules(model: nn.Module) -> list[nn.Module]:
+    """The FSDP2 units of a model, root last (empty for a model that is not sharded)."""
+    if FSDPModule is None:
+        return []
+    return [m for m in model.modules() if isinstance(m, FSDPModule)][::-1]
+
+
+def set_gradient_sync(model: nn.Module, sync: bool) -> None:
+    """FSDP2: reduce-scatter gradients in this backward (the last micro-batch) or keep accumulating."""
+    model.set_requires_gradient_sync(sync)
+
+
+@contextmanager
+def gathered(model: nn.Module) -> Iterator[None]:
+    """Hold an FSDP2 model's parameters gathered (evaluation): forward passes then run no collective.
+
+    Each rank evaluates its own windows, and their number may differ by one between ranks; a
+    sharded forward would all-gather per block and wait for a rank that has no more windows. So
+    evaluation gathers every unit once (all ranks, in the same order) and reshards after; it needs
+    the whole model's memory on each rank while it lasts. A model that is not sharded is left alone.
+    """
+    units = fsdp_modules(model)
+    if not units:
+        yield
+        return
+    model.set_reshard_after_forward(False)
+    for unit in units[::-1]:  # root first, as its forward would
+        unit.unshard()
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+        model.set_reshard_after_forward(True)
+        model.set_reshard_after_forward(False, recurse=False)  # the root keeps its default

@@ -26,7 +26,16 @@ from oelm.core.schedules import make_schedule
 from oelm.data.tokenizers import copy_local_tokenizer
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
-from oelm.training.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown_distributed
+from oelm.training.distributed import (
+    DistInfo,
+    all_reduce_sum,
+    barrier,
+    gathered,
+    init_distributed,
+    set_gradient_sync,
+    shard_model,
+    shutdown_distributed,
+)
 from oelm.training.records import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_ITEMS_FILE
 from oelm.training.results import RunFacts, build_results, build_timing
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
@@ -47,7 +56,7 @@ def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = No
 
     cfg = make_config(config, overrides)
     owns_group = not (tdist.is_available() and tdist.is_initialized())
-    info, device = init_distributed(cfg.device)
+    info, device = init_distributed(cfg.device, group_of_one=cfg.strategy == "fsdp")
     # One process (rank 0 of a job) trains into a directory at a time; a second one is refused.
     lock = dir_lock(cfg.run_dir(), "training run") if info.is_main else nullcontext()
     ok = False
@@ -178,6 +187,7 @@ class Trainer:
         self.comm_bytes, self.session_first_step = 0, 0  # all-reduced gradient bytes this session
         self.last_lr = cfg.lr
         self.last_loss: torch.Tensor | float = 0.0  # of the latest step, checked before a checkpoint
+        self.fsdp = cfg.strategy == "fsdp"  # FSDP2: sharded parameters, DCP step checkpoints
 
     # ---- setup -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -225,6 +235,8 @@ class Trainer:
         if self.schedule is not None:
             self.audit.schedule = self.schedule.summary()
         self.model = model.to(self.device)
+        if self.fsdp:  # before the optimizer: it must hold the sharded (DTensor) parameters
+            shard_model(self.model, self.device, self.dist.world)
         self.optimizer = make_adamw(
             scale_group_lrs(optimizer_groups(self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay), self.cfg.lr),
             lr=self.cfg.lr,
@@ -244,7 +256,7 @@ class Trainer:
         """The trainable-parameter list and the DDP wrapper (rebuilt when a schedule switches)."""
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.train_model: nn.Module = self.eval_model
-        if self.dist.enabled:
+        if self.dist.enabled and not self.fsdp:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DDP(self.eval_model, device_ids=ids)
 
@@ -292,7 +304,7 @@ class Trainer:
 
     def _check_checkpoint_method(self, path) -> None:
         """Refuse a checkpoint written under another method, options or method seed, naming the field."""
-        stored = ckpt.read_metadata(path / ckpt.WEIGHTS)
+        stored = ckpt.checkpoint_metadata(path)
         data = self.task.model_metadata().get("data_fingerprint")
         if "data_fingerprint" in stored and data is not None and stored["data_fingerprint"] != data:
             raise UserError(
@@ -350,24 +362,43 @@ class Trainer:
                 "model wrote it); resume the run that wrote it or pass --overwrite"
             )
 
+    def _check_strategy(self, path, state: dict[str, Any]) -> None:
+        """DDP checkpoints hold whole weights, FSDP ones sharded files: resume with the one that wrote it."""
+        saved = state.get("strategy", "ddp")
+        if saved != self.cfg.strategy:
+            raise UserError(
+                f"checkpoint {str(path)!r} was written with --strategy {saved} ("
+                f"{'sharded torch.distributed.checkpoint files' if saved == 'fsdp' else 'whole weights'}); "
+                f"this resume uses --strategy {self.cfg.strategy}: resume with --strategy {saved}"
+            )
+
     def _restore(self, path) -> None:
         self._check_checkpoint_method(path)
         state = ckpt.load_state(path)
+        self._check_strategy(path, state)
         self._check_world_size(path, state)
         if self.dist.is_main:
             for line in determinism_changes(state.get("determinism"), determinism_facts(self.device)):
                 log.warning(line)
-        try:
-            ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
-        except RuntimeError as err:  # strict load: the stored weights do not fit this model
-            raise UserError(
-                f"checkpoint {str(path)!r} does not fit the configured model ({str(err).splitlines()[0][:120]}); "
-                "resume with the run's own model settings or pass --overwrite"
-            ) from None
-        if self.schedule is not None:  # the stored phase first: it decides the optimizer's params
-            self.schedule.load_state_dict(state["method_schedule"], self.audit)
-            self._sync_trainable()
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.fsdp:
+            # The stored phase first: it decides which parameters the optimizer holds, and the
+            # sharded optimizer state is loaded into exactly those.
+            if self.schedule is not None:
+                self.schedule.load_state_dict(state["method_schedule"], self.audit)
+                self._sync_trainable()
+            ckpt.load_sharded_checkpoint(path, self.model, self.optimizer)
+        else:
+            try:
+                ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
+            except RuntimeError as err:  # strict load: the stored weights do not fit this model
+                raise UserError(
+                    f"checkpoint {str(path)!r} does not fit the configured model "
+                    f"({str(err).splitlines()[0][:120]}); resume with the run's own model settings or pass --overwrite"
+                ) from None
+            if self.schedule is not None:  # the stored phase first: it decides the optimizer's params
+                self.schedule.load_state_dict(state["method_schedule"], self.audit)
+                self._sync_trainable()
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self._check_restored_frozen(path)
@@ -485,8 +516,12 @@ class Trainer:
         # The loss stays on the device (read only at log intervals): no host sync inside a step.
         total: torch.Tensor | None = None
         for i, batch in enumerate(batches):
-            # Under DDP, gradients are all-reduced only on the last micro-batch.
-            sync = self.train_model.no_sync() if self.dist.enabled and i < accum - 1 else nullcontext()
+            # Under DDP, gradients are all-reduced only on the last micro-batch (FSDP2: reduce-scattered).
+            if self.fsdp and accum > 1:
+                set_gradient_sync(self.model, i == accum - 1)
+            sync = (
+                self.train_model.no_sync() if self.dist.enabled and not self.fsdp and i < accum - 1 else nullcontext()
+            )
             with sync:
                 with self._autocast():
                     loss = self.task.loss(self.train_model, batch)
@@ -565,8 +600,10 @@ class Trainer:
         if score < self.best_score:
             self.best_score = score
             self.best_val_loss, self.best_step = metrics["loss"], self.step
-            if self.dist.is_main:
-                meta = {**self._weights_meta(), "val_loss": metrics["loss"]}
+            meta = {**self._weights_meta(), "val_loss": metrics["loss"]}
+            if self.fsdp:  # gathered on every rank, written by rank 0: whole weights, as under DDP
+                ckpt.save_best_sharded(self.ckpt_root, self.model, meta, self.dist.is_main)
+            elif self.dist.is_main:
                 ckpt.save_best(self.ckpt_root, self.model, meta)
 
     def _run_eval(self, split: str, final: bool) -> tuple[dict[str, float], float]:
@@ -574,7 +611,7 @@ class Trainer:
             torch.cuda.synchronize(self.device)  # eval is timed apart from training steps
         start = time.perf_counter()
         self.model.eval()
-        with torch.no_grad(), self._autocast():
+        with torch.no_grad(), self._autocast(), gathered(self.model):
             metrics = self.task.evaluate(self.eval_model, split, final)
         self.model.train()
         if self.device.type == "cuda":
@@ -596,30 +633,48 @@ class Trainer:
     def _checkpoint(self) -> None:
         # Between log lines a loss may have become non-finite: such weights are never checkpointed.
         self._stop_if_diverged(self._mean_loss())
-        if self.dist.is_main:
-            state = {
-                "step": self.step,
-                "tokens_seen": self.tokens_seen,
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "rng": ckpt.rng_state(),
-                "data": self.task.state_dict(),
-                "best_val_loss": self.best_val_loss,
-                "best_step": self.best_step,
-                "best_score": self.best_score,
-                "metrics_offset": self.metrics.offset(),
-                "step_times": self.timer.resolve(),
-                "eval_times": self.eval_times,
-                "wall_time": self._wall_time(),
-                "config": self.cfg.identity(),
-                "method_schedule": self.schedule.state_dict() if self.schedule is not None else None,
-                "determinism": determinism_facts(self.device),
-                "world_size": self.dist.world,
-                "global_batch": self.cfg.batch_size * self.cfg.grad_accum * self.dist.world,
-            }
+        if self.fsdp:
+            state = self._checkpoint_state(optimizer=None) if self.dist.is_main else None
+            ckpt.save_sharded_checkpoint(
+                self.ckpt_root,
+                self.step,
+                self.model,
+                self.optimizer,
+                state,
+                self._weights_meta(),
+                self.cfg.keep_last,
+                self.dist.is_main,
+                whole_weights=self.step == self.cfg.steps,
+            )
+        elif self.dist.is_main:
+            state = self._checkpoint_state(optimizer=self.optimizer.state_dict())
             ckpt.save_checkpoint(self.ckpt_root, self.step, self.model, state, self._weights_meta(), self.cfg.keep_last)
         barrier(self.dist)
+
+    def _checkpoint_state(self, optimizer: dict[str, Any] | None) -> dict[str, Any]:
+        """state.pt: everything but the weights (and, under FSDP, the optimizer: sharded in dcp/)."""
+        return {
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "optimizer": optimizer,
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": ckpt.rng_state(),
+            "data": self.task.state_dict(),
+            "best_val_loss": self.best_val_loss,
+            "best_step": self.best_step,
+            "best_score": self.best_score,
+            "metrics_offset": self.metrics.offset(),
+            "step_times": self.timer.resolve(),
+            "eval_times": self.eval_times,
+            "wall_time": self._wall_time(),
+            "config": self.cfg.identity(),
+            "method_schedule": self.schedule.state_dict() if self.schedule is not None else None,
+            "determinism": determinism_facts(self.device),
+            "world_size": self.dist.world,
+            "global_batch": self.cfg.batch_size * self.cfg.grad_accum * self.dist.world,
+            "strategy": self.cfg.strategy,
+        }
 
     def _load_best(self) -> None:
         """Load best/ after checking it holds this run's best step (never stale weights)."""
@@ -632,7 +687,10 @@ class Trainer:
                 f"{str(best)!r} holds step {found}, but this run's best is step {self.best_step} "
                 "(left by an interrupted run); rerun with --overwrite"
             )
-        ckpt.load_weights(self.model, best)
+        if self.fsdp:
+            ckpt.load_whole_weights(self.model, best)
+        else:
+            ckpt.load_weights(self.model, best)
 
     # ---- end of run --------------------------------------------------------------------------
     def _verify_freezing(self) -> AuditCheck:
@@ -692,7 +750,7 @@ class Trainer:
             data_fingerprint=self.task.model_metadata().get("data_fingerprint"),
             allreduce_bytes_per_step=(
                 self.comm_bytes / (self.step - self.session_first_step)
-                if self.dist.enabled and self.step > self.session_first_step
+                if self.dist.enabled and not self.fsdp and self.step > self.session_first_step
                 else None
             ),
             task_results=self.task.results(val, test),

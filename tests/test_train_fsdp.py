@@ -13,6 +13,7 @@ from torch import nn
 
 from oelm.core.freezing import apply_method, decay_by_id, optimizer_groups
 from oelm.models.gpt import GPT, gpt_config
+from oelm.training import config as config_module
 from oelm.training.checkpoint import SHARDED, STATE, WEIGHTS, load_state, resolve_checkpoint
 from oelm.training.loop import train
 from oelm.training.runs import load_model
@@ -68,6 +69,18 @@ def test_weight_decay_is_chosen_by_role_not_by_shape() -> None:
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     assert frozen and not frozen & (got | {by_name[id(p)] for p in plain["params"]})
     assert plain["weight_decay"] == 0.0 and decayed["weight_decay"] == 0.1
+
+
+def test_fsdp_is_refused_before_any_work_without_fully_shard_or_with_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tiny_config(tmp_path / "data", tmp_path / "run", strategy="fsdp")
+    with pytest.raises(UserError, match="compile"):
+        config_module.make_config({**cfg, "compile": True})
+    monkeypatch.setattr(config_module, "fsdp_available", lambda: False)
+    with pytest.raises(UserError, match=r"strategy fsdp needs torch.distributed.fsdp.fully_shard .* --strategy ddp"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
 
 
 def test_fsdp_in_one_process_matches_ddp_and_writes_whole_weights(tmp_path: Path) -> None:

@@ -313,3 +313,68 @@ def test_identity_q_refuses_a_non_square_projection():
 
     with pytest.raises(UserError, match="square"):
         ortho.identity(16, 32)
+
+
+def thin_gpt(qk_dim: int = D // 4) -> GPT:
+    torch.manual_seed(0)
+    return GPT(gpt_config("gpt-tiny", vocab_size=VOCAB, block_size=T, n_layer=L, d_model=D, n_head=H, qk_dim=qk_dim))
+
+
+def test_thin_keys_needs_a_thin_model_and_freezes_exactly_its_qk():
+    with pytest.raises(UserError, match="qk_dim=8"):
+        apply_method(tiny_gpt(), "oelm-thin-keys", seed=0)
+    transformers = pytest.importorskip("transformers")
+    bert = transformers.BertModel(
+        transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    )
+    with pytest.raises(UserError, match="only oelm's own"):
+        apply_method(bert, "oelm-thin-keys", seed=0)
+    model = thin_gpt()
+    apply_method(model, "oelm-thin-keys", seed=0)
+    audit, opt = train_steps(model)
+    assert audit.totals["frozen"] == 2 * L * D * (D // 4)
+    check = verify_audit(model, audit, opt)
+    assert check.ok, check.problems
+    # Each head's Q rows (head_dim / 4 of them) are orthonormal.
+    from oelm.core.orthogonal import orthogonality_error
+
+    assert orthogonality_error(model.transformer.h[0].attn.q_proj.weight, H) < 1e-6
+
+
+def test_thin_keys_flops_are_counted_as_executed_and_saved_against_full_width():
+    from oelm.core.flops import executed_flops, training_flops_per_token
+
+    x = torch.randint(0, VOCAB, (2, T))
+    counts = {}
+    for method, model in (("oelm-thin-keys-nofreeze", thin_gpt()), ("oelm-thin-keys", thin_gpt())):
+        apply_method(model, method, seed=0)
+        counts[method] = executed_flops(lambda m=model: m(x, x)[1].backward())
+        assert counts[method] == pytest.approx(training_flops_per_token(model, T) * x.numel(), rel=1e-9)
+    # Freezing skips exactly the thin Q/K weight gradients.
+    assert counts["oelm-thin-keys-nofreeze"] - counts["oelm-thin-keys"] == 2 * L * 2 * x.numel() * D * (D // 4)
+    full = tiny_gpt()
+    apply_method(full, "oelm-freeze", seed=0)
+    thin = thin_gpt()
+    apply_method(thin, "oelm-thin-keys", seed=0)
+    twin = thin_gpt()
+    apply_method(twin, "oelm-thin-keys-nofreeze", seed=0)
+    # Against the full-width model: the thin twin already saves (narrower Q/K and scores); the
+    # frozen one saves more than oelm-freeze.
+    assert 0 < theoretical_saving(twin, T) < theoretical_saving(thin, T)
+    assert theoretical_saving(thin, T) > theoretical_saving(full, T)
+    base = tiny_gpt()
+    apply_method(base, "baseline", seed=0)
+    f_base = training_flops_per_token(base, T)
+    assert theoretical_saving(twin, T) == pytest.approx(1 - training_flops_per_token(twin, T) / f_base)
+
+
+def test_trainers_build_the_thin_width_for_a_thin_method():
+    from oelm.training.task import checked_gpt_config
+
+    assert checked_gpt_config("gpt-tiny", {}, "oelm-thin-keys").qk_dim == 32
+    assert checked_gpt_config("gpt-tiny", {}, "oelm-freeze").qk_width == 128
+    assert checked_gpt_config("gpt-tiny", {"qk_dim": 64}, "oelm-freeze").qk_dim == 64
+    with pytest.raises(UserError, match="multiple of n_head"):
+        checked_gpt_config("gpt-tiny", {"n_head": 64}, "oelm-thin-keys")
+    with pytest.raises(UserError, match="qk_dim"):
+        gpt_config("gpt-tiny", qk_dim=30)

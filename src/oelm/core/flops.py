@@ -3,7 +3,7 @@
 Convention (as in nanoGPT's MFU and the Chinchilla appendix): only matrix multiplies count, 2 FLOPs
 per multiply-add. A linear layer over N tokens costs 2*N*in*out forward, the same again for the
 input gradient and again for the weight gradient; a frozen weight skips the last. The attention
-core (Q K^T and A V) costs 2*2*T*d_attn per token forward and twice that backward.
+core costs 2*T*d_qk (Q K^T) + 2*T*d_v (A V) per token forward and twice that backward.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from oelm.core.adapters import iter_adapters
+from oelm.core.methods import get_method
 from oelm.core.state import method_state
 from oelm.core.targets import find_targets, unwrap
 
@@ -40,8 +41,10 @@ def forward_flops_per_token(model: nn.Module, seq_len: int, adapters: bool = Tru
     for layer in find_targets(model).layers:
         for _, proj in layer.by_role():
             total += 2 * proj.weight.numel()
-        d_attn = layer.q.shape_out_in[0]
-        total += 2 * 2 * seq_len * d_attn
+        # Q K^T in the query width, A V in the value width of every query head (grouped K/V shared).
+        d_scores = layer.q.shape_out_in[0]
+        d_values = layer.v.shape_out_in[0] * layer.n_heads // layer.n_kv_heads
+        total += 2 * seq_len * (d_scores + d_values)
     total += adapter_flops_per_token(model) if adapters else 0.0
     return total + 2 * _output_head_numel(model)
 
@@ -77,13 +80,26 @@ def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
     return 3 * forward_flops_per_token(model, seq_len) - frozen_weight_grad_flops_per_token(model)
 
 
+def _thin_qk_extra(model: nn.Module, seq_len: int) -> float:
+    """Forward FLOPs per token a thin-keys method's model spends less than the full-width model."""
+    state = method_state(model)
+    ratio = get_method(state.method).qk_ratio if state is not None else 1.0
+    if ratio == 1.0:
+        return 0.0
+    extra = 0.0
+    for layer in find_targets(model).layers:
+        extra += 2 * (layer.q.weight.numel() + layer.k.weight.numel()) + 2 * seq_len * layer.q.shape_out_in[0]
+    return extra * (1.0 / ratio - 1.0)
+
+
 def theoretical_saving(model: nn.Module, seq_len: int) -> float:
     """Fraction of the training FLOPs of full training (no adapters) that the method saves.
 
     Added adapters count as extra cost (forward, input and weight gradients), so a low-rank
-    update lowers the saving; a schedule's saving is averaged over the steps.
+    update lowers the saving; a schedule's saving is averaged over the steps. A thin-keys method
+    is measured against the full-width model, so its narrower Q/K and scores count as saving.
     """
-    full = 3 * forward_flops_per_token(model, seq_len, adapters=False)
+    full = 3 * (forward_flops_per_token(model, seq_len, adapters=False) + _thin_qk_extra(model, seq_len))
     return 1.0 - training_flops_per_token(model, seq_len) / full
 
 

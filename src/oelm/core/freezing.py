@@ -160,6 +160,11 @@ def _check_qk_width(m: Method, targets: ModelTargets) -> None:
     """A thin-keys method needs a model built with Q/K at its ratio of the value width."""
     if m.qk_ratio == 1.0:
         return  # a model built thin (model_overrides.qk_dim) may still run any full-width method
+    if targets.family != "oelm-gpt":
+        raise UserError(
+            f"method {m.name!r} narrows Q/K (thin keys), which changes the architecture; only oelm's own "
+            f"GPT can be built that way, not a {targets.family} model"
+        )
     for layer in targets.layers:
         qk, v = layer.q.shape_out_in[0], layer.v.shape_out_in[0] * layer.n_heads // layer.n_kv_heads
         if qk != round(v * m.qk_ratio):

@@ -113,6 +113,9 @@ class Method:
     schedule: str | None = None  # kind in SCHEDULES, acting on the roles in `freeze`
     options: tuple[Option, ...] = ()  # method-specific options (beyond COMMON_OPTIONS)
     normal_std: float = 0.02
+    # Q/K width as a fraction of the model width ("thin keys"); < 1 changes the architecture, so
+    # the model must be built with it (oelm's trainers pass it to our GPT as qk_dim).
+    qk_ratio: float = 1.0
     # Encoder-decoders: whether the roles act on the decoder's cross attention too (Q/K, V, O); with
     # False its cross attention keeps its default init and trains, and the roles act on self attention.
     cross_attention: bool = True
@@ -125,6 +128,7 @@ class Method:
             (set(self.init) <= {"q", "k"}, f"init {sorted(self.init)} not within ('q', 'k')"),
             (self.schedule in (None, *SCHEDULES), f"schedule {self.schedule!r} not in {SCHEDULES}"),
             (not self.schedule or self.freeze, "a schedule needs roles in `freeze` to act on"),
+            (0.0 < self.qk_ratio <= 1.0, f"qk_ratio {self.qk_ratio} not in (0, 1]"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -271,8 +275,31 @@ for _m in (
     # model's at step 0), then frozen.
     Method("oelm-mimetic", "mimetic Q/K init (Q_h^T K_h ~ 0.7 Z + 0.7 I per head), frozen", "mimetic", QK),
     Method("oelm-mimetic-nofreeze", "mimetic Q/K init, trainable: oelm-mimetic's same-init twin", "mimetic"),
+    # Thin keys (arXiv 2603.04427): Q and K at a quarter of the model width (scores in d_head / 4
+    # dimensions), V and O unchanged; frozen head-wise orthogonal, and its trainable twin.
+    Method("oelm-thin-keys", "Q/K at d_model / 4 (thin keys), head-wise orthogonal, frozen", HW, QK, qk_ratio=0.25),
+    Method(
+        "oelm-thin-keys-nofreeze",
+        "Q/K at d_model / 4 (thin keys), head-wise orthogonal init, trainable: oelm-thin-keys' twin",
+        HW,
+        qk_ratio=0.25,
+    ),
 ):
     register_method(_m)
+
+
+def qk_dim_for(method: str | Method, d_model: int, n_head: int) -> int | None:
+    """The Q/K width a method needs in a model of width d_model (None: the model's own)."""
+    m = get_method(method)
+    if m.qk_ratio == 1.0:
+        return None
+    qk_dim = round(d_model * m.qk_ratio)
+    if qk_dim < n_head or qk_dim % n_head:
+        raise UserError(
+            f"method {m.name!r} needs Q/K at {m.qk_ratio:g} x d_model = {d_model * m.qk_ratio:g}, which is not a "
+            f"positive multiple of n_head={n_head}; use a wider model or fewer heads"
+        )
+    return qk_dim
 
 
 def get_method(name: str | Method) -> Method:

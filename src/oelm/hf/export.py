@@ -48,6 +48,11 @@ def _check_maps(model: nn.Module) -> None:
         )
     if not isinstance(model, GPT):
         raise UserError(f"export --to hf takes our GPT runs, got {type(model).__name__} (already a HF model)")
+    if model.config.qk_width != model.config.d_model:
+        raise UserError(
+            f"this GPT has thin keys (qk_dim={model.config.qk_width} < d_model={model.config.d_model}); GPT-2's "
+            "c_attn has Q, K and V at one width, so it cannot be exported exactly; sample it with `oelm sample`"
+        )
     sd = model.state_dict()
     added = sorted({k.split(".oelm_adapter")[0] for k in sd if "oelm_adapter" in k})
     if added:

@@ -32,6 +32,9 @@ class GPTConfig:
     dropout: float = 0.0
     init_std: float = 0.02
     bias: bool = True
+    # Width of Q and K (all heads together); None = d_model. Smaller = "thin keys": scores are
+    # computed in qk_dim / n_head dimensions per head while V and O keep d_model.
+    qk_dim: int | None = None
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -41,14 +44,25 @@ class GPTConfig:
             )
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
-        for field in ("vocab_size", "block_size", "n_layer", "n_head", "d_model", "d_ff"):
+        for field in ("vocab_size", "block_size", "n_layer", "n_head", "d_model", "d_ff", "qk_width"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise UserError(f"GPTConfig.{field} must be a positive integer, got {value!r}")
+                name = "qk_dim" if field == "qk_width" else field
+                raise UserError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
+        if self.qk_width % self.n_head or self.qk_width > self.d_model:
+            raise UserError(
+                f"GPTConfig.qk_dim={self.qk_width} must be a multiple of n_head={self.n_head} and at most "
+                f"d_model={self.d_model}"
+            )
         if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
             raise UserError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if not (isinstance(self.init_std, (int, float)) and 0.0 < self.init_std < float("inf")):
             raise UserError(f"GPTConfig.init_std must be a positive finite number, got {self.init_std!r}")
+
+    @property
+    def qk_width(self) -> int:
+        """Width of Q and K: qk_dim, or d_model when it is not set."""
+        return self.qk_dim or self.d_model
 
     @property
     def head_dim(self) -> int:
@@ -95,10 +109,10 @@ class SelfAttention(nn.Module):
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        d = cfg.d_model
+        d, dqk = cfg.d_model, cfg.qk_width
         self.n_head = cfg.n_head
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
+        self.q_proj = nn.Linear(d, dqk, bias=False)
+        self.k_proj = nn.Linear(d, dqk, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=False)
         self.dropout = cfg.dropout  # attention weights and the residual branch
@@ -115,7 +129,13 @@ class SelfAttention(nn.Module):
         t = n // batch
         # [B, T, H, Dh] views: head h owns rows h*Dh:(h+1)*Dh of each projection's weight. One
         # view + unbind (backward: one stack) dispatches fewer ops than split + a view per tensor.
-        q, k, v = self._qkv(x).view(batch, t, 3, self.n_head, d // self.n_head).unbind(2)
+        dqk = self.q_proj.weight.shape[0]
+        if dqk == d:
+            q, k, v = self._qkv(x).view(batch, t, 3, self.n_head, d // self.n_head).unbind(2)
+        else:  # thin keys: Q and K narrower than V
+            q, k, v = self._qkv(x).split((dqk, dqk, d), dim=-1)
+            q, k = q.view(batch, t, self.n_head, -1), k.view(batch, t, self.n_head, -1)
+            v = v.view(batch, t, self.n_head, -1)
         q, k = self._adapt(x, q, k)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2),

@@ -131,7 +131,7 @@ class ClassificationTask(Task):
         if self.data.is_pair:
             gpt_separator_id(self.tokenizer)  # grows the vocabulary before the model is sized
         overrides = {"vocab_size": self.tokenizer.vocab_size, **self.cfg.model_overrides}
-        self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
+        self.model_cfg = checked_gpt_config(self.cfg.model, overrides, self.cfg.method)
         if self.model_cfg.vocab_size < self.tokenizer.vocab_size:
             raise UserError(
                 f"model_overrides.vocab_size={self.model_cfg.vocab_size} is smaller than the tokenizer's "

@@ -63,7 +63,7 @@ class LMTask(Task):
 
         self.meta = read_lm_meta(self.data_dir)
         overrides = {"vocab_size": self.meta["vocab_size"], **self.cfg.model_overrides}
-        self.model_cfg = checked_gpt_config(self.cfg.model, overrides)
+        self.model_cfg = checked_gpt_config(self.cfg.model, overrides, self.cfg.method)
         if self.meta["vocab_size"] > self.model_cfg.vocab_size:
             raise UserError(
                 f"the data's vocabulary ({self.meta['vocab_size']} tokens, {self.meta.get('tokenizer')}) "

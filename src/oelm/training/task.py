@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from abc import ABC, abstractmethod
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from oelm.core.methods import qk_dim_for
 from oelm.models.gpt import gpt_config
 from oelm.training.config import TrainConfig
 from oelm.training.distributed import DistInfo
@@ -119,11 +121,19 @@ class Task(ABC):
         """Restore the data position from a checkpoint."""
 
 
-def checked_gpt_config(preset: str, overrides: dict[str, Any]) -> Any:
-    """gpt_config(preset, **overrides) with a bad override value turned into one UserError."""
+def checked_gpt_config(preset: str, overrides: dict[str, Any], method: str | None = None) -> Any:
+    """gpt_config(preset, **overrides) with a bad override value turned into one UserError.
+
+    A method that changes the Q/K width (thin keys) sets qk_dim, unless model_overrides does.
+    """
 
     try:
-        return gpt_config(preset, **overrides)
+        cfg = gpt_config(preset, **overrides)
+        if method is not None and "qk_dim" not in overrides:
+            qk_dim = qk_dim_for(method, cfg.d_model, cfg.n_head)
+            if qk_dim is not None:
+                cfg = dataclasses.replace(cfg, qk_dim=qk_dim)
+        return cfg
     except UserError:
         raise
     except (TypeError, ValueError, AssertionError, ZeroDivisionError) as err:

@@ -106,7 +106,8 @@ def test_tiny_gpt_beats_majority_on_sst2(tmp_path, one_thread):
     # Per-example correctness on the held-out split, in its order: its mean is the accuracy.
     items = json.loads((tmp_path / "run" / "test_items.json").read_text())
     assert items["metric"] == "heldout_accuracy" and len(items["values"]) == res["heldout_examples"]
-    assert set(items["values"]) <= {0.0, 1.0}
+    assert set(items["values"]) <= {0, 1} and all(isinstance(v, int) for v in items["values"])  # compact 0/1
+    assert res["final_split"] == "test" and res["test_source"].startswith("official split (")
     assert sum(items["values"]) / len(items["values"]) == pytest.approx(res["heldout_accuracy"])
     evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [e for e in evals if e["kind"] == "eval"]

@@ -627,3 +627,74 @@ def test_version_1_records_read_in_todays_names_and_reports_name_the_split(tmp_p
         path.write_text(json.dumps({**res, "val_windows": 64, "val_windows_all": 900, "val_subset": True}))
     md = write_report([tmp_path / "runs"], tmp_path / "rep")[0].read_text()
     assert "val_perplexity (val, subset of 64 windows)" in md and "a fixed subset of 64 of the split's 900" in md
+
+
+def _cls_run(root: Path, method: str, seed: int, correct: np.ndarray | None) -> None:
+    """A classification run whose held-out accuracy is the mean of `correct` (stored per example)."""
+    acc = float(correct.mean()) if correct is not None else 0.8 + seed / 100
+    run = make_run(
+        root,
+        method,
+        1e-4,
+        seed,
+        task="classification",
+        heldout_accuracy=acc,
+        best_accuracy=0.8,
+        collapsed=False,
+        primary_metric="heldout_accuracy",
+        selection_metric="best_accuracy",
+    )
+    if correct is not None:
+        items = {"metric": "heldout_accuracy", "unit": "example", "values": correct.astype(int).tolist()}
+        (run / records.TEST_ITEMS_FILE).write_text(json.dumps(items))
+
+
+def test_classifier_gap_interval_includes_test_set_noise(tmp_path: Path) -> None:
+    """Seeds that agree exactly still leave the test set's noise: the bootstrap interval shows it."""
+    rng = np.random.default_rng(0)
+    n = 200  # a small test set: its noise dominates
+    base = (rng.random(n) < 0.8).astype(int)
+    worse = base.copy()
+    worse[rng.choice(np.flatnonzero(base == 1), 10, replace=False)] = 0  # 10 fewer right: -5 points
+    for seed in range(3):  # every seed the same predictions: no seed spread at all
+        _cls_run(tmp_path / "boot", "baseline", seed, base)
+        _cls_run(tmp_path / "boot", "oelm-freeze", seed, worse)
+    md_path, comp = write_report([tmp_path / "boot"])
+    arm = comp.groups[0].arms[1]
+    boot = arm.gap_bootstrap
+    gap = (base.mean() - worse.mean()) / base.mean() * 100
+    assert boot is not None and boot.n_seeds == 3 and boot.n_examples == n
+    assert boot.mean == pytest.approx(gap) and boot.ci_low < gap < boot.ci_high
+    # The paired difference of 10 of 200 examples: its SE in % of the reference, paired by example.
+    se = np.std(base - worse, ddof=1) / np.sqrt(n) / base.mean() * 100
+    assert boot.ci_high - boot.ci_low == pytest.approx(2 * 1.96 * se, rel=0.25)
+    # The seeds-only interval of identical per-seed gaps has zero width: it claims a certainty the
+    # 200-example test set does not give.
+    assert arm.gap_paired.ci_low == pytest.approx(arm.gap_paired.ci_high)
+    md = md_path.read_text()
+    assert f"[{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples, bootstrap)" in md
+    report = json.loads((tmp_path / "boot" / "report" / "report.json").read_text())
+    assert _arm(report, "oelm-freeze")["gap_bootstrap"]["method"].startswith("numpy two-level")
+    # The same records give the same interval (fixed resampling seed).
+    assert write_report([tmp_path / "boot"], tmp_path / "again")[1].groups[0].arms[1].gap_bootstrap == boot
+    # Records without per-example data keep the seeds-only interval, labelled as such.
+    for seed in range(3):
+        _cls_run(tmp_path / "old", "baseline", seed, None)
+        _cls_run(tmp_path / "old", "oelm-freeze", seed, None)
+    md_path, comp = write_report([tmp_path / "old"])
+    assert comp.groups[0].arms[1].gap_bootstrap is None and "(seeds only)" in md_path.read_text()
+
+
+def test_paired_bootstrap_resamples_seeds_too() -> None:
+    """Seed-to-seed spread widens the interval beyond the test examples' own noise."""
+    rng = np.random.default_rng(1)
+    ref = (rng.random((4, 500)) < 0.8).astype(float)
+    same = stats.paired_bootstrap_gap(ref * 0 + ref, ref, True)
+    assert same.ci_low == same.ci_high == 0.0  # identical arms: no gap in any replicate
+    spread = ref.copy()
+    spread[0, :40] = 0  # one seed much worse: the seeds disagree
+    wide = stats.paired_bootstrap_gap(spread, ref, True)
+    narrow = stats.paired_bootstrap_gap(np.repeat(spread[:1], 4, 0), np.repeat(ref[:1], 4, 0), True)
+    assert wide.ci_high - wide.ci_low > narrow.ci_high - narrow.ci_low
+    with pytest.raises(ValueError, match="seeds, examples"):
+        stats.paired_bootstrap_gap(ref[0], ref[0], True)

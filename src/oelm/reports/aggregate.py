@@ -82,6 +82,9 @@ class Arm:
     study: dict[str, Any] | None = None
     # The verdict against the table's reference (Holm-adjusted over the table's comparisons).
     decision: stats.Decision | None = None
+    # Classifiers whose runs stored per-example test correctness: the gap's interval from a paired
+    # bootstrap over seeds and test examples (test-set noise included); None: seeds-only interval.
+    gap_bootstrap: stats.BootstrapGap | None = None
 
 
 @dataclass
@@ -285,6 +288,31 @@ def _paired_noise(runs: list[RunRecord], base_runs: list[RunRecord]) -> Noise | 
     return Noise(f"{metric} difference", float(sum(ses) / len(ses)), stats.summarize(diffs).std, size, unit)
 
 
+BOOTSTRAP_METRIC = "heldout_accuracy"  # classifiers' per-example 0/1 correctness (test_items.json)
+
+
+def bootstrap_gap(
+    runs: list[RunRecord], base_runs: list[RunRecord], higher_is_better: bool
+) -> stats.BootstrapGap | None:
+    """The accuracy gap's interval with the test set's noise: a paired bootstrap over the seeds both
+    arms share and the test examples (stats.paired_bootstrap_gap). None unless every shared seed of
+    both arms stored per-example correctness of one test set (>= 2 seeds): the report then shows
+    the seeds-only interval, labelled as such."""
+    base_by_seed = {r.seed: r for r in base_runs if r.seed is not None}
+    rows_m, rows_b = [], []
+    for run in sorted((r for r in runs if r.seed in base_by_seed), key=lambda r: r.seed):
+        mine, theirs = run.test_items(), base_by_seed[run.seed].test_items()
+        if not mine or not theirs or {mine["metric"], theirs["metric"]} != {BOOTSTRAP_METRIC}:
+            return None
+        if len(mine["values"]) != len(theirs["values"]) or (rows_m and len(mine["values"]) != len(rows_m[0])):
+            return None
+        rows_m.append(mine["values"])
+        rows_b.append(theirs["values"])
+    if len(rows_m) < 2 or len(rows_m[0]) < 2:
+        return None
+    return stats.paired_bootstrap_gap(np.array(rows_m), np.array(rows_b), higher_is_better)
+
+
 def gap_by_seed(arm: Arm, base: Arm, higher_is_better: bool) -> dict[int, float]:
     """Per-seed relative gap (%, + = worse) of an arm to the reference, over the seeds both have."""
     gaps = {
@@ -328,13 +356,14 @@ def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
 
     The paired interval, test, power and verdict come from `assess` (over the whole table).
     """
-    arm.gap = arm.delta = arm.gap_paired = arm.power = arm.test = arm.paired_noise = None
+    arm.gap = arm.delta = arm.gap_paired = arm.power = arm.test = arm.paired_noise = arm.gap_bootstrap = None
     arm.step_time_ratio = None
     if arm.primary.mean is not None and base.primary.mean is not None:
         arm.gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
         arm.delta = arm.primary.mean - base.primary.mean
     if arm is not base:
         arm.paired_noise = _paired_noise(arm.runs, base.runs)
+        arm.gap_bootstrap = bootstrap_gap(arm.runs, base.runs, higher_is_better)
     if arm.step_time.mean and base.step_time.mean:
         arm.step_time_ratio = arm.step_time.mean / base.step_time.mean
 

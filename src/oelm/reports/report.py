@@ -18,6 +18,7 @@ from oelm.reports.tables import (
     CONFIRM_PLAN,
     NA,
     fmt_gap,
+    fmt_gap_interval,
     fmt_int,
     fmt_mde,
     fmt_ms,
@@ -51,7 +52,8 @@ def _main_table(group: Group, scale: float) -> list[str]:
         "method",
         f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
         f"{metric_label(group.primary_metric, group.splits)}{unit}: mean ± 95% CI (n seeds)",
-        f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI]",
+        f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI"
+        + (": what noise it includes]" if group.task == "classification" else "]"),
     ]
     if group.higher_is_better:
         head.append(f"Δ {group.primary_metric} (points{unit}, + = better)")
@@ -73,7 +75,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
             arm.method,
             NA if arm.setting is None else arm.setting,
             fmt_summary(arm.primary, scale),
-            fmt_gap(arm, group),
+            fmt_gap_interval(arm, group),
         ]
         if group.higher_is_better:
             cells.append(NA if arm.delta is None else f"{arm.delta * scale:+.2f}")
@@ -177,7 +179,10 @@ READING_NOTES = [
     "(n/a when n = 1). Gaps are relative to the reference's mean (the `--baseline` method), in % "
     "of it, signed so that + means worse (perplexity: (m/b - 1)·100; accuracy: (b - m)/b·100); "
     "the bracket is the 95% interval of the per-seed gaps, paired by seed, and p the t-test of "
-    "those same per-seed gaps against 0 (>= 3 seeds; Wilcoxon signed-rank too at >= 6). Every "
+    "those same per-seed gaps against 0 (>= 3 seeds; Wilcoxon signed-rank too at >= 6). For "
+    "classifiers whose runs stored per-example test correctness the bracket also includes the test "
+    "set's noise: a paired bootstrap (numpy, 2,000 replicates) resampling the seeds and, shared by "
+    "both arms, the test examples; classifier records without that data are marked 'seeds only'. Every "
     "method of a table is compared with the reference: the m p-values of a table are "
     "Holm-adjusted (statsmodels), and so are the m equivalence tests (two one-sided t-tests, TOST, "
     "that the mean gap lies within ±the margin). Each comparison gets one verdict: **worse "
@@ -228,6 +233,7 @@ def _arm_json(arm: Arm) -> dict[str, Any]:
         "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
         "gap_percent": arm.gap,
         "gap_paired": arm.gap_paired.to_dict() if arm.gap_paired else None,
+        "gap_bootstrap": arm.gap_bootstrap.to_dict() if arm.gap_bootstrap else None,
         "delta": arm.delta,
         "paired_test": arm.test.to_dict() if arm.test else None,
         "power": arm.power.to_dict() if arm.power else None,

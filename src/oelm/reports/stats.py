@@ -327,3 +327,76 @@ def decide_family(
         mde = pw.mde if p is not None else None  # no test: no detectable gap to state
         out.append(Decision(verdict, len(g), mean, p, hp, tp, htp, m, margin, mde, alpha, power))
     return out
+
+
+# ---- test-set noise: a paired bootstrap over seeds and test examples ------------------------------
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0  # fixed: the same records give the same interval
+BOOTSTRAP_CHUNK = 100  # replicates drawn at once (a chunk x examples count matrix)
+
+
+@dataclass(frozen=True)
+class BootstrapGap:
+    """Percentile interval of the mean per-seed % gap, from a two-level paired bootstrap.
+
+    Each replicate resamples the seeds both arms share (with replacement) and, independently, the
+    test examples; the same example draw is used for both arms and every seed (every arm reads the
+    same examples, so the test set's noise is paired), and the gap is computed per resampled seed
+    on the resampled examples, as the seeds-only interval computes it on all of them.
+    """
+
+    n_seeds: int
+    n_examples: int
+    mean: float  # mean per-seed % gap on the full data (the statistic the interval is for)
+    ci_low: float
+    ci_high: float
+    resamples: int
+    method: str = "numpy two-level paired percentile bootstrap (seeds x test examples)"
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+def paired_bootstrap_gap(
+    method: np.ndarray,
+    reference: np.ndarray,
+    higher_is_better: bool,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+) -> BootstrapGap:
+    """Interval of the mean per-seed relative gap (%, + = worse) of per-example scores.
+
+    `method` and `reference` are [seeds, examples] arrays (row s of both is seed s; column i is
+    test example i, e.g. 0/1 correctness); a seed's score is its row mean. scipy.stats.bootstrap
+    resamples one axis of independent observations, not seeds and shared examples at once, so the
+    two levels are drawn here with numpy: example weights as multinomial counts (a [chunk, examples]
+    matrix), seeds as indices.
+    """
+    m, b = np.asarray(method, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if m.shape != b.shape or m.ndim != 2 or m.shape[0] < 1 or m.shape[1] < 2:
+        raise ValueError(f"need two [seeds, examples] arrays of one shape, got {m.shape} and {b.shape}")
+    n_seeds, n_ex = m.shape
+    rng = np.random.default_rng(seed)
+
+    def gaps(score_m: np.ndarray, score_b: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if higher_is_better:
+                return (score_b - score_m) / score_b * 100.0
+            return (score_m / score_b - 1.0) * 100.0
+
+    full = float(np.mean(gaps(m.mean(1), b.mean(1))))
+    out = []
+    for start in range(0, resamples, BOOTSTRAP_CHUNK):
+        c = min(BOOTSTRAP_CHUNK, resamples - start)
+        draw = rng.integers(0, n_ex, size=(c, n_ex)) + (np.arange(c) * n_ex)[:, None]
+        weights = np.bincount(draw.ravel(), minlength=c * n_ex).reshape(c, n_ex) / n_ex
+        per_seed = gaps(m @ weights.T, b @ weights.T)  # [seeds, c]: each seed on each example draw
+        pick = rng.integers(0, n_seeds, size=(c, n_seeds))
+        out.append(per_seed[pick, np.arange(c)[:, None]].mean(axis=1))
+    values = np.concatenate(out)
+    values = values[np.isfinite(values)]
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return BootstrapGap(n_seeds, n_ex, full, float(low), float(high), resamples)

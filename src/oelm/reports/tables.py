@@ -110,6 +110,23 @@ def fmt_gap(arm: Arm, group: Group) -> str:
     return text
 
 
+def fmt_gap_interval(arm: Arm, group: Group) -> str:
+    """The gap with the interval a report shows, saying what noise it includes.
+
+    Classifiers whose runs stored per-example test correctness: the paired bootstrap over seeds and
+    test examples ('seeds + test examples'); other classifier records: the paired-by-seed interval,
+    labelled 'seeds only' (the test set's noise is not in it). LMs: fmt_gap (seeds).
+    """
+    if arm.method == group.baseline or arm.gap is None:
+        return fmt_gap(arm, group)
+    boot = arm.gap_bootstrap
+    if boot is not None:
+        return f"{arm.gap:+.2f}% [{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples, bootstrap)"
+    if group.task == "classification" and arm.gap_paired is not None and arm.gap_paired.ci_low is not None:
+        return f"{fmt_gap(arm, group)} (seeds only)"
+    return fmt_gap(arm, group)
+
+
 def _pval(p: float | None) -> str:
     """A p-value in three significant figures, or n/a."""
     return NA if p is None else f"{p:.3g}"

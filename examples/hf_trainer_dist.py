@@ -93,6 +93,33 @@ def gathered(params: list[torch.nn.Parameter]) -> contextlib.AbstractContextMana
     return contextlib.nullcontext()
 
 
+def comm_bytes_callback() -> Any:
+    """A callback that counts, per DeepSpeed collective, the bytes of its messages during training
+    (DeepSpeed's comms logger, on when the config has `comms_logger.enabled`), in `.per_step`:
+    the training steps' traffic, without initialization's or checkpoint saving's."""
+    from transformers import TrainerCallback
+
+    class CommBytes(TrainerCallback):
+        per_step: dict[str, float] | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            from deepspeed.comm import comm  # heavy optional dependency: imported on use
+
+            comm.comms_logger.reset_data()  # what initialization sent is not a training step's
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            from deepspeed.comm import comm  # heavy optional dependency: imported on use
+
+            # read before a checkpoint save of this step gathers the weights
+            data = comm.comms_logger.comms_dict
+            self.per_step = {
+                op: sum(size * v[0] for size, v in sizes.items()) / max(state.global_step, 1)
+                for op, sizes in data.items()
+            }
+
+    return CommBytes()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train; on rank 0 write and return the summary (losses, world size, frozen check, saved record)."""
     from transformers import Trainer, TrainingArguments
@@ -109,6 +136,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = tiny_bert()
     oelm.apply_method(model, a.method, seed=a.seed)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    trainable = [p for p in model.parameters() if p.requires_grad]  # counted before ZeRO-3 shards them
+    trainable_params = sum(p.numel() for p in trainable)
+    gradient_bytes = sum(p.numel() * p.element_size() for p in trainable)
     out = Path(a.out)
     args = TrainingArguments(
         output_dir=str(out),
@@ -127,7 +157,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         dataloader_num_workers=0,
         deepspeed=a.deepspeed,
     )
-    trainer = InOrder(model=model, args=args, train_dataset=Rows(a.rows), callbacks=[OELMCallback()])
+    callbacks: list[Any] = [OELMCallback()]
+    if a.deepspeed and json.loads(Path(a.deepspeed).read_text()).get("comms_logger", {}).get("enabled"):
+        callbacks.append(comm_bytes_callback())
+    trainer = InOrder(model=model, args=args, train_dataset=Rows(a.rows), callbacks=callbacks)
     trainer.train()
     trainer.save_model(str(out / "final"))
 
@@ -145,6 +178,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "frozen_tensors": len(before),
         "frozen_moved": moved,
         "frozen_identical": not moved,
+        "trainable_params": trainable_params,
+        # the trainable tensors' gradients: what data parallelism has to reduce every step
+        "gradient_bytes_per_step": gradient_bytes,
+        # bytes per training step per DeepSpeed collective (this process's messages), when logged
+        "comm_bytes_per_step": getattr(callbacks[-1], "per_step", None),
     }
     if trainer.is_world_process_zero():
         summary["record_saved"] = (out / "final" / "oelm_method.json").is_file()

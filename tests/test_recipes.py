@@ -138,3 +138,19 @@ def test_accelerate_cpu_config_runs_two_processes_and_cpu_flag_runs_one(tmp_path
     run(accelerate_launch("--cpu", "--num_processes", "2", loop, "--out", str(tmp_path / "cpu")))
     ranks = [json.loads(p.read_text()) for p in (tmp_path / "cpu").glob("rank-*.json")]
     assert [(r["process_index"], r["num_processes"]) for r in ranks] == [(0, 1)]
+
+
+@pytest.mark.slow  # one process, then torchrun with two: ~20 s
+def test_dist_parity_benchmark_smoke(tmp_path: Path, load_benchmark) -> None:
+    bench = load_benchmark("dist_parity")
+    data = synthetic_lm_dir(tmp_path / "data")
+    argv = ["--steps", "3", "--methods", "oelm-freeze", "--columns", "one", "ddp-2"]
+    assert bench.main([*argv, "--data", str(data), "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "dist_parity.json").read_text())
+    one, ddp = report["results"]["oelm-freeze"]["one"], report["results"]["oelm-freeze"]["ddp-2"]
+    assert len(one["losses"]) == len(ddp["losses"]) == 3 and ddp["world_size"] == 2
+    assert ddp["max_abs_loss_diff"] <= LOSS_TOL and one["max_abs_loss_diff"] == 0
+    assert ddp["freeze_check_ok"] and ddp["frozen_equal_one_process"]
+    assert ddp["allreduce_bytes_per_step"] == ddp["gradient_bytes_per_step"] == 4 * ddp["trainable_params"]
+    table = (tmp_path / "out" / "README.md").read_text()
+    assert "| oelm-freeze | ddp-2 | 2 |" in table

@@ -59,6 +59,7 @@ def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
         "eval_batches": 4,
         "seeds": [0, 1, 2],
         "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}},
+        "max_extend": 0,  # one fixed LR per arm here; grid extension is tested in test_sweep
     }
     preset = tmp_path / "tiny.yaml"
     preset.write_text(yaml.safe_dump(tiny))

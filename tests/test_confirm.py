@@ -122,6 +122,7 @@ def test_run_trains_only_the_planned_runs(tmp_path: Path) -> None:
         "config": {**TINY, "data": str(synthetic_lm_dir(tmp_path / "data"))},
         "methods": {"baseline": {"lr": [1e-3, 3e-3]}, "oelm-freeze": {"lr": [3e-3]}},
         "seeds": [0, 1, 2],
+        "max_extend": 0,
     }
     run_sweep(spec_from_dict(raw), progress=False, report=False, threads=1)
     out = tmp_path / "confirm"

@@ -106,6 +106,7 @@ def test_real_sweep_choice_is_unchanged_when_the_test_split_changes(tmp_path: Pa
         "config": {**TINY, "steps": 4, "data": str(tmp_path / "data")},
         "methods": {"baseline": {"lr": [1e-3, 1e-2]}, "oelm-freeze": {"lr": [1e-3, 1e-2]}},
         "seeds": [0],
+        "max_extend": 0,
     }
     first = run_sweep(spec_from_dict(spec), progress=False, threads=1)
     assert not first.failed

@@ -47,6 +47,7 @@ def _spec(tmp_path: Path, seeds=(0, 1), **extra) -> dict:
         "config": {**TINY, "data": str(tmp_path / "data")},
         "methods": {"baseline": {"lr": [1e-3, 3e-3]}, "oelm-freeze": {"lr": [3e-3, 1e-2]}},
         "seeds": list(seeds),
+        "max_extend": 0,  # these tests count runs; test_grid_extends_... turns extension on
         **extra,
     }
 
@@ -199,3 +200,40 @@ def test_sigterm_to_a_parallel_sweep_stops_every_worker_after_a_checkpoint(tmp_p
     for run in sweep.glob("runs/*/*/seed0"):  # each run in progress wrote a checkpoint to resume from
         assert list(run.glob("checkpoints/step_*/model.safetensors")), run
         assert not (run / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_grid_extends_beyond_the_edge_where_validation_chooses_until_the_cap(tmp_path: Path) -> None:
+    """Tiny LRs over 6 steps: the largest is best on validation, so the grid grows upward (same
+    geometric step), at most max_extend times; the report says the choice is still at the edge."""
+    raw = _spec(tmp_path, seeds=(0,), methods={"baseline": {"lr": [1e-5, 3e-5]}}, max_extend=2)
+    first = run_sweep(spec_from_dict(raw), progress=False, threads=1)
+    assert not first.failed and sorted(r.lr for r in first.extended) == [9e-5, 2.7e-4]
+    lrs = sorted(r.lr for r in load_runs([tmp_path / "sweep" / "runs"]))
+    assert lrs == [1e-5, 3e-5, 9e-5, 2.7e-4]  # x3 each time, for the selection seed
+    record = yaml.safe_load((tmp_path / "sweep" / "sweep.yaml").read_text())
+    assert record["max_extend"] == 2 and record["methods"]["baseline"]["lr"] == lrs
+    assert [(e["lr"], e["side"], e["chosen"]) for e in record["extended"]["baseline"]] == [
+        (9e-5, "up", 3e-5),
+        (2.7e-4, "up", 9e-5),
+    ]
+    report = json.loads((tmp_path / "sweep" / "report" / "report.json").read_text())
+    assert report["groups"][0]["arms"][0]["lr"] == 2.7e-4
+    assert any("still the largest of its grid" in w and "max_extend 2" in w for w in report["groups"][0]["warnings"])
+    # The same command again replays the extensions on finished runs: nothing trains.
+    again = run_sweep(spec_from_dict(raw), progress=False, report=False, threads=1)
+    assert not again.trained and len(again.extended) == 2
+    # 0 disables; a bad value is one error naming the key.
+    off = run_sweep(spec_from_dict({**raw, "max_extend": 0}), progress=False, report=False, threads=1)
+    assert not off.extended and not off.trained
+    with pytest.raises(UserError, match="max_extend must be a whole number >= 0"):
+        spec_from_dict({**raw, "max_extend": -1})
+
+
+def test_edge_step_is_the_grid_s_own_or_doubling_for_one_point() -> None:
+    from oelm.experiments.sweep import SweepSpec, edge_step, extend_grids
+
+    assert extend_grids(SweepSpec("s", {}, {"baseline": {"lr": [1e-3]}}, [0], max_extend=0)) == []
+    assert edge_step([1e-3], "up") == 2.0 and edge_step([1e-3], "down") == 0.5
+    assert edge_step([1e-4, 3e-4, 1e-3], "up") == pytest.approx(1e-3 / 3e-4)
+    assert edge_step([1e-4, 3e-4, 1e-3], "down") == pytest.approx(1 / 3)

@@ -52,6 +52,8 @@ class ComparePreset(BaseModel):
     warmup_fraction: float = Field(default=0.1, ge=0, lt=1)  # of steps, so --steps keeps the shape
     evals: int = Field(default=4, gt=0)  # periodic validation evaluations per run
     eval_batches: int = Field(default=64, gt=0)
+    # LRs added beyond an edge where an arm's validation choice sits, per side (0: never; see sweeps).
+    max_extend: int = Field(default=2, ge=0)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     seeds: list[int] = Field(min_length=1)
@@ -145,6 +147,7 @@ def compare_spec(preset: ComparePreset, out: str | Path = DEFAULT_OUT) -> dict[s
         },
         "methods": {m: {"lr": list(grid.lr)} for m, grid in p.methods.items()},
         "seeds": list(p.seeds),
+        "max_extend": p.max_extend,
     }
 
 

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from oelm.data.lm import read_meta
 from oelm.experiments.prepare import data_summary, ensure_lm_data
-from oelm.experiments.sweep import RunSpec, SweepSpec
+from oelm.experiments.sweep import RunSpec, SweepSpec, extend_grids
 from oelm.reports.aggregate import Comparison
 from oelm.reports.report import write_report
 from oelm.training.distributed import resolve_device
@@ -41,6 +41,7 @@ class SweepOutcome:
     trained: list[RunSpec] = field(default_factory=list)
     skipped: list[RunSpec] = field(default_factory=list)
     failed: list[tuple[RunSpec, str]] = field(default_factory=list)
+    extended: list[RunSpec] = field(default_factory=list)  # runs the automatic grid extension added
     report: Path | None = None
     comparison: Comparison | None = None
     wall_time: float = 0.0
@@ -72,6 +73,8 @@ def _merge_stored(spec: SweepSpec) -> dict:
         for method, arm in (stored.get("methods") or {}).items():
             mine = data["methods"].setdefault(method, arm)
             mine["lr"] = sorted(set(mine["lr"]) | set(arm.get("lr", [])))
+        # Extensions of arms this call did not revisit (`--methods`) stay on record.
+        data["extended"] = {**(stored.get("extended") or {}), **data.get("extended", {})}
     return data
 
 
@@ -264,6 +267,26 @@ def run_sweep(
         return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
 
 
+def _train(
+    spec: SweepSpec,
+    pending: list[RunSpec],
+    outcome: SweepOutcome,
+    total: int,
+    done: int,
+    parallel: int,
+    progress: bool,
+    inner_progress: bool,
+    threads: int | None,
+) -> None:
+    """Train the pending runs, one at a time in this process or in `parallel` workers."""
+    with _bar(total, done, progress) as bar:
+        if parallel == 1:
+            with _torch_threads(threads):
+                _run_sequential(spec, pending, outcome, bar, inner_progress)
+        else:
+            _run_parallel(spec, pending, outcome, bar, parallel, threads)
+
+
 def _run_locked(
     spec: SweepSpec,
     parallel: int,
@@ -289,12 +312,21 @@ def _run_locked(
         log.info(
             f"sweep {spec.name}: {len(runs)} runs ({len(outcome.skipped)} finished, {len(pending)} to run) -> {spec.out}"
         )
-    with _bar(len(runs), len(outcome.skipped), progress) as bar:
-        if parallel == 1:
-            with _torch_threads(threads):
-                _run_sequential(spec, pending, outcome, bar, inner_progress)
-        else:
-            _run_parallel(spec, pending, outcome, bar, parallel, threads)
+    _train(spec, pending, outcome, len(runs), len(outcome.skipped), parallel, progress, inner_progress, threads)
+    # Grids extend on the side where a validation choice sits at an edge, until it is interior or
+    # max_extend LRs were added on that side (a re-run replays the same extensions: their runs are
+    # finished, so nothing trains twice).
+    while added := extend_grids(spec):
+        for line in added:
+            log.info(f"grid extension: {line}")
+        _write_spec(spec)
+        known = {r.run_dir for r in runs}
+        new = [r for r in spec.selected_runs() if r.run_dir not in known]
+        runs += new
+        outcome.extended += new
+        outcome.skipped += [r for r in new if r.finished()]
+        todo = [r for r in new if not r.finished()]
+        _train(spec, todo, outcome, len(new), len(new) - len(todo), parallel, progress, inner_progress, threads)
     for run, err in outcome.failed:
         log.warning(f"run failed: {run.label}: {err.strip().splitlines()[-1]}")
     if report:

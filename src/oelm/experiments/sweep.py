@@ -12,7 +12,8 @@ from typing import Any
 
 from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
-from oelm.training.records import run_finished
+from oelm.reports.aggregate import chosen_setting
+from oelm.training.records import load_run, run_finished
 from oelm.utils.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,10 @@ SPEC_KEYS = {
     "study_numbers",
     "baseline",
     "prepare",
+    "max_extend",
+    "extended",  # written by the sweep (its automatic grid extensions): read back, never set by hand
 }
+MAX_EXTEND = 2  # default of `max_extend`: automatic LR-grid extensions per side of each arm's grid
 
 
 @dataclass
@@ -79,6 +83,13 @@ class SweepSpec:
     # `oelm sweep --methods`: train only these arms, in this order. The plan (sweep.yaml, what
     # reports and the leaderboard list as not yet finished) stays the whole spec.
     only: list[str] | None = None
+    # Automatic LR-grid extension: after the runs finish, an arm whose validation-chosen LR is the
+    # smallest or largest of its grid gets the next LR beyond that edge (extend_grids), at most
+    # `max_extend` per side (0: never). Direct constructions (confirm's fixed arms) default to 0.
+    max_extend: int = 0
+    # What the extension added, per method: [{"lr", "side": "up" | "down", "chosen": the lr that sat
+    # at the edge}] (recorded in SWEEP/sweep.yaml as `extended`).
+    extended: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as resolved (what SWEEP/sweep.yaml holds)."""
@@ -91,6 +102,8 @@ class SweepSpec:
             "prepare": self.prepare,
             "study_numbers": self.study_numbers,
             "baseline": self.baseline,
+            "max_extend": self.max_extend,
+            "extended": self.extended,
         }
 
     def runs(self) -> list[RunSpec]:
@@ -212,9 +225,67 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
         prepare=raw.get("prepare") or meta.get("prepare"),
         study_numbers=raw.get("study_numbers"),
         baseline=str(raw.get("baseline", "baseline")),
+        max_extend=_max_extend(raw.get("max_extend", MAX_EXTEND)),
     )
     validate(spec)
     return spec
+
+
+def _max_extend(value: Any) -> int:
+    """The spec's `max_extend` as a non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(
+            f"max_extend must be a whole number >= 0 (LR-grid extensions per side; 0 disables), got {value!r}"
+        )
+    return value
+
+
+def edge_step(grid: list[float], side: str) -> float:
+    """The geometric step beyond an edge: the ratio of the grid's two points at that edge (x2 / /2
+    for a one-point grid)."""
+    if len(grid) < 2:
+        return 2.0 if side == "up" else 0.5
+    return grid[-1] / grid[-2] if side == "up" else grid[0] / grid[1]
+
+
+def extend_grids(spec: SweepSpec) -> list[str]:
+    """Add one LR beyond the edge where an arm's validation choice sits; return what was added.
+
+    For each arm being trained (spec.only, else all) whose runs of the spec's seeds are all
+    finished: the setting chosen on validation (the report's rule, reports.aggregate) is found; if
+    its LR is the largest (smallest) of the arm's grid and fewer than `max_extend` LRs were added on
+    that side, the next LR beyond it joins the arm's grid, at the grid's own geometric step at that
+    edge (x2 or /2 for a one-point grid), so the caller trains it for the same seeds. Only
+    validation decides: no held-out number is read. A one-point grid is at both edges.
+    """
+    if spec.max_extend <= 0:
+        return []
+    added = []
+    for method in spec.only or list(spec.methods):
+        arm_runs = [r for r in spec.runs() if r.method == method]
+        if not arm_runs or not all(r.finished() for r in arm_runs):
+            continue  # a failed or unfinished run: the choice is not settled
+        chosen = chosen_setting([load_run(r.run_dir) for r in arm_runs])
+        if chosen is None:
+            continue
+        grid = sorted(spec.methods[method]["lr"])
+        made = spec.extended.setdefault(method, [])
+        original = sorted(set(grid) - {e["lr"] for e in made})
+        for side, edge in (("down", grid[0]), ("up", grid[-1])):
+            if chosen.lr != edge or sum(e["side"] == side for e in made) >= spec.max_extend:
+                continue
+            new = float(f"{edge * edge_step(original, side):.6g}")
+            if new in grid:
+                continue
+            made.append({"lr": new, "side": side, "chosen": edge})
+            spec.methods[method]["lr"] = sorted([*spec.methods[method]["lr"], new])
+            added.append(
+                f"{method}: chosen lr {edge:g} at the {'largest' if side == 'up' else 'smallest'} "
+                f"of its grid, adding lr {new:g}"
+            )
+        if not made:
+            spec.extended.pop(method)
+    return added
 
 
 def load_spec(

@@ -177,6 +177,16 @@ def choose_lr(cells: Sequence[LrCell], higher_is_better: bool) -> LrCell | None:
     return min(pool, key=lambda c: (sign * c.selection.mean, c.lr, c.setting))
 
 
+def chosen_setting(runs: Sequence[RunRecord]) -> LrCell | None:
+    """The setting one method's runs choose on validation (the report's rule: choose_lr over their
+    settings, by the selection metric and direction the runs recorded); None when none is scored."""
+    finished = [r for r in runs if r.finished]
+    if not finished:
+        return None
+    selection = str(finished[0].results.get("selection_metric") or "?")
+    return choose_lr(_lr_cells(finished, selection), metric_direction(recorded_direction(finished), selection))
+
+
 def _first(runs: list[RunRecord], key: str) -> Any:
     """The first non-null value of a results key among runs."""
     for run in runs:
@@ -401,15 +411,30 @@ def _budget_warnings(arms: list[Arm]) -> list[str]:
     return warnings
 
 
-def _edge_warnings(arms: list[Arm]) -> list[str]:
-    """Warn when an arm's chosen LR sits at the edge of its grid: its optimum may lie beyond."""
+def _edge_warnings(arms: list[Arm], extensions: dict[str, Any] | None = None) -> list[str]:
+    """Warn when an arm's chosen LR sits at the edge of its grid: its optimum may lie beyond.
+
+    `extensions` is the sweep record's `extended` (what `oelm sweep` added beyond each edge, and
+    `max_extend`): a choice still at an edge after the cap says so.
+    """
     warnings = []
+    ext = extensions or {}
     for arm in arms:
         lrs = sorted({c.lr for c in arm.cells if c.selection.mean is not None and not math.isnan(c.lr)})
         if len(lrs) < 2 or arm.lr is None or arm.lr not in (lrs[0], lrs[-1]):
             continue
         edge = "largest" if arm.lr == lrs[-1] else "smallest"
+        side = "up" if edge == "largest" else "down"
         grid = ", ".join(f"{x:g}" for x in lrs)
+        added = [e for e in (ext.get("arms") or {}).get(arm.method, []) if e.get("side") == side]
+        cap = ext.get("max_extend")
+        if added and cap is not None and len(added) >= cap:
+            warnings.append(
+                f"{arm.method}: the chosen lr {arm.lr:g} is still the {edge} of its grid [{grid}] after "
+                f"{len(added)} automatic extension(s) on that side (max_extend {cap}); its best LR may "
+                "lie beyond it: raise max_extend or widen the grid before trusting the gap"
+            )
+            continue
         warnings.append(
             f"{arm.method}: the chosen lr {arm.lr:g} is the {edge} of its grid [{grid}]; its best LR "
             "may lie beyond it, so extend the grid before trusting the gap"
@@ -516,7 +541,12 @@ def metric_label(metric: str, splits: dict[str, Any]) -> str:
 
 
 def _group(
-    key: tuple, runs: list[RunRecord], baseline: str, study: StudyNumbers | None, margin: float = stats.MARGIN
+    key: tuple,
+    runs: list[RunRecord],
+    baseline: str,
+    study: StudyNumbers | None,
+    margin: float = stats.MARGIN,
+    extensions: dict[str, Any] | None = None,
 ) -> Group:
     """Build one dataset table."""
     by_method: dict[str, list[RunRecord]] = defaultdict(list)
@@ -525,7 +555,9 @@ def _group(
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
     group.splits = eval_sets([r for a in arms for r in a.runs])
-    group.warnings = _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms) + _prefreeze_warnings(arms)
+    group.warnings = (
+        _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms, extensions) + _prefreeze_warnings(arms)
+    )
     group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
     if group.primary_metric.startswith("val_"):
         group.warnings.append(
@@ -567,8 +599,11 @@ def compare(
     baseline: str = BASELINE,
     study: StudyNumbers | None = None,
     margin: float = stats.MARGIN,
+    extensions: dict[str, Any] | None = None,
 ) -> Comparison:
     """Group finished runs into dataset tables; list incomplete and excluded runs apart.
+
+    `extensions`: the sweep record's automatic grid extensions (see _edge_warnings).
 
     Every method of a table is compared with the reference `baseline` (Holm-adjusted over the
     table's comparisons; equivalence by TOST within ±`margin` % of the reference's metric).
@@ -579,7 +614,7 @@ def compare(
         grouped[_group_key(run)].append(run)
     for key, members in grouped.items():
         _check_same_data(key, members)
-    groups = [_group(k, grouped[k], baseline, study, margin) for k in sorted(grouped)]
+    groups = [_group(k, grouped[k], baseline, study, margin, extensions) for k in sorted(grouped)]
     return Comparison(
         groups=groups,
         incomplete=[r for r in runs if not r.finished],

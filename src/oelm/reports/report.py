@@ -34,7 +34,8 @@ from oelm.reports.tables import (
     verdict_text,
 )
 from oelm.training.records import RunRecord, load_runs
-from oelm.utils.io import atomic_write_text
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_text, read_yaml
 
 
 def _study_cell(arm: Arm) -> str:
@@ -309,6 +310,28 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
     }
 
 
+def sweep_extensions(paths: Sequence[str | Path]) -> dict[str, Any] | None:
+    """The automatic grid extensions a sweep recorded (SWEEP/sweep.yaml's `extended` and
+    `max_extend`), for a path that is the sweep directory or its runs/ folder; None without one."""
+    for path in paths:
+        for folder in (Path(path), Path(path).parent):
+            record = _read_sweep_record(folder / "sweep.yaml")
+            if record is not None and "max_extend" in record:
+                return {"max_extend": record.get("max_extend"), "arms": record.get("extended") or {}}
+    return None
+
+
+def _read_sweep_record(path: Path) -> dict[str, Any] | None:
+    """A YAML mapping from a file, or None when absent or not a mapping."""
+    if not path.is_file():
+        return None
+    try:
+        obj = read_yaml(path, "sweep record")
+    except UserError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 _write_atomic = atomic_write_text  # a crash never leaves half a report
 
 
@@ -333,7 +356,7 @@ def write_report(
     runs = load_runs(paths)
     out_dir = Path(out) if out else Path(paths[0]) / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    comparison = compare(runs, baseline=baseline, study=study, margin=margin)
+    comparison = compare(runs, baseline=baseline, study=study, margin=margin, extensions=sweep_extensions(paths))
     text = render(comparison, out_dir, [str(p) for p in paths], extend)
     if epilogue is not None:
         text = text.rstrip() + "\n\n" + "\n".join(epilogue(comparison)).rstrip() + "\n"

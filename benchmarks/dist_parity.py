@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,13 +97,18 @@ def env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def launch(cmd: list[str]) -> str | None:
-    """Run `cmd` from the repository root; None when it succeeded, else the end of its stderr."""
+def launch(cmd: list[str], log: Path) -> str | None:
+    """Run `cmd` from the repository root, its output kept in `log`; None when it succeeded, else
+    the exit code and the first error line of its output (or its last lines)."""
     done = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(done.stdout + "\n" + done.stderr)
     if done.returncode == 0:
         return None
-    lines = [x for x in done.stderr.splitlines() if x.strip()]
-    return f"exit code {done.returncode}: " + " | ".join(lines[-3:])[-600:]
+    lines = [x.strip() for x in done.stderr.splitlines() if x.strip()]
+    marks = ("Error", "what():", "terminate called", "Exception", "Signal ")
+    hits = [x for x in lines if any(m in x for m in marks)]
+    return f"exit code {done.returncode}: " + (hits[0] if hits else " | ".join(lines[-3:]))[-400:]
 
 
 def torchrun(nproc: int) -> list[str]:
@@ -168,7 +174,7 @@ def gpt_cell(work: Path, data: Path, method: str, column: str, a: argparse.Names
     config.write_text(yaml.safe_dump(cfg))
     train = ["-m", "oelm", "train", str(config), "--no-progress"]
     started = time.monotonic()
-    error = launch([sys.executable, *train] if nproc == 1 else [*torchrun(nproc), *train])
+    error = launch([sys.executable, *train] if nproc == 1 else [*torchrun(nproc), *train], run.parent / f"{column}.log")
     cell: dict[str, Any] = {"processes": nproc, "wall_s": round(time.monotonic() - started, 1)}
     if error:
         return {**cell, "error": error}
@@ -207,7 +213,9 @@ def hf_cell(work: Path, method: str, nproc: int, a: argparse.Namespace) -> dict[
     if nproc > 1:
         script += ["--deepspeed", str(zero_config(work))]
     started = time.monotonic()
-    error = launch([sys.executable, *script] if nproc == 1 else [*torchrun(nproc), *script])
+    error = launch(
+        [sys.executable, *script] if nproc == 1 else [*torchrun(nproc), *script], out.parent / f"{out.name}.log"
+    )
     cell: dict[str, Any] = {"processes": nproc, "wall_s": round(time.monotonic() - started, 1)}
     if error:
         return {**cell, "error": error}
@@ -327,51 +335,50 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
-    with tempfile.TemporaryDirectory(prefix="oelm-dist-parity-") as tmp:
-        work = Path(a.work) if a.work else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        data = Path(a.data) if a.data else work / "data"
-        if not a.data and not (data / "meta.json").is_file():
-            prep = ["-m", "oelm", "prepare", "lm", "builtin:tales", "--tokenizer", "byte", "--max-docs", "300"]
-            error = launch([sys.executable, *prep, "--out", str(data)])
-            if error:
-                print(f"preparing the data failed: {error}", file=sys.stderr)
-                return 1
-        fsdp_reason = fsdp_available()
-        zero_reason = None if importlib.util.find_spec("deepspeed") else "not available: deepspeed is not installed"
-        results: dict[str, dict[str, Any]] = {}
-        for method in a.methods:
-            cols: dict[str, Any] = {}
-            needs_ref = any(c in a.columns for c in ("one", "ddp-2", "fsdp-2"))
-            ref = gpt_cell(work, data, method, "one", a) if needs_ref else None
-            ref_frozen = frozen_tensors(ref["_run"]) if ref and "error" not in ref else None
-            if "one" in a.columns:
-                cols["one"] = ref
-            for col in a.columns:
-                if col == "one":
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="oelm-dist-parity-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = Path(a.data) if a.data else work / "data"
+    if not a.data and not (data / "meta.json").is_file():
+        prep = ["-m", "oelm", "prepare", "lm", "builtin:tales", "--tokenizer", "byte", "--max-docs", "300"]
+        error = launch([sys.executable, *prep, "--out", str(data)], work / "prepare.log")
+        if error:
+            print(f"preparing the data failed: {error}", file=sys.stderr)
+            return 1
+    fsdp_reason = fsdp_available()
+    zero_reason = None if importlib.util.find_spec("deepspeed") else "not available: deepspeed is not installed"
+    results: dict[str, dict[str, Any]] = {}
+    for method in a.methods:
+        cols: dict[str, Any] = {}
+        needs_ref = any(c in a.columns for c in ("one", "ddp-2", "fsdp-2"))
+        ref = gpt_cell(work, data, method, "one", a) if needs_ref else None
+        ref_frozen = frozen_tensors(ref["_run"]) if ref and "error" not in ref else None
+        if "one" in a.columns:
+            cols["one"] = ref
+        for col in a.columns:
+            if col == "one":
+                continue
+            if col == "fsdp-2" and fsdp_reason:
+                cols[col] = {"unavailable": fsdp_reason}
+                continue
+            if col == "zero3-2":
+                if zero_reason:
+                    cols[col] = {"unavailable": zero_reason}
                     continue
-                if col == "fsdp-2" and fsdp_reason:
-                    cols[col] = {"unavailable": fsdp_reason}
-                    continue
-                if col == "zero3-2":
-                    if zero_reason:
-                        cols[col] = {"unavailable": zero_reason}
-                        continue
-                    hf_ref = hf_cell(work, method, 1, a)
-                    cell = hf_cell(work, method, 2, a)
-                    compare(cell, hf_ref, None)
-                    cell["reference_losses"] = hf_ref.get("losses")
-                else:
-                    cell = gpt_cell(work, data, method, col, a)
-                    compare(cell, ref, ref_frozen)
-                cols[col] = cell
-                print(f"{method} {col}: {json.dumps({k: v for k, v in cell.items() if k != 'losses'})}")
-            if "one" in cols and cols["one"] is not None:
-                cols["one"].pop("_run", None)
-                if "error" not in cols["one"]:
-                    cols["one"]["max_abs_loss_diff"] = 0.0
-                    cols["one"]["frozen_equal_one_process"] = True
-            results[method] = cols
+                hf_ref = hf_cell(work, method, 1, a)
+                cell = hf_cell(work, method, 2, a)
+                compare(cell, hf_ref, None)
+                cell["reference_losses"] = hf_ref.get("losses")
+            else:
+                cell = gpt_cell(work, data, method, col, a)
+                compare(cell, ref, ref_frozen)
+            cols[col] = cell
+            print(f"{method} {col}: {json.dumps({k: v for k, v in cell.items() if k != 'losses'})}")
+        if "one" in cols and cols["one"] is not None:
+            cols["one"].pop("_run", None)
+            if "error" not in cols["one"]:
+                cols["one"]["max_abs_loss_diff"] = 0.0
+                cols["one"]["frozen_equal_one_process"] = True
+        results[method] = cols
     report = {
         "command": "python -m benchmarks.dist_parity " + " ".join(argv if argv is not None else sys.argv[1:]),
         "git_commit": git_commit(),
@@ -390,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = [
         (m, c) for m, cols in results.items() for c, cell in cols.items() if isinstance(cell, dict) and "error" in cell
     ]
+    if failed:
+        print(f"failed: {failed}; every run's output is kept in {work}", file=sys.stderr)
+    elif not a.work:
+        shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
 
 

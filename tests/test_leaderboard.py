@@ -230,17 +230,18 @@ def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Pa
     md = md_path.read_text()
     assert "Reference: **oelm-nofreeze** (the best-tuned trainable arm: best held-out mean" in md
     assert "(m = 5)" in md and "verdict vs oelm-nofreeze" in md
-    assert table["twin"] is None  # the twin is the reference: no second column
+    assert table["twin"] is False  # the twin is the reference: no second column
     # A named reference keeps the baseline; the twin column then shows the gap to oelm-nofreeze.
     md_path, _ = write_leaderboard([tmp_path], tmp_path / "named", baseline="baseline")
     named = _read(tmp_path / "named")["tables"][0]
-    assert named["reference"] == "baseline" and named["twin"] == "oelm-nofreeze"
+    assert named["reference"] == "baseline" and named["twin"] is True
     freeze = next(e for e in named["ranked"] if e["method"] == "oelm-freeze")
     nofreeze = np.array(BASE) * (1 - 0.05 - 0.002 * np.arange(3))
     expected = (np.array(BASE) * (1 + np.array(ARMS["oelm-freeze"][0])) / nofreeze - 1) * 100
     assert freeze["twin_gap"]["mean"] == pytest.approx(expected.mean())
-    assert freeze["twin_verdict"] == "worse (resolved)"
-    assert "gap vs oelm-nofreeze (same init, trainable)" in md_path.read_text()
+    assert freeze["twin_verdict"] == "worse (resolved)" and freeze["twin"] == "oelm-nofreeze"
+    assert "gap vs its same-init trainable twin" in md_path.read_text()
+    assert "vs oelm-nofreeze: " in md_path.read_text()
     qknorm = next(e for e in named["ranked"] if e["method"] == "oelm-qknorm")
     assert qknorm["twin_decision"]["m"] == 4  # the frozen head-wise orthogonal methods
 
@@ -260,3 +261,37 @@ def test_board_uses_only_the_vocabulary(tmp_path: Path, capsys: pytest.CaptureFi
         for v in verdicts.values()
         if v
     )
+
+
+def test_saving_three_ways_counts_schedules_and_adapters(tmp_path: Path) -> None:
+    """FLOPs as recorded; optimizer state by the peak trainable count; all-reduce by the step average."""
+    for seed, ppl in enumerate(BASE):
+        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5, theoretical_saving=0.0)
+        make_run(
+            tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=ppl * 1.05, best_val_loss=1.6, theoretical_saving=0.04
+        )
+        # late freeze at f = 0.25: Q/K (200 of 1000 parameters) train for a quarter of the steps.
+        run = make_run(
+            tmp_path,
+            "oelm-late-freeze",
+            1e-3,
+            seed,
+            test_perplexity=ppl * 1.01,
+            best_val_loss=1.55,
+            theoretical_saving=0.03,
+            trainable_params=1000,
+            frozen_params=0,
+            method_options={"f": 0.25, "on_freeze": "keep", "layers": "all"},
+        )
+        roles = {"q": {"trainable": 100, "frozen": 0}, "k": {"trainable": 100, "frozen": 0}}
+        (run / "freeze_audit.json").write_text(json.dumps({"start": {"totals": {"by_role": roles}}}))
+    write_leaderboard([tmp_path], tmp_path / "lb", baseline="baseline")
+    ranked = {e["method"]: e for e in _read(tmp_path / "lb")["tables"][0]["ranked"]}
+    assert ranked["oelm-freeze"]["optimizer_state_saving"] == pytest.approx(0.1)  # 900 of 1000 trainable
+    assert ranked["oelm-freeze"]["allreduce_saving"] == pytest.approx(0.1)
+    late = ranked["oelm-late-freeze"]
+    assert late["optimizer_state_saving"] == pytest.approx(0.0)  # state for Q/K exists from step 0
+    assert late["allreduce_saving"] == pytest.approx(0.75 * 200 / 1000)
+    assert ranked["baseline"]["allreduce_saving"] == pytest.approx(0.0)
+    md = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert "saving: optimizer state" in md and "saving: bytes all-reduced per step" in md

@@ -378,3 +378,18 @@ def test_trainers_build_the_thin_width_for_a_thin_method():
         checked_gpt_config("gpt-tiny", {"n_head": 64}, "oelm-thin-keys")
     with pytest.raises(UserError, match="qk_dim"):
         gpt_config("gpt-tiny", qk_dim=30)
+
+
+def test_each_frozen_init_finds_its_same_init_trainable_twin():
+    from oelm.core.methods import twin_of
+
+    assert twin_of("oelm-freeze") == "oelm-nofreeze"
+    assert twin_of("oelm-late-freeze") == "oelm-nofreeze"
+    assert twin_of("oelm-qknorm") == "oelm-nofreeze"
+    assert twin_of("oelm-random-scaled") == "baseline-scaled"
+    assert twin_of("oelm-mimetic") == "oelm-mimetic-nofreeze"
+    assert twin_of("oelm-thin-keys") == "oelm-thin-keys-nofreeze"
+    # No registered twin: K keeps its default init in freeze-q; identity Q has no trainable record.
+    assert twin_of("oelm-freeze-q") is None
+    assert twin_of("oelm-identity-q") is None
+    assert twin_of("baseline") is None and twin_of("oelm-nofreeze") is None

@@ -302,6 +302,28 @@ def qk_dim_for(method: str | Method, d_model: int, n_head: int) -> int | None:
     return qk_dim
 
 
+def twin_of(method: str | Method) -> str | None:
+    """The registered same-init trainable twin of a method that freezes Q/K (None: no such record).
+
+    The twin starts Q/K exactly as the method does (same init, same roles, same width) and
+    freezes, schedules and adds nothing, so the gap between them is what freezing costs at that init.
+    """
+    m = get_method(method)
+    if not m.freeze_qk or not m.changes_qk:
+        return None
+    for other in _REGISTRY.values():
+        if (
+            not other.freeze
+            and other.adapter is None
+            and other.schedule is None
+            and other.layers == "all"
+            and (other.qk_init, other.init, other.qk_ratio, other.normal_std)
+            == (m.qk_init, m.init, m.qk_ratio, m.normal_std)
+        ):
+            return other.name
+    return None
+
+
 def get_method(name: str | Method) -> Method:
     """Look up a registered method by name (a Method passes through)."""
     if isinstance(name, Method):

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from oelm.core.methods import HW, get_method
+from oelm.core.methods import get_method, twin_of
 from oelm.experiments.sweep import SweepSpec
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
@@ -44,7 +44,8 @@ from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 
 REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
-TWIN = "oelm-nofreeze"  # the same head-wise orthogonal Q/K init, trainable: the frozen methods' twin
+# AdamW keeps two fp32 moments per trainable parameter; DDP all-reduces one fp32 gradient each.
+ADAM_STATE_BYTES, GRAD_BYTES = 8, 4
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,17 @@ class Entry:
     added_params: int | None  # parameters a method adds (adapter role of the freeze audit)
     step_ratio: stats.Summary  # per-seed step-time ratio vs the reference (paired by seed)
     rank: int | None = None
-    twin_gap: stats.Summary | None = None  # paired % gap to the trainable twin (TWIN), where shown
+    twin: str | None = None  # the method's same-init trainable twin (core.methods.twin_of), when on the board
+    twin_gap: stats.Summary | None = None  # paired % gap to that twin, where shown
     twin_decision: stats.Decision | None = None  # its verdict (Holm over the twin comparisons)
     meets: bool = False
     misses: list[str] = field(default_factory=list)  # target criteria it misses
     incomplete: str = ""  # why it is not ranked ('' when it is)
+    # The saving two more ways, as fractions of the reference's (full training at full width):
+    # optimizer state (AdamW moments of every tensor trainable at some step) and gradient bytes
+    # all-reduced per step under data parallelism (averaged over a schedule's steps).
+    state_saving: float | None = None
+    comm_saving: float | None = None
 
     @property
     def method(self) -> str:
@@ -106,7 +113,7 @@ class Board:
     verdict: str
     warnings: list[str]
     reference_rule: str = ""  # how the reference row was chosen, in words
-    twin: str | None = None  # the trainable twin the frozen methods are also compared with
+    twin: bool = False  # whether any frozen method is also compared with its same-init trainable twin
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,13 +287,54 @@ def trainable(arm: Arm) -> bool:
     return not method.freeze and not arm.frozen_params
 
 
-def frozen_twin_of(method: str) -> bool:
-    """Whether TWIN is this method's same-init trainable twin (it freezes head-wise orthogonal Q/K)."""
+def frozen_twin_of(method: str) -> str | None:
+    """The method's same-init trainable twin (`oelm.core.methods.twin_of`); None if unregistered or none."""
     try:
-        m = get_method(method)
+        return twin_of(method)
     except UserError:
-        return False
-    return m.freeze_qk and m.qk_init == HW
+        return None
+
+
+def trainable_counts(arm: Arm) -> tuple[float | None, float | None]:
+    """(peak, step-averaged) trainable parameters of an arm, from its start audit and method record.
+
+    Peak: every tensor trainable at some step holds optimizer state (a late freeze does not free
+    it). Step-averaged: what data parallelism all-reduces per step. A schedule's tensors count
+    for the fraction of steps they train; None when the record cannot say (unknown method, or a
+    schedule on a layer subset).
+    """
+    start = arm.trainable_params
+    if start is None:
+        return None, None
+    try:
+        m = get_method(arm.method)
+    except UserError:
+        return (float(start), float(start)) if not arm.frozen_params else (None, None)
+    if m.schedule is None:
+        return float(start), float(start)
+    run = arm.runs[0] if arm.runs else None
+    options = (run.results.get("method_options") if run else None) or {}
+    audit = read_json(run.path / "freeze_audit.json") if run else None
+    roles = ((audit or {}).get("start", {}).get("totals") or {}).get("by_role") if isinstance(audit, dict) else None
+    f = options.get("f")
+    if not isinstance(roles, dict) or not isinstance(f, (int, float)) or options.get("layers", "all") != "all":
+        return None, None
+    scheduled = sum(
+        int((roles.get(r) or {}).get("trainable", 0)) + int((roles.get(r) or {}).get("frozen", 0)) for r in m.freeze
+    )
+    if m.schedule == "late-freeze":  # trainable for the first f of the steps
+        return float(start), start - (1 - f) * scheduled
+    return float(start + scheduled), start + (1 - f) * scheduled  # unfreeze: trainable from f on
+
+
+def _savings(entry: Entry, ref: Arm | None) -> None:
+    """Optimizer-state and all-reduce savings of an entry against the reference's trainable count."""
+    if ref is None or not ref.trainable_params:
+        return
+    peak, avg = trainable_counts(entry.arm)
+    full = float(ref.trainable_params)
+    entry.state_saving = None if peak is None else 1 - peak / full
+    entry.comm_saving = None if avg is None else 1 - avg / full
 
 
 def choose_reference(group: Group, complete: set[str]) -> Arm | None:
@@ -296,12 +344,23 @@ def choose_reference(group: Group, complete: set[str]) -> Arm | None:
     return min(pool, key=lambda a: (sign * a.primary.mean, a.method)) if pool else None
 
 
-def _twin_gaps(group: Group, entries: list[Entry], twin: Arm, margin: float) -> None:
-    """Fill the paired gap of every frozen head-wise orthogonal method to its trainable twin."""
-    family = [e for e in entries if e.arm is not twin and frozen_twin_of(e.method) and not e.incomplete]
-    gaps = [list(gap_by_seed(e.arm, twin, group.higher_is_better).values()) for e in family]
+def _twin_gaps(group: Group, entries: list[Entry], complete: set[str], margin: float) -> bool:
+    """Fill the paired gap of every frozen method to its same-init trainable twin (Holm over them all).
+
+    Returns whether any method got one.
+    """
+    arms = {a.method: a for a in group.arms if a.method in complete}
+    family = []
+    for e in entries:
+        twin = frozen_twin_of(e.method)
+        # A twin that is the reference needs no second column: the main gap is to it.
+        if twin in arms and twin != group.baseline and not e.incomplete:
+            e.twin = twin
+            family.append(e)
+    gaps = [list(gap_by_seed(e.arm, arms[e.twin], group.higher_is_better).values()) for e in family]
     for e, g, d in zip(family, gaps, stats.decide_family(gaps, margin)):
         e.twin_gap, e.twin_decision = stats.summarize(g), d
+    return bool(family)
 
 
 def build_board(
@@ -343,12 +402,9 @@ def build_board(
         share = saving / ref_saving if saving is not None and ref_saving else None
         entry = Entry(arm, saving, share, added_params(arm.runs), step_ratio(arm, base))
         entry.incomplete = reasons[arm.method]
+        _savings(entry, base)
         entries.append(entry)
-    twin = next((a for a in group.arms if a.method == TWIN and a.method in complete), None)
-    if twin is not None and twin.method != group.baseline:
-        _twin_gaps(group, entries, twin, group.margin)
-    else:
-        twin = None
+    has_twins = _twin_gaps(group, entries, complete, group.margin)
     sign = -1.0 if group.higher_is_better else 1.0
     ranked = sorted((e for e in entries if not e.incomplete), key=lambda e: (sign * e.arm.primary.mean, e.method))
     for i, e in enumerate(ranked, 1):
@@ -364,7 +420,7 @@ def build_board(
     if base is not None and any(e.method == base.method for e in unranked):
         warnings.append(f"the reference {base.method} is itself incomplete: every gap is provisional")
     board = Board(group, ranked, unranked, pareto_front(points), passing, closest, verdict, warnings)
-    board.reference_rule, board.twin = rule, twin.method if twin is not None else None
+    board.reference_rule, board.twin = rule, has_twins
     return board
 
 
@@ -458,7 +514,7 @@ def _twin_cell(e: Entry) -> str:
     if s is None or s.mean is None:
         return "—"
     ci = f" [{s.ci_low:+.2f}, {s.ci_high:+.2f}]" if s.ci_low is not None else ""
-    return f"{s.mean:+.2f}%{ci}: {verdict_text(e.twin_decision)}"
+    return f"vs {e.twin}: {s.mean:+.2f}%{ci}: {verdict_text(e.twin_decision)}"
 
 
 def _ratio(s: stats.Summary) -> str:
@@ -468,6 +524,11 @@ def _ratio(s: stats.Summary) -> str:
     if s.half_width is None:
         return f"{s.mean:.3f}"
     return f"{s.mean:.3f} ± {s.half_width:.3f}"
+
+
+def _pct_or_na(x: float | None) -> str:
+    """A saving fraction as a percentage (negative: the method costs more), or n/a."""
+    return NA if x is None else f"{x * 100:.2f}%"
 
 
 def _params(e: Entry) -> str:
@@ -491,11 +552,13 @@ def _table(board: Board) -> list[str]:
         "min. detectable gap",
     ]
     if board.twin:
-        head.append(f"gap vs {board.twin} (same init, trainable) [paired 95% CI]: verdict")
+        head.append("gap vs its same-init trainable twin [paired 95% CI]: verdict")
     head += [
         "trainable / frozen / added params",
-        "theoretical saving",
-        f"share of {REFERENCE}'s saving",
+        "saving: training FLOPs",
+        f"share of {REFERENCE}'s FLOP saving",
+        "saving: optimizer state",
+        "saving: bytes all-reduced per step",
         f"step-time ratio vs {g.baseline or BASELINE} (indicative)",
         "target",
     ]
@@ -517,6 +580,8 @@ def _table(board: Board) -> list[str]:
                 _params(e),
                 NA if e.saving is None else f"{e.saving * 100:.2f}%",
                 NA if e.share is None else f"{e.share * 100:.0f}%",
+                _pct_or_na(e.state_saving),
+                _pct_or_na(e.comm_saving),
                 _ratio(e.step_ratio),
                 target,
             ]
@@ -566,14 +631,19 @@ def _notes(target: Target, margin: float = stats.MARGIN) -> list[str]:
         f"methods compared with the reference. The verdict is one of: worse (resolved), better "
         f"(resolved), equivalent within ±{margin:g}% (TOST, Holm-adjusted), or unresolved "
         f"(smallest detectable gap X at 80% power); unresolved is not evidence of no difference. "
-        f"Where {TWIN} (the head-wise orthogonal init, trainable) is on the board but is not the "
-        f"reference, methods freezing head-wise orthogonal Q/K also show their gap to it, with its "
-        f"own verdict (Holm over those comparisons): what freezing costs at the same init. The "
-        f"theoretical saving is the share "
-        f"of full training FLOPs the method saves as its runs recorded (adapters count as extra "
-        f"cost, schedules are averaged over steps); the share column divides it by {target.reference}'s, "
-        f"which freezes Q and K and so saves exactly their weight gradients. Parameters: trainable / "
-        f"frozen / added by the method (the audit's adapter role).",
+        f"A frozen method whose same-init trainable twin is on the board (`oelm methods`: "
+        f"oelm-nofreeze for head-wise orthogonal Q/K, baseline-scaled for the scale-matched random "
+        f"init, oelm-mimetic-nofreeze, oelm-thin-keys-nofreeze) also shows its gap to that twin, with "
+        f"its own verdict (Holm over all twin comparisons): what freezing costs at the same init. "
+        f"The saving is given three ways, each against full training of the full-width model: "
+        f"training FLOPs as the runs recorded them (every matmul, LM head and attention scores "
+        f"included; adapters count as extra cost, schedules are averaged over steps); optimizer "
+        f"state (AdamW's two fp32 moments of every tensor trainable at some step, relative to the "
+        f"reference's trainable parameters); and gradient bytes all-reduced per step under data "
+        f"parallelism (frozen gradients are not communicated; averaged over a schedule's steps). "
+        f"The share column divides the FLOP saving by {target.reference}'s, which freezes Q and K "
+        f"and so saves exactly their weight gradients. Parameters: trainable / frozen / added by "
+        f"the method (the audit's adapter role).",
         "",
         TIMING_NOTE,
     ]
@@ -682,6 +752,9 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "added_params": e.added_params,
         "theoretical_saving": e.saving,
         "saving_share": e.share,
+        "optimizer_state_saving": e.state_saving,
+        "allreduce_saving": e.comm_saving,
+        "twin": e.twin,
         "step_time_ratio": _summary_json(e.step_ratio),
         "meets_target": e.meets,
         "misses": e.misses,

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from torch import nn
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC2701  (torch has no public op-counting mode)
 
 from oelm.core.freezing import apply_method, decay_by_id, optimizer_groups
 from oelm.models.gpt import GPT, gpt_config
 from oelm.training import config as config_module
 from oelm.training.checkpoint import SHARDED, STATE, WEIGHTS, load_state, resolve_checkpoint
+from oelm.training.distributed import count_comm, fsdp_modules, gathered, shard_model
 from oelm.training.loop import train
 from oelm.training.runs import load_model
 from oelm.utils.errors import UserError
@@ -112,10 +118,14 @@ def test_fsdp_in_one_process_matches_ddp_and_writes_whole_weights(tmp_path: Path
 # oelm-late-freeze: Q/K train, then freeze mid-run on sharded (DTensor) parameters.
 @pytest.mark.parametrize("method", ["oelm-freeze", "oelm-late-freeze"])
 def test_fsdp_two_processes_match_one_process(tmp_path: Path, method: str) -> None:
-    data = synthetic_lm_dir(tmp_path / "data")
+    """Also an uneven evaluation: 9 validation and test windows over 2 ranks of batch 4 (rank 0
+    runs 2 forwards, rank 1 one), which must neither hang nor change the numbers; and the
+    communication FSDP2 counted, recorded in timing_stats.json."""
+    data = synthetic_lm_dir(tmp_path / "data", n_train=3000)  # val and test: 300 tokens, 9 windows of 32
     cfg = tiny_config(data, tmp_path / "fsdp", steps=12, eval_every=6, checkpoint_every=6, method=method)
-    cfg["strategy"] = "fsdp"
-    done = torchrun_train(cfg, tmp_path / "fsdp.yaml", 2)
+    cfg.update(strategy="fsdp", final_eval_batches=None)  # the whole test split
+    # A collective left waiting (a rank in a sharded forward the other never joins) fails in 60 s.
+    done = torchrun_train(cfg, tmp_path / "fsdp.yaml", 2, OELM_DIST_TIMEOUT_S="60")
     assert done.returncode == 0, done.stderr[-3000:]
     with one_thread():
         single = train({**cfg, "out": str(tmp_path / "single"), "batch_size": 8, "strategy": "ddp"})
@@ -123,7 +133,24 @@ def test_fsdp_two_processes_match_one_process(tmp_path: Path, method: str) -> No
     assert fsdp["world_size"] == 2 and fsdp["global_batch_size"] == single["global_batch_size"] == 8
     assert fsdp["freeze_check"]["ok"] and fsdp["freeze_check"]["n_frozen_checked"] == 2
     assert fsdp["val_loss"] == pytest.approx(single["val_loss"], rel=LOSS_RTOL)
+    assert fsdp["val_windows"] == fsdp["test_windows"] == 9
+    assert fsdp["test_loss"] == pytest.approx(single["test_loss"], rel=LOSS_RTOL)
     assert_same_curve(tmp_path / "fsdp", tmp_path / "single")
+    # Per step: every parameter all-gathered in forward and the block's again in backward (float32,
+    # no padding at these sizes); oelm-freeze reduce-scatters the trainable gradients only.
+    timing = json.loads((tmp_path / "fsdp" / "timing_stats.json").read_text())
+    model = GPT(gpt_config("gpt-tiny", vocab_size=64, **cfg["model_overrides"]))
+    block = sum(p.numel() for p in model.transformer.h.parameters())
+    total = fsdp["trainable_params"] + fsdp["frozen_params"]
+    assert total == sum(p.numel() for p in model.parameters())
+    assert timing["allgather_bytes_per_step"] == 4 * (total + block)
+    assert timing["allreduce_bytes_per_step"] is None  # FSDP2 all-reduces nothing
+    if method == "oelm-freeze":
+        assert timing["reduce_scatter_bytes_per_step"] == timing["gradient_bytes_per_step"]
+        assert timing["reduce_scatter_bytes_per_step"] == 4 * fsdp["trainable_params"]
+    else:  # Q/K reduce-scattered until the freeze, not after
+        qk_params = sum(p.numel() for n, p in model.named_parameters() if ".q_proj." in n or ".k_proj." in n)
+        assert 4 * (total - qk_params) < timing["reduce_scatter_bytes_per_step"] < 4 * total
     # Frozen Q/K: bit-identical to the one-process run's (oelm-freeze: both are the init; late
     # freeze: both are the values of the freeze step, within the curve's tolerance).
     a = qk(tmp_path / "fsdp" / "checkpoints" / "step_0000012" / WEIGHTS)
@@ -189,3 +216,87 @@ def test_dcp_checkpoint_resumes_at_one_and_three_processes_keeping_the_global_ba
     for run in ("one", "three"):
         got = qk(tmp_path / run / "checkpoints" / "step_0000012" / WEIGHTS)
         assert all(torch.equal(got[k], ref_qk[k]) for k in ref_qk), run  # frozen Q/K bit-identical
+
+
+# ---- communication bytes under FSDP2, and evaluation that issues no collective -------------------
+def unit_bytes(model: nn.Module, world: int, grads_only: bool) -> list[int]:
+    """Per FSDP2 unit (root last): the bytes of one collective over its own parameters, each
+    sharded on dim 0 and padded to equal shards (FSDP2's layout), float32."""
+    out, seen = [], set()
+    for unit in fsdp_modules(model):  # children first: a unit's own parameters are those no earlier unit took
+        own = [p for p in unit.parameters() if id(p) not in seen]
+        seen |= {id(p) for p in own}
+        own = [p for p in own if p.requires_grad or not grads_only]
+        out.append(sum(math.ceil(p.shape[0] / world) * world * math.prod(p.shape[1:]) * 4 for p in own))
+    return out
+
+
+class CollectiveOps(TorchDispatchMode):
+    """Counts the collective ops (c10d, functional collectives) dispatched inside it."""
+
+    count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.namespace in ("c10d", "_c10d_functional")
+        return func(*args, **(kwargs or {}))
+
+
+def comm_worker(rank: int, world: int, store: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    found = {}
+    x = torch.randint(0, 63, (2, 32), generator=torch.Generator().manual_seed(rank))
+    for method in ("baseline", "oelm-freeze"):
+        torch.manual_seed(0)
+        # d_model 36 over 2 ranks: even; vocab 63 and ffn 144: wte's 63 rows shard unevenly (padded)
+        model = GPT(gpt_config("gpt-tiny", vocab_size=63, block_size=32, n_layer=2, d_model=36, n_head=4))
+        apply_method(model, method, seed=0)
+        shard_model(model, torch.device("cpu"), world)
+        counter = count_comm(model)
+        with CommDebugMode() as mode, CollectiveOps() as train_ops:
+            model(x, x, return_logits=False)[1].backward()
+        ops = {str(k): v for k, v in mode.get_comm_counts().items()}
+        # Evaluation: ranks run different numbers of forwards (rank r: r + 1) on the gathered model,
+        # which must issue no collective (a sharded forward all-gathers: uneven counts would hang).
+        counter.active = False
+        with torch.no_grad(), gathered(model), CollectiveOps() as eval_ops:
+            for _ in range(rank + 1):
+                model(x, x, return_logits=False)
+        found[method] = {
+            "bytes": dict(counter.bytes),
+            "calls": dict(counter.calls),
+            "ops": ops,
+            "train_collectives": train_ops.count,
+            "eval_collectives": eval_ops.count,
+            "units_all": unit_bytes(model, world, grads_only=False),
+            "units_grad": unit_bytes(model, world, grads_only=True),
+            "frozen_bytes": sum(4 * p.numel() for p in model.parameters() if not p.requires_grad),
+        }
+    dist.barrier()
+    if rank == 0:
+        Path(out).write_text(json.dumps(found))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two spawned processes: ~5 s
+def test_fsdp_communication_is_counted_and_frozen_tensors_are_gathered_but_not_reduced(tmp_path: Path) -> None:
+    """The counter's bytes are what FSDP2 sends: as many collectives as CommDebugMode sees, of
+    the padded sharded sizes; oelm-freeze reduce-scatters exactly the frozen Q/K bytes less than
+    baseline and all-gathers as much (frozen tensors are still gathered); evaluation's forwards on
+    the gathered model run no collective, so ranks may run different numbers of them."""
+    out = tmp_path / "found.json"
+    mp.spawn(comm_worker, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
+    found = json.loads(out.read_text())
+    for f in found.values():
+        assert f["calls"]["all_gather"] == sum(v for k, v in f["ops"].items() if "allgather" in k) > 0
+        assert f["calls"]["reduce_scatter"] == sum(v for k, v in f["ops"].items() if "reduce_scatter" in k) > 0
+        # forward gathers every unit; backward gathers the blocks again (the root stays gathered)
+        assert f["bytes"]["all_gather"] == sum(f["units_all"]) + sum(f["units_all"][:-1])
+        assert f["bytes"]["reduce_scatter"] == sum(f["units_grad"])
+        # the same op counter sees every collective of a training step, and none in evaluation
+        assert f["train_collectives"] == f["calls"]["all_gather"] + f["calls"]["reduce_scatter"]
+        assert f["eval_collectives"] == 0
+    base, frozen = found["baseline"], found["oelm-freeze"]
+    assert base["frozen_bytes"] == 0 and frozen["frozen_bytes"] == 2 * 2 * 36 * 36 * 4  # Q and K of 2 layers
+    assert frozen["bytes"]["all_gather"] == base["bytes"]["all_gather"]
+    assert base["bytes"]["reduce_scatter"] - frozen["bytes"]["reduce_scatter"] == frozen["frozen_bytes"]

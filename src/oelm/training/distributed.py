@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -21,6 +22,9 @@ try:
     from torch.distributed.fsdp import FSDPModule, fully_shard
 except ImportError:  # a torch without FSDP2: --strategy fsdp is refused by the config
     FSDPModule = fully_shard = init_device_mesh = None
+# What FSDP2's default comms call: the *_single names from torch 2.13, the older ones before.
+ALL_GATHER = getattr(dist, "all_gather_single", None) or getattr(dist, "all_gather_into_tensor", None)
+REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None)
 
 
 def fsdp_available() -> bool:
@@ -150,6 +154,38 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
+T = TypeVar("T")
+
+
+def from_rank0(read: Callable[[], T], info: DistInfo) -> T:
+    """Run `read` on rank 0 only and hand its result, or its UserError, to every rank.
+
+    For what rank 0 wrote into the run directory (run plan, checkpoint state, metadata): the other
+    ranks never open those files, so they need not share rank 0's file system. The value travels
+    pickled (torch.distributed.broadcast_object_list): small things, not whole weights.
+    """
+    if not info.enabled:
+        return read()
+    box: list[Any] = [None]
+    if info.is_main:
+        try:
+            box = [("ok", read())]
+        except UserError as err:  # every rank stops with rank 0's message, none waits for it
+            box = [("error", str(err))]
+    dist.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise UserError(value)
+    return value
+
+
+def broadcast_tensors(tensors: Sequence[torch.Tensor], info: DistInfo) -> None:
+    """Overwrite each tensor with rank 0's values, in place (weights rank 0 alone has read)."""
+    if info.enabled:
+        for t in tensors:
+            dist.broadcast(t.data, src=0)
+
+
 # ---- FSDP2 (--strategy fsdp) ---------------------------------------------------------------------
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     """The model's transformer blocks: the members of a layer list that hold a layer's Q projection.
@@ -193,6 +229,76 @@ def fsdp_modules(model: nn.Module) -> list[nn.Module]:
     if FSDPModule is None:
         return []
     return [m for m in model.modules() if isinstance(m, FSDPModule)][::-1]
+
+
+@dataclass
+class CommCounter:
+    """Bytes of the collectives FSDP2 runs, by kind, counted while `active` (the training steps).
+
+    A count is the size of the whole tensor of one collective, as DDP's figure is the size of its
+    all-reduced buckets: an all-gather's output (every rank's shard, padded to equal size), a
+    reduce-scatter's input (the full gradients of the tensors that require them). With a ring
+    algorithm each rank sends and receives (world - 1) / world of it.
+    """
+
+    bytes: dict[str, int] = field(default_factory=lambda: {"all_gather": 0, "reduce_scatter": 0})
+    calls: dict[str, int] = field(default_factory=lambda: {"all_gather": 0, "reduce_scatter": 0})
+    active: bool = True
+
+    def add(self, kind: str, t: torch.Tensor) -> None:
+        """Count one collective over tensor `t`."""
+        if self.active:
+            self.bytes[kind] += t.numel() * t.element_size()
+            self.calls[kind] += 1
+
+
+class CountingAllGather:
+    """FSDP2's default all-gather (torch.empty buffers, the same collective), counted."""
+
+    def __init__(self, counter: CommCounter) -> None:
+        self.counter = counter
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """The buffer FSDP2 gathers into (as its default allocation)."""
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, async_op: bool = False):
+        """All-gather every rank's shard into output_tensor."""
+        self.counter.add("all_gather", output_tensor)
+        return ALL_GATHER(output_tensor, input_tensor, group=group, async_op=async_op)
+
+
+class CountingReduceScatter:
+    """FSDP2's default reduce-scatter (torch.empty buffers, the same collective), counted."""
+
+    def __init__(self, counter: CommCounter) -> None:
+        self.counter = counter
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """The buffer FSDP2 reduces into (as its default allocation)."""
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(
+        self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, op: Any, async_op: bool = False
+    ):
+        """Reduce the ranks' full gradients and keep this rank's shard in output_tensor."""
+        self.counter.add("reduce_scatter", input_tensor)
+        return REDUCE_SCATTER(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+
+
+def count_comm(model: nn.Module) -> CommCounter:
+    """Count the bytes FSDP2 all-gathers and reduce-scatters for a sharded model.
+
+    Installed through FSDP2's own extension points (`set_custom_all_gather` /
+    `set_custom_reduce_scatter` on every unit), so what is counted is what FSDP2 sends: frozen
+    tensors are all-gathered (forward, and again in backward for units that reshard after
+    forward) but have no gradient, so nothing of theirs is reduce-scattered.
+    """
+    counter = CommCounter()
+    for unit in fsdp_modules(model):
+        unit.set_custom_all_gather(CountingAllGather(counter))
+        unit.set_custom_reduce_scatter(CountingReduceScatter(counter))
+    return counter
 
 
 def set_gradient_sync(model: nn.Module, sync: bool) -> None:

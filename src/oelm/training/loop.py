@@ -27,9 +27,11 @@ from oelm.data.tokenizers import copy_local_tokenizer
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import (
+    CommCounter,
     DistInfo,
     all_reduce_sum,
     barrier,
+    count_comm,
     gathered,
     init_distributed,
     set_gradient_sync,
@@ -188,6 +190,7 @@ class Trainer:
         self.last_lr = cfg.lr
         self.last_loss: torch.Tensor | float = 0.0  # of the latest step, checked before a checkpoint
         self.fsdp = cfg.strategy == "fsdp"  # FSDP2: sharded parameters, DCP step checkpoints
+        self.fsdp_comm: CommCounter | None = None  # FSDP2's all-gather / reduce-scatter bytes (training steps)
 
     # ---- setup -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -237,6 +240,9 @@ class Trainer:
         self.model = model.to(self.device)
         if self.fsdp:  # before the optimizer: it must hold the sharded (DTensor) parameters
             shard_model(self.model, self.device, self.dist.world)
+            if self.dist.enabled:  # counted during training steps only (not evaluation's gathers)
+                self.fsdp_comm = count_comm(self.model)
+                self.fsdp_comm.active = False
         self.optimizer = make_adamw(
             scale_group_lrs(optimizer_groups(self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay), self.cfg.lr),
             lr=self.cfg.lr,
@@ -513,6 +519,8 @@ class Trainer:
         accum = self.cfg.grad_accum
         batches = [self.task.next_batch() for _ in range(accum)]  # data loading is not timed
         self.timer.start()
+        if self.fsdp_comm is not None:
+            self.fsdp_comm.active = True
         # The loss stays on the device (read only at log intervals): no host sync inside a step.
         total: torch.Tensor | None = None
         for i, batch in enumerate(batches):
@@ -536,6 +544,8 @@ class Trainer:
         self.last_lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.timer.stop()
+        if self.fsdp_comm is not None:
+            self.fsdp_comm.active = False
         tokens = sum(self.task.batch_tokens(b) for b in batches) * self.dist.world
         return (total / accum if accum > 1 else total), tokens
 
@@ -717,6 +727,11 @@ class Trainer:
         problems = trained.problems + extra
         return AuditCheck(not problems, problems, trained.n_frozen_checked, notes)
 
+    def _per_step(self, counted: int | None) -> float | None:
+        """Bytes counted this session per optimizer step (None: not counted, or no process group)."""
+        steps = self.step - self.session_first_step
+        return counted / steps if counted is not None and self.dist.enabled and steps > 0 else None
+
     def _finish(self) -> dict[str, Any]:
         barrier(self.dist)  # rank 0 has written best/ before anyone reads it
         check = self._verify_freezing()
@@ -726,6 +741,7 @@ class Trainer:
         # reports pair two runs item by item.
         items = test.pop("items", None) if test else None
         mem, mem_kind = peak_memory(self.device)
+        fsdp_bytes = self.fsdp_comm.bytes if self.fsdp_comm is not None else {}
         facts = RunFacts(
             cfg=self.cfg,
             steps=self.step,
@@ -748,11 +764,9 @@ class Trainer:
             memory_kind=mem_kind,
             gradient_bytes=sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad),
             data_fingerprint=self.task.model_metadata().get("data_fingerprint"),
-            allreduce_bytes_per_step=(
-                self.comm_bytes / (self.step - self.session_first_step)
-                if self.dist.enabled and not self.fsdp and self.step > self.session_first_step
-                else None
-            ),
+            allreduce_bytes_per_step=self._per_step(self.comm_bytes if not self.fsdp else None),
+            allgather_bytes_per_step=self._per_step(fsdp_bytes.get("all_gather")),
+            reduce_scatter_bytes_per_step=self._per_step(fsdp_bytes.get("reduce_scatter")),
             task_results=self.task.results(val, test),
             result_aliases=self.task.result_aliases(),
         )

@@ -52,6 +52,10 @@ class RunFacts:
     # tensors have no gradient, so none of theirs); and the bytes DDP's hook counted (None alone).
     gradient_bytes: int | None = None
     allreduce_bytes_per_step: float | None = None
+    # --strategy fsdp: bytes FSDP2 all-gathered (parameters, forward and backward) and reduce-scattered
+    # (gradients) per step, as counted by its custom-comm hooks (None without FSDP2 or one process).
+    allgather_bytes_per_step: float | None = None
+    reduce_scatter_bytes_per_step: float | None = None
     data_fingerprint: str | None = None  # of the prepared data or the examples read (None: not known)
     task_results: dict[str, Any] = field(default_factory=dict)  # the task's keys (of the best checkpoint)
     result_aliases: dict[str, str] = field(default_factory=dict)
@@ -82,6 +86,8 @@ def build_timing(tr: RunFacts) -> dict[str, Any]:
         "theoretical_flops_saving": tr.flops_saving,
         "gradient_bytes_per_step": tr.gradient_bytes,
         "allreduce_bytes_per_step": tr.allreduce_bytes_per_step,
+        "allgather_bytes_per_step": tr.allgather_bytes_per_step,
+        "reduce_scatter_bytes_per_step": tr.reduce_scatter_bytes_per_step,
         **mfu_fields(flops, stats, peak, peak_flops_note(tr.device, tr.amp)),
         "compute_dtype": str(tr.amp).removeprefix("torch.") if tr.amp else "float32",
         "compiled": cfg.compile,

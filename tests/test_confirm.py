@@ -11,6 +11,7 @@ import yaml
 from oelm.cli import main
 from oelm.experiments.confirm import (
     CONFIRMED,
+    NO_CLAIM,
     NOT_CONFIRMED,
     content_hash,
     read_plan,
@@ -112,6 +113,30 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
     conf = run_confirmation(out, progress=False)
     freeze = next(c for c in conf.results if c.claim["method"] == "oelm-freeze")
     assert freeze.result == NOT_CONFIRMED and "fewer than the 3 planned" in freeze.why
+
+
+def test_all_plans_every_arm_and_unresolved_pilots_make_no_claim(tmp_path: Path) -> None:
+    """--all: the pilot only chose the LRs; every arm is compared on the fresh seeds."""
+    pilot, out = _pilot(tmp_path), tmp_path / "final"
+    assert main(["confirm", "plan", str(pilot), "--seeds", "3", "--out", str(out), "--all"]) == 0
+    plan = read_plan(out)
+    assert set(plan["arms"]) == {"baseline", *PILOT}
+    claims = {c["method"]: c["claim"] for c in plan["claims"]}
+    assert claims == {"oelm-freeze": True, "oelm-random": True, "oelm-qknorm": False}
+    with pytest.raises(UserError, match="drop --claims"):
+        write_plan(pilot, tmp_path / "both", 3, claims=["oelm-freeze"], every=True)
+    for i, (seed, ppl) in enumerate({3: 10.1, 4: 9.8, 5: 10.3}.items()):
+        make_run(out, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
+        make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=ppl * (1 + [0.10, 0.105, 0.095][i]), best_val_loss=1.6)
+        make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * (1 + [0.05, 0.045, 0.05][i]), best_val_loss=1.6)
+        make_run(out, "oelm-qknorm", 3e-3, seed, test_perplexity=ppl * (1 + [0.04, 0.041, 0.039][i]), best_val_loss=1.6)
+    conf = run_confirmation(out, progress=False)
+    by = {c.claim["method"]: c for c in conf.results}
+    assert by["oelm-freeze"].result == CONFIRMED and by["oelm-random"].result == CONFIRMED
+    assert by["oelm-qknorm"].result == NO_CLAIM  # resolved on fresh seeds, but it was no pilot claim
+    assert by["oelm-qknorm"].arm.decision.verdict == "worse" and by["oelm-qknorm"].arm.decision.m == 3
+    md = (out / "confirmation.md").read_text()
+    assert "**2 of 2 claim(s) confirmed.** 1 arm(s) compared on fresh seeds without a pilot claim." in md
 
 
 @pytest.mark.slow

@@ -32,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="confirm these methods' pilot verdicts (default: every resolved or equivalent one)",
     )
     plan.add_argument(
+        "--all",
+        dest="every",
+        action="store_true",
+        help="plan every ranked arm (the final comparison on fresh seeds; unresolved pilots make no claim)",
+    )
+    plan.add_argument(
         "--baseline",
         default=None,
         help="the reference, as for `oelm leaderboard` (default: the best-tuned trainable arm)",
@@ -50,11 +56,12 @@ def run_plan(args: argparse.Namespace) -> int:
     """Write the plan and print what it fixed."""
     from oelm.experiments.confirm import write_plan
 
-    path, plan = write_plan(args.sweep, args.out, args.seeds, args.claims, args.baseline, args.margin)
+    path, plan = write_plan(args.sweep, args.out, args.seeds, args.claims, args.baseline, args.margin, args.every)
     print(f"plan {path} (sha256 {plan['sha256'][:12]}): reference {plan['reference']}, fresh seeds {plan['seeds']}")
     for claim in plan["claims"]:
         lr = plan["arms"][claim["method"]]["lr"]
-        print(f"  claim: {claim['method']} (lr {lr:g}) {claim['wording']}")
+        what = "claim" if claim.get("claim", True) else "compare (no pilot claim)"
+        print(f"  {what}: {claim['method']} (lr {lr:g}) {claim['wording']}")
     print(f"next: oelm confirm run {args.out}")
     return 0
 

@@ -31,6 +31,8 @@ from oelm.utils.io import atomic_write_json, atomic_write_text, clean_json, read
 
 PLAN = "plan.json"
 CONFIRMED, NOT_CONFIRMED = "confirmed", "not confirmed"
+# An arm planned with --all whose pilot verdict was unresolved: no claim, only its fresh comparison.
+NO_CLAIM = "no pilot claim (fresh comparison)"
 MIN_SEEDS = stats.MIN_PAIRED_SEEDS  # fewer fresh seeds than this cannot test anything
 _DIRECTION = {stats.WORSE: "gap > 0 (worse)", stats.BETTER: "gap < 0 (better)"}
 
@@ -91,8 +93,16 @@ def _setting(spec: SweepSpec, arm: Arm) -> dict[str, Any]:
     raise UserError(f"{arm.method}'s chosen setting {arm.setting} is not a run of {spec.out / 'sweep.yaml'}")
 
 
-def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | None) -> list[Arm]:
-    """The arms whose pilot verdict is resolved or equivalent (or the named ones, which must be)."""
+def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | None, every: bool = False) -> list[Arm]:
+    """The arms whose pilot verdict is resolved or equivalent (or the named ones, which must be).
+
+    `every`: every ranked arm but the reference, whatever its pilot verdict: the final comparison
+    of a protocol whose pilot only chose the learning rates (unresolved pilots carry no claim).
+    """
+    if every:
+        if named:
+            raise UserError("--all plans every ranked arm; drop --claims (or drop --all to name claims)")
+        return [a for m, a in board_arms.items() if m != reference]
     if not named:
         arms = [a for m, a in board_arms.items() if m != reference and a.decision is not None]
         arms = [a for a in arms if a.decision.verdict != stats.UNRESOLVED]
@@ -137,6 +147,7 @@ def _claim(arm: Arm, group: Group) -> dict[str, Any]:
         "reference": group.baseline,
         "verdict": d.verdict,
         "wording": verdict_text(d),
+        "claim": d.verdict != stats.UNRESOLVED,
         "direction": _DIRECTION.get(d.verdict, f"|gap| < {d.margin:g}% (equivalent)"),
         "margin": d.margin,
         "pilot": {"seeds": d.n, "mean_gap": d.mean_gap, "holm_p": d.holm_p, "tost_holm_p": d.tost_holm_p, "m": d.m},
@@ -149,6 +160,7 @@ def make_plan(
     claims: Sequence[str] | None = None,
     baseline: str | None = None,
     margin: float = stats.MARGIN,
+    every: bool = False,
 ) -> dict[str, Any]:
     """The plan's content (with its sha256) for a finished pilot sweep: nothing is written or run."""
     sweep_dir = Path(sweep_dir)
@@ -164,7 +176,7 @@ def make_plan(
     ranked = {e.method: e.arm for e in boards[0].ranked}
     if group.baseline not in ranked:
         raise UserError(f"the reference {group.baseline} is incomplete in {sweep_dir}: finish the pilot first")
-    chosen = _claims(ranked, group.baseline, claims)
+    chosen = _claims(ranked, group.baseline, claims, every)
     arms = {group.baseline: _setting(spec, ranked[group.baseline])} | {a.method: _setting(spec, a) for a in chosen}
     extras = {json.dumps(a.pop("extra"), sort_keys=True) for a in arms.values()}
     if len(extras) > 1:
@@ -217,12 +229,13 @@ def write_plan(
     claims: Sequence[str] | None = None,
     baseline: str | None = None,
     margin: float = stats.MARGIN,
+    every: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """Write OUT/plan.json before anything runs; the same plan again is a no-op, a different one an error."""
     out = Path(out)
     if _inside(out, Path(sweep_dir)):
         raise UserError(f"--out {out} lies inside the pilot {sweep_dir}; its runs would count as pilot runs")
-    plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin)
+    plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin, every)
     path = out / PLAN
     if path.is_file():
         stored = read_json_object(path, "remove it or pass another --out")
@@ -321,6 +334,8 @@ def judge(plan: dict[str, Any], runs: Sequence[RunRecord]) -> tuple[Group | None
         if short:
             why = f"{', '.join(short)}: fewer than the {len(seeds)} planned seeds finished"
             results.append(ClaimResult(claim, arm, NOT_CONFIRMED, why, complete=False))
+        elif not claim.get("claim", True):
+            results.append(ClaimResult(claim, arm, NO_CLAIM, ""))
         elif d is not None and d.verdict == claim["verdict"]:
             results.append(ClaimResult(claim, arm, CONFIRMED, ""))
         else:
@@ -367,6 +382,7 @@ def render(conf: Confirmation) -> list[str]:
     plan, pilot = conf.plan, conf.plan["pilot"]
     seeds = ", ".join(map(str, plan["seeds"]))
     n_ok = sum(c.result == CONFIRMED for c in conf.results)
+    n_claims = sum(c.result != NO_CLAIM for c in conf.results)
     table = plan["table"]
     lrs = ", ".join(f"{m} {a['lr']:g}" for m, a in plan["arms"].items())
     return [
@@ -380,11 +396,17 @@ def render(conf: Confirmation) -> list[str]:
         f"reference {plan['reference']}; each arm at the LR its pilot validation chose "
         f"({lrs}). Each claim is tested on the fresh "
         f"seeds only: paired per-seed % gap to the reference, Holm over the {len(plan['claims'])} claim(s), "
-        f"TOST within ±{plan['margin']:g}%. A claim is confirmed when the fresh verdict is the pilot's.",
+        f"TOST within ±{plan['margin']:g}%. A claim is confirmed when the fresh verdict is the pilot's; an "
+        f"arm whose pilot verdict was unresolved makes no claim, and its fresh verdict is the comparison.",
         "",
         *md_table(HEADER, [_row(c, conf.group) for c in conf.results]),
         "",
-        f"**{n_ok} of {len(conf.results)} claim(s) confirmed.**",
+        f"**{n_ok} of {n_claims} claim(s) confirmed.**"
+        + (
+            f" {len(conf.results) - n_claims} arm(s) compared on fresh seeds without a pilot claim."
+            if n_claims < len(conf.results)
+            else ""
+        ),
     ]
 
 

@@ -66,15 +66,16 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) ->
 
 
 def torchrun_with_rank1_hook(
-    tmp_path: Path, hook_body: str, steps: int, **env: str
+    tmp_path: Path, hook_body: str, steps: int, cfg_overrides: dict | None = None, **env: str
 ) -> tuple[subprocess.CompletedProcess, float]:
     """`oelm train` under torchrun (2 processes) with `hook_body` run in rank 1 at start-up (through
     sitecustomize: no hook in oelm). Returns the finished process and its wall time."""
     hook = tmp_path / "hook"
-    hook.mkdir()
+    hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text("import os\nif os.environ.get('RANK') == '1':\n" + hook_body)
     data = synthetic_lm_dir(tmp_path / "data")
     cfg = tiny_config(data, tmp_path / "ddp", steps=steps, batch_size=4, eval_every=0, checkpoint_every=0)
+    cfg.update(cfg_overrides or {})
     config_file = tmp_path / "ddp.yaml"
     config_file.write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -108,9 +109,10 @@ def test_a_failing_rank_ends_the_whole_job_within_seconds_with_its_error(tmp_pat
 
 
 @pytest.mark.slow  # torchrun with two processes: ~10 s
-def test_ranks_that_do_not_share_the_run_directory_stop_with_a_clear_error(tmp_path: Path) -> None:
+def test_fsdp_ranks_that_do_not_share_the_run_directory_stop_with_a_clear_error(tmp_path: Path) -> None:
     """Rank 1 is made blind to rank 0's files (as on another node without a shared file system):
-    every rank stops with one clear error instead of hanging when rank 1 later reads best/."""
+    under --strategy fsdp every rank writes and reads sharded checkpoints there, so every rank
+    stops at start-up with one clear error naming the way out, instead of failing later."""
     done, elapsed = torchrun_with_rank1_hook(
         tmp_path,
         "    import pathlib\n"
@@ -118,8 +120,62 @@ def test_ranks_that_do_not_share_the_run_directory_stop_with_a_clear_error(tmp_p
         "    pathlib.Path.is_file = lambda self: False if self.name == 'config.yaml' and self.parent.name == 'ddp' "
         "else real(self)\n",
         steps=4,
+        cfg_overrides={"strategy": "fsdp"},
         OELM_FS_WAIT_S="1",
     )
     assert done.returncode != 0 and elapsed < 60
     assert "1 of 2 ranks cannot see the run directory" in done.stderr and "do not share a file system" in done.stderr
+    assert "--strategy ddp" in done.stderr
     assert not (tmp_path / "ddp" / "results.json").exists()
+
+
+# Rank 1 on "another node": its run directory is another (empty) folder, and any read of rank 0's
+# checkpoint files or the run plan in rank 1 fails loudly.
+BLIND_RANK1 = """\
+    import pathlib
+    import oelm.training.checkpoint as ckpt
+    import oelm.training.config as config
+    import oelm.training.loop as loop
+    view = pathlib.Path(os.environ["RANK1_VIEW"])
+    config.TrainConfig.run_dir = lambda self: view
+    def refuse(*args, **kwargs):
+        raise RuntimeError("rank 1 read what rank 0 wrote")
+    for name in ("load_state", "load_weights", "read_metadata", "checkpoint_metadata", "weights_step",
+                 "load_whole_weights", "load_sharded_checkpoint", "latest_checkpoint", "list_steps"):
+        setattr(ckpt, name, refuse)
+    loop.plan_run = refuse
+"""
+
+
+@pytest.mark.slow  # torchrun with two processes, twice: ~25 s
+def test_ddp_needs_no_shared_run_directory_rank0_reads_and_broadcasts(tmp_path: Path) -> None:
+    """Under DDP only rank 0 opens the run directory: the run plan, the resume checkpoint (state
+    and weights) and best/ for the final evaluation reach rank 1 by broadcast. A run whose rank 1
+    sees another, empty directory trains, is resumed and evaluates as one process does."""
+    view = tmp_path / "rank1_view"
+    view.mkdir()
+    common = {"eval_every": 3, "checkpoint_every": 3, "schedule": "constant"}  # 6 + 6 steps = 12 steps
+    done, _ = torchrun_with_rank1_hook(
+        tmp_path, BLIND_RANK1, steps=6, cfg_overrides=common, RANK1_VIEW=str(view), OELM_DIST_TIMEOUT_S="60"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "ddp" / "results.json").is_file()
+    more = {**common, "resume": True, "allow_change": ["steps"]}
+    done, _ = torchrun_with_rank1_hook(
+        tmp_path, BLIND_RANK1, steps=12, cfg_overrides=more, RANK1_VIEW=str(view), OELM_DIST_TIMEOUT_S="60"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not any(view.iterdir())  # rank 1 wrote nothing of its own either
+    cfg = yaml.safe_load((tmp_path / "ddp.yaml").read_text())
+    with one_thread():
+        single = train({**cfg, "out": str(tmp_path / "single"), "batch_size": 8, "resume": False})
+    ddp = json.loads((tmp_path / "ddp" / "results.json").read_text())
+    assert ddp["world_size"] == 2 and ddp["steps"] == 12 and ddp["freeze_check"]["ok"]
+    # resumed at step 6 (rank 1 restored from rank 0's broadcast), best/ broadcast for the final eval
+    assert ddp["best_step"] == single["best_step"]
+    assert ddp["val_loss"] == pytest.approx(single["val_loss"], rel=1e-4)
+    assert ddp["test_loss"] == pytest.approx(single["test_loss"], rel=1e-4)
+    logs = [(tmp_path / run / "metrics.jsonl").read_text().splitlines() for run in ("ddp", "single")]
+    for a, b in zip(*logs, strict=True):
+        a, b = json.loads(a), json.loads(b)
+        assert (a["kind"], a["step"]) == (b["kind"], b["step"]) and a["loss"] == pytest.approx(b["loss"], rel=1e-4)

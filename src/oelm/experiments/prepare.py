@@ -40,8 +40,9 @@ def wait_for_file(path: Path, timeout_s: float, poll_s: float = 1.0) -> None:
     while not path.is_file():
         if time.monotonic() > deadline:
             raise UserError(
-                f"waited {timeout_s:.0f} s for rank 0 to prepare {str(path)!r}; see rank 0's error, or "
-                "prepare the data first with `oelm prepare lm` (OELM_DATA_WAIT_S sets the wait)"
+                f"waited {timeout_s:.0f} s for rank 0 to prepare {str(path)!r}; see rank 0's error; if the ranks "
+                "do not share a file system, rank 0's data is not visible here: prepare the data on every node "
+                "first with `oelm prepare lm` (OELM_DATA_WAIT_S sets the wait)"
             )
         time.sleep(poll_s)
 

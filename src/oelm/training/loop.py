@@ -31,7 +31,9 @@ from oelm.training.distributed import (
     DistInfo,
     all_reduce_sum,
     barrier,
+    broadcast_tensors,
     count_comm,
+    from_rank0,
     gathered,
     init_distributed,
     set_gradient_sync,
@@ -176,8 +178,10 @@ class Trainer:
         self.task: Task = make_task(cfg, dist, device)
         self.task.validate()
         self.cfg = cfg = self.task.resolved_config()
-        self.plan: RunPlan = plan_run(cfg)
-        self.run_dir = self.plan.run_dir
+        # Rank 0 inspects the run directory and every rank follows its plan: the others need not
+        # see the directory (no shared file system under DDP); each keeps its own path to it.
+        self.plan: RunPlan = from_rank0(lambda: plan_run(cfg), dist)
+        self.run_dir = cfg.run_dir()
         self.ckpt_root = self.run_dir / "checkpoints"
         self.step, self.tokens_seen = 0, 0
         self.best_val_loss, self.best_step = float("inf"), None
@@ -286,10 +290,12 @@ class Trainer:
         self._wrap_trainable()
 
     def _check_shared_run_dir(self) -> None:
-        """Every rank reads what rank 0 writes (checkpoints, best/): refuse, on every rank, a job
-        whose ranks do not see rank 0's run directory, instead of hanging later. Network file
-        systems may show a new file late, so the ranks look again for up to OELM_FS_WAIT_S seconds."""
-        if not self.dist.enabled:
+        """--strategy fsdp: every rank writes and reads its part of the sharded checkpoints in the run
+        directory, so refuse, on every rank, a job whose ranks do not see rank 0's run directory,
+        instead of failing later. Network file systems may show a new file late, so the ranks look
+        again for up to OELM_FS_WAIT_S seconds. DDP needs no shared directory: rank 0 alone reads
+        what it wrote (run plan, checkpoints, best/) and broadcasts it."""
+        if not (self.dist.enabled and self.fsdp):
             return
         barrier(self.dist)
         wait = float(os.environ.get("OELM_FS_WAIT_S", "60"))
@@ -304,8 +310,9 @@ class Trainer:
             time.sleep(0.5)
         raise UserError(
             f"{blind} of {self.dist.world} ranks cannot see the run directory {str(self.run_dir)!r} that rank 0 "
-            f"wrote (waited {wait:g} s): the ranks do not share a file system. Every rank reads checkpoints "
-            "and best/ from it: put --out (and the data) on a file system all of them see"
+            f"wrote (waited {wait:g} s): the ranks do not share a file system. Under --strategy fsdp every rank "
+            "writes and reads its shard of the checkpoints (torch.distributed.checkpoint) there: put --out on "
+            "a file system all of them see, or use --strategy ddp (rank 0 alone reads the run directory)"
         )
 
     def _check_checkpoint_method(self, path) -> None:
@@ -378,11 +385,26 @@ class Trainer:
                 f"this resume uses --strategy {self.cfg.strategy}: resume with --strategy {saved}"
             )
 
-    def _restore(self, path) -> None:
+    def _read_checkpoint(self, path) -> dict[str, Any]:
+        """Rank 0: check the checkpoint is this run's and read its state (DDP: and its weights)."""
         self._check_checkpoint_method(path)
         state = ckpt.load_state(path)
         self._check_strategy(path, state)
         self._check_world_size(path, state)
+        if not self.fsdp:
+            try:
+                ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
+            except RuntimeError as err:  # strict load: the stored weights do not fit this model
+                raise UserError(
+                    f"checkpoint {str(path)!r} does not fit the configured model "
+                    f"({str(err).splitlines()[0][:120]}); resume with the run's own model settings or pass --overwrite"
+                ) from None
+        return state
+
+    def _restore(self, path) -> None:
+        # Rank 0 reads (and checks) the checkpoint; every rank gets its state, DDP weights by
+        # broadcast: no other rank opens rank 0's files. FSDP's sharded files are read by every rank.
+        state = from_rank0(lambda: self._read_checkpoint(path), self.dist)
         if self.dist.is_main:
             for line in determinism_changes(state.get("determinism"), determinism_facts(self.device)):
                 log.warning(line)
@@ -394,13 +416,7 @@ class Trainer:
                 self._sync_trainable()
             ckpt.load_sharded_checkpoint(path, self.model, self.optimizer)
         else:
-            try:
-                ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
-            except RuntimeError as err:  # strict load: the stored weights do not fit this model
-                raise UserError(
-                    f"checkpoint {str(path)!r} does not fit the configured model "
-                    f"({str(err).splitlines()[0][:120]}); resume with the run's own model settings or pass --overwrite"
-                ) from None
+            self._broadcast_weights()
             if self.schedule is not None:  # the stored phase first: it decides the optimizer's params
                 self.schedule.load_state_dict(state["method_schedule"], self.audit)
                 self._sync_trainable()
@@ -686,21 +702,35 @@ class Trainer:
             "strategy": self.cfg.strategy,
         }
 
+    def _broadcast_weights(self) -> None:
+        """DDP: every rank takes the weights rank 0 loaded (parameters and buffers, in place)."""
+        broadcast_tensors([*self.model.parameters(), *self.model.buffers()], self.dist)
+
     def _load_best(self) -> None:
-        """Load best/ after checking it holds this run's best step (never stale weights)."""
+        """Load best/ after checking it holds this run's best step (never stale weights).
+
+        DDP: rank 0 reads the file and broadcasts the weights. FSDP: every rank reads it (and keeps
+        its shard), on the file system the start-up check found shared."""
         best = self.ckpt_root / "best" / ckpt.WEIGHTS
         if self.best_step is None:
             return
-        found = ckpt.weights_step(best) if best.is_file() else None
-        if found != self.best_step:
-            raise UserError(
-                f"{str(best)!r} holds step {found}, but this run's best is step {self.best_step} "
-                "(left by an interrupted run); rerun with --overwrite"
-            )
+
+        def read() -> None:  # rank 0 (every rank for FSDP: its own shard)
+            found = ckpt.weights_step(best) if best.is_file() else None
+            if found != self.best_step:
+                raise UserError(
+                    f"{str(best)!r} holds step {found}, but this run's best is step {self.best_step} "
+                    "(left by an interrupted run); rerun with --overwrite"
+                )
+            if self.fsdp:
+                return
+            ckpt.load_weights(self.model, best)
+
+        from_rank0(read, self.dist)
         if self.fsdp:
             ckpt.load_whole_weights(self.model, best)
         else:
-            ckpt.load_weights(self.model, best)
+            self._broadcast_weights()
 
     # ---- end of run --------------------------------------------------------------------------
     def _verify_freezing(self) -> AuditCheck:

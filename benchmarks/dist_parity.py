@@ -9,8 +9,9 @@ same global batch, and is compared with one process:
             (examples/hf_trainer_dist.py), compared with that example on one process
 Per column: the largest |loss - loss of one process| over the logged training steps; whether the
 frozen tensors are bit-identical at the end (to their start, and for the GPT columns also to the
-one-process run's); bytes all-reduced per step (DDP's comm hook, `timing_stats.json`) or, under
-ZeRO-3, reduce-scattered per step (DeepSpeed's comms logger); and the gradient bytes per step.
+one-process run's); bytes all-reduced per step (DDP's comm hook, `timing_stats.json`), or
+reduce-scattered and all-gathered under FSDP2 (`timing_stats.json`, where this oelm records them)
+and ZeRO-3 (DeepSpeed's comms logger); and the gradient bytes per step.
 
     python -m benchmarks.dist_parity                                   # writes docs/results/distributed/
     python -m benchmarks.dist_parity --steps 3 --columns one ddp-2 --out /tmp/parity
@@ -190,6 +191,12 @@ def gpt_cell(work: Path, data: Path, method: str, column: str, a: argparse.Names
         "frozen_params": results["frozen_params"],
         "gradient_bytes_per_step": timing.get("gradient_bytes_per_step"),
         "allreduce_bytes_per_step": timing.get("allreduce_bytes_per_step"),
+        # under FSDP2, when this oelm records them (f3db625 on)
+        **{
+            k: timing[k]
+            for k in ("reduce_scatter_bytes_per_step", "allgather_bytes_per_step")
+            if timing.get(k) is not None
+        },
         "_run": run,
     }
 
@@ -294,10 +301,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"GPT columns: `oelm train`, a 2-layer GPT (d_model 64) on {report['data']}, compared with",
         "`one`. ZeRO column: `examples/hf_trainer_dist.py` (tiny BERT, transformers.Trainer), compared",
         "with that example on one process. `frozen identical`: every frozen tensor bit-identical to its",
-        "start at the end (and, for the GPT columns, to the one-process run's). `bytes/step`: all-reduced",
-        "per step by DDP's comm hook; under ZeRO-3 the reduce-scattered gradient bytes per step as",
-        "DeepSpeed's comms logger counts them (all-gathers listed apart). `gradient bytes`: the trainable",
-        "tensors' gradients, 4 bytes per trainable parameter.",
+        "start at the end (and, for the GPT columns, to the one-process run's). `bytes/step`: per process,",
+        "all-reduced by DDP's comm hook; under FSDP2 the reduce-scattered bytes as `oelm train` counts",
+        "them, under ZeRO-3 as DeepSpeed's comms logger does (all-gathers listed below the table).",
+        "`gradient bytes`: the trainable tensors' gradients, 4 bytes per trainable parameter.",
         "",
         "| method | column | processes | max abs loss diff vs 1 process | frozen identical | bytes/step | gradient bytes | wall s |",
         "|---|---|---|---|---|---|---|---|",
@@ -321,14 +328,15 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{frozen_verdict(c)} | {fmt_bytes(moved)}{kind} | {fmt_bytes(c.get('gradient_bytes_per_step'))} | "
                 f"{c['wall_s']} |"
             )
-    for method, cols in report["results"].items():
-        z = cols.get("zero3-2", {})
-        if z.get("allgather_bytes_per_step") is not None:
-            lines.append("")
-            lines.append(
-                f"ZeRO-3 {method}: all-gathered {fmt_bytes(z['allgather_bytes_per_step'])} bytes per step "
-                "(parameters gathered for forward and backward, frozen ones too)."
-            )
+    gathers = [
+        f"{method} {col}: {fmt_bytes(c['allgather_bytes_per_step'])}"
+        for method, cols in report["results"].items()
+        for col, c in cols.items()
+        if c.get("allgather_bytes_per_step") is not None
+    ]
+    if gathers:
+        lines += ["", "All-gathered bytes per step (parameters gathered for forward and backward, frozen ones too):"]
+        lines += ["", "; ".join(gathers) + "."]
     lines += ["", "The loss curves and every figure above: [dist_parity.json](dist_parity.json).", ""]
     return "\n".join(lines)
 

@@ -89,6 +89,14 @@ def test_fsdp_is_refused_before_any_work_without_fully_shard_or_with_compile(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_bad_fs_wait_is_refused_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OELM_FS_WAIT_S", "soon")
+    cfg = tiny_config(synthetic_lm_dir(tmp_path / "data"), tmp_path / "run", strategy="fsdp")
+    with pytest.raises(UserError, match=r"OELM_FS_WAIT_S='soon' is not a number of seconds"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
 def test_fsdp_in_one_process_matches_ddp_and_writes_whole_weights(tmp_path: Path) -> None:
     """One process shards over a group of one: same numbers as the plain loop; best/ and the last
     step hold whole weights that the downstream loader reads; earlier steps are DCP only."""

@@ -74,6 +74,18 @@ def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = No
             shutdown_distributed(info, clean=ok)
 
 
+def fs_wait_seconds() -> float:
+    """OELM_FS_WAIT_S: how long fsdp ranks look for rank 0's run directory (default 60 s)."""
+    raw = os.environ.get("OELM_FS_WAIT_S", "60")
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = -1.0
+    if not math.isfinite(wait) or wait < 0:
+        raise UserError(f"environment variable OELM_FS_WAIT_S={raw!r} is not a number of seconds >= 0; set e.g. 60")
+    return wait
+
+
 def lr_factor(step: int, cfg: TrainConfig) -> float:
     """Multiplier of cfg.lr at optimizer step `step` (0-based): linear warmup, then decay."""
     if step < cfg.warmup:
@@ -195,6 +207,7 @@ class Trainer:
         self.last_loss: torch.Tensor | float = 0.0  # of the latest step, checked before a checkpoint
         self.fsdp = cfg.strategy == "fsdp"  # FSDP2: sharded parameters, DCP step checkpoints
         self.fsdp_comm: CommCounter | None = None  # FSDP2's all-gather / reduce-scatter bytes (training steps)
+        self.fs_wait = fs_wait_seconds()  # read now: a bad value is refused before any work
 
     # ---- setup -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -298,7 +311,7 @@ class Trainer:
         if not (self.dist.enabled and self.fsdp):
             return
         barrier(self.dist)
-        wait = float(os.environ.get("OELM_FS_WAIT_S", "60"))
+        wait = self.fs_wait
         deadline = time.monotonic() + wait
         while True:
             seen = 1.0 if (self.run_dir / "config.yaml").is_file() else 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -68,3 +69,137 @@ def test_unknown_method_is_an_error_naming_it(results_tables, tmp_path, capsys):
     doc.write_text("<!-- generated: template t\n{{quickstart oelm-nope gap}}\n-->\n<!-- /generated -->\n")
     assert results_tables.main(["--check", str(doc)]) == 2
     assert "oelm-nope" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- one vocabulary, recomputed
+
+OLD_WORDS = re.compile(r"\b(underpowered|significant(ly)?|n\.s\.|recovered|disappears)(?![\w.])", re.I)
+
+
+def _strings(value):
+    """Every string value of a JSON document (keys such as Power's `underpowered` flag are data names)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _stored_report(by_seed_freeze: dict[str, float]) -> dict:
+    """A report.json as an older `oelm report` wrote it: per-seed values, no verdicts."""
+
+    def arm(method, by_seed, lr):
+        return {
+            "method": method,
+            "lr": lr,
+            "setting": f"lr{lr}",
+            "primary": {"n": 0, "mean": None},  # stale on purpose: the summary is recomputed from by_seed
+            "by_seed": by_seed,
+            "gap_percent": 99.0,  # stale on purpose
+            "paired_test": {"p_value": 0.999},
+            "mean_step_time": 0.1,
+            "trainable_params": 100,
+            "frozen_params": 0 if method != "oelm-freeze" else 20,
+            "theoretical_saving": 0.0 if method != "oelm-freeze" else 0.044,
+            "lr_sweep": [
+                {
+                    "setting": f"lr{lr}",
+                    "lr": lr,
+                    "selection": {"n": 4, "mean": 1.5, "std": 0.01, "ci_low": 1.49, "ci_high": 1.51},
+                    "runs": [f"runs/sweeps/tiny/runs/{method}/lr{lr}/seed{s}" for s in range(4)],
+                    "excluded": [],
+                }
+            ],
+        }
+
+    base = {"0": 4.00, "1": 4.10, "2": 3.95, "3": 4.05}
+    nofreeze = {"0": 3.90, "1": 4.00, "2": 3.86, "3": 3.95}
+    return {
+        "groups": [
+            {
+                "task": "lm",
+                "dataset": "tiny",
+                "model": "gpt-tiny",
+                "primary_metric": "test_perplexity",
+                "selection_metric": "best_val_loss",
+                "baseline": "baseline",
+                "warnings": [],
+                "heldout_notes": [],
+                "crossings": {},
+                "reading": "In plain words: this paragraph is significant and recovered (old wording).",
+                "arms": [
+                    arm("baseline", base, 0.003),
+                    arm("oelm-freeze", by_seed_freeze, 0.006),
+                    arm("oelm-nofreeze", nofreeze, 0.003),
+                ],
+            }
+        ],
+        "excluded": [],
+        "incomplete": [],
+    }
+
+
+def _rerender(tmp_path: Path, by_seed_freeze: dict[str, float], *extra: str) -> dict:
+    from oelm.cli import main
+
+    folder = tmp_path / "rec"
+    folder.mkdir(exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(_stored_report(by_seed_freeze)))
+    assert main(["report", "--from-json", str(folder / "report.json"), "--out", str(folder), *extra]) == 0
+    return json.loads((folder / "report.json").read_text())
+
+
+def _verdicts(report: dict) -> dict[str, str]:
+    return {a["method"]: a["verdict"] for a in report["groups"][0]["arms"]}
+
+
+@pytest.mark.slow
+def test_rerendering_a_stored_report_recomputes_its_verdicts(tmp_path):
+    """`oelm report --from-json` recomputes every comparison from by_seed: a consistent +5% per seed
+    is worse (resolved); one changed seed makes it unresolved; the text names the reference and
+    the re-rendering command; --baseline moves the reference."""
+    steady = {"0": 4.20, "1": 4.31, "2": 4.15, "3": 4.25}  # +4.9% to +5.1% in every seed
+    report = _rerender(tmp_path, steady)
+    assert report["groups"][0]["reference"] == "baseline"
+    assert _verdicts(report)["oelm-freeze"] == "worse (resolved)"
+    freeze = next(a for a in report["groups"][0]["arms"] if a["method"] == "oelm-freeze")
+    assert freeze["primary"]["n"] == 4 and abs(freeze["gap_percent"] - 5.0) < 0.2  # not the stale 99
+    assert freeze["decision"]["m"] == 2
+    md = (tmp_path / "rec" / "report.md").read_text()
+    assert "Re-rendered from the stored" in md and "Reference: **baseline**" in md
+    assert f"oelm report --from-json {tmp_path / 'rec' / 'report.json'} --out {tmp_path / 'rec'}" in md
+    assert not OLD_WORDS.search(md) and "recovered" not in report["groups"][0]["reading"]
+
+    noisy = {**steady, "1": 3.80}  # one seed now better than the baseline: the gap no longer resolves
+    assert _verdicts(_rerender(tmp_path, noisy))["oelm-freeze"].startswith("unresolved (smallest detectable gap ")
+
+    moved = _rerender(tmp_path, steady, "--baseline", "oelm-nofreeze")
+    assert moved["groups"][0]["reference"] == "oelm-nofreeze"
+    assert _verdicts(moved)["baseline"] is not None and _verdicts(moved)["oelm-nofreeze"] is None
+    assert "named by --baseline" in (tmp_path / "rec" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_rerendering_a_stored_leaderboard_shows_the_same_init_twin(tmp_path):
+    """`oelm leaderboard --from-json` keeps the stored reference (the default-init baseline) and, with
+    oelm-nofreeze on the board, compares oelm-freeze with its same-init twin too."""
+    from oelm.cli import main
+
+    stored = _stored_report({"0": 4.20, "1": 4.31, "2": 4.15, "3": 4.25})["groups"][0]
+    rows = [{**a, "rank": i, "added_params": 0, "incomplete": None} for i, a in enumerate(stored["arms"], 1)]
+    board = {k: stored[k] for k in ("task", "dataset", "model", "primary_metric", "baseline")}
+    raw = {"command": "oelm leaderboard runs/sweeps/tiny --out x", "tables": [{**board, "ranked": rows}]}
+    path = tmp_path / "leaderboard-7.json"
+    path.write_text(json.dumps(raw))
+    assert main(["leaderboard", "--from-json", str(path)]) == 0
+    md = (tmp_path / "leaderboard-7.md").read_text()
+    assert (tmp_path / "pareto-7.png").is_file() and "Reference: **baseline**" in md
+    assert "gap vs its same-init trainable twin" in md and "vs oelm-nofreeze: " in md
+    table = json.loads(path.read_text())["tables"][0]
+    freeze = next(e for e in table["ranked"] if e["method"] == "oelm-freeze")
+    assert freeze["verdict"] == "worse (resolved)" and freeze["twin"] == "oelm-nofreeze"
+    assert freeze["twin_verdict"] is not None
+    assert json.loads(path.read_text())["source_command"] == raw["command"]

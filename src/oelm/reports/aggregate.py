@@ -88,6 +88,16 @@ class Arm:
 
 
 @dataclass
+class StoredTable:
+    """What a stored report.json keeps of a table in place of its runs (reports.stored rebuilds it)."""
+
+    source: str  # the JSON file it was read from, as given
+    budget: str  # steps, batch and length as stored ('' when the JSON does not say)
+    crossings: dict[str, Crossing] | None  # where validation curves crossed the reference's (None: unknown)
+    notes: list[str] = field(default_factory=list)  # what the JSON lacks, so the table omits
+
+
+@dataclass
 class Group:
     """One table: runs of one task, dataset, model and primary metric."""
 
@@ -105,6 +115,9 @@ class Group:
     margin: float = stats.MARGIN  # equivalence margin of the TOST, % of the reference's metric
     # What the splits are (eval_sets): the final split, the test split's origin, the selection set.
     splits: dict[str, Any] = field(default_factory=dict)
+    # A table rebuilt from a stored report.json (reports.stored) has no runs: what the JSON kept
+    # instead of them (None: a table computed from run records).
+    stored: StoredTable | None = None
 
     @property
     def comparisons(self) -> int:

@@ -88,6 +88,20 @@ def _strings(value):
             yield from _strings(v)
 
 
+def test_docs_word_every_result_in_the_one_vocabulary():
+    """No doc, generated report or stored record text says 'underpowered', 'significant', 'n.s.',
+    'recovered' or 'disappears' of a result: verdicts are worse / better (resolved), equivalent
+    within ±m%, or unresolved (smallest detectable gap X% at 80% power)."""
+    found = []
+    for path in sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.json")]):
+        if path.suffix == ".json":
+            texts = list(_strings(json.loads(path.read_text())))
+        else:
+            texts = path.read_text().splitlines()
+        found += [f"{path.relative_to(ROOT)}: {m.group(0)!r}" for t in texts for m in OLD_WORDS.finditer(t)]
+    assert not found, "old wording (use the vocabulary of oelm.reports.tables.verdict_text):\n" + "\n".join(found)
+
+
 def _stored_report(by_seed_freeze: dict[str, float]) -> dict:
     """A report.json as an older `oelm report` wrote it: per-seed values, no verdicts."""
 

@@ -31,7 +31,8 @@ within ±margin, unresolved (smallest detectable gap X at 80% power)), tost (the
 mde (minimum detectable gap), detectable (its number alone), needed (seeds
 to detect the observed gap), points (accuracy difference), crossing (validation curves), lr, seeds,
 ratio (step time), saving (theoretical FLOP saving), share (of the reference's saving, boards
-only), noise / pairednoise (test-set noise over seed noise). Without METHOD: link, title,
+only), state / comm (optimizer-state and all-reduce savings, boards only), twin (the gap to the
+method's same-init trainable twin with its verdict, as the board computed it), noise / pairednoise (test-set noise over seed noise). Without METHOD: link, title,
 reference (the arm every method of the table is compared with).
 
 The paired tests, their Holm adjustment, the equivalence tests and the verdicts are recomputed
@@ -263,6 +264,26 @@ def _share(arm: Arm, table: Table) -> str:
     return NA if share is None else f"{share * 100:.0f}%"
 
 
+def _entry_pct(key: str) -> Callable[[Arm, Table], str]:
+    """A saving fraction a leaderboard stored for the method (optimizer state, all-reduce), in %."""
+
+    def fmt(arm: Arm, table: Table) -> str:
+        value = table.entries[arm.method].get(key)
+        return NA if value is None else f"{value * 100:.2f}%"
+
+    return fmt
+
+
+def _twin(arm: Arm, table: Table) -> str:
+    """The paired gap to the method's same-init trainable twin and its verdict, as the board computed them."""
+    e = table.entries[arm.method]
+    gap = e.get("twin_gap") or {}
+    if e.get("twin") is None or gap.get("mean") is None:
+        return NA
+    ci = f" [{gap['ci_low']:+.2f}, {gap['ci_high']:+.2f}]" if gap.get("ci_low") is not None else ""
+    return f"{gap['mean']:+.2f}%{ci} vs {e['twin']}: {e.get('twin_verdict')}"
+
+
 def _noise(attr: str) -> Callable[[Arm, Table], str]:
     """Test-set noise over seed noise (per arm, or of the paired gap)."""
 
@@ -292,6 +313,9 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "ratio": _ratio,
     "saving": lambda a, t: fmt_saving(a.theoretical_saving),
     "share": _share,
+    "state": _entry_pct("optimizer_state_saving"),
+    "comm": _entry_pct("allreduce_saving"),
+    "twin": _twin,
     "noise": _noise("noise"),
     "pairednoise": _noise("paired_noise"),
 }

@@ -295,3 +295,26 @@ def test_saving_three_ways_counts_schedules_and_adapters(tmp_path: Path) -> None
     assert ranked["baseline"]["allreduce_saving"] == pytest.approx(0.0)
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "saving: optimizer state" in md and "saving: bytes all-reduced per step" in md
+
+
+def test_a_trainable_control_saving_by_architecture_cannot_meet_the_target(tmp_path: Path) -> None:
+    """Thin keys left trainable save FLOPs by their width, but the target is for frozen variants."""
+    for seed, ppl in enumerate(BASE):
+        make_run(tmp_path, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5, theoretical_saving=0.0)
+        make_run(
+            tmp_path, "oelm-freeze", 1e-3, seed, test_perplexity=ppl * 1.05, best_val_loss=1.6, theoretical_saving=0.04
+        )
+        make_run(
+            tmp_path,
+            "oelm-thin-keys-nofreeze",
+            1e-3,
+            seed,
+            test_perplexity=ppl * 1.001,
+            best_val_loss=1.5,
+            theoretical_saving=0.15,
+            frozen_params=0,
+        )
+    write_leaderboard([tmp_path], tmp_path / "lb", baseline="baseline")
+    ranked = {e["method"]: e for e in _read(tmp_path / "lb")["tables"][0]["ranked"]}
+    thin = ranked["oelm-thin-keys-nofreeze"]
+    assert not thin["meets_target"] and thin["misses"][0].startswith("freezes nothing")

@@ -68,11 +68,15 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_run(args: argparse.Namespace) -> int:
     """Run the plan and print each claim's result."""
-    from oelm.experiments.confirm import CONFIRMED, run_confirmation, summary_lines
+    from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, run_confirmation, summary_lines
 
     conf = run_confirmation(args.dir, parallel=args.parallel, threads=args.threads)
     print("\n".join(summary_lines(conf)))
     ok = sum(c.result == CONFIRMED for c in conf.results)
-    print(f"{ok} of {len(conf.results)} claim(s) confirmed -> {args.dir}/confirmation.md")
+    claims = sum(c.result != NO_CLAIM for c in conf.results)
+    compared = (
+        f"; {len(conf.results) - claims} arm(s) compared without a pilot claim" if claims < len(conf.results) else ""
+    )
+    print(f"{ok} of {claims} claim(s) confirmed{compared} -> {args.dir}/confirmation.md")
     failed = conf.outcome.failed if conf.outcome else []
     return 1 if failed else 0

@@ -211,6 +211,8 @@ def _check(entry: Entry, target: Target) -> None:
     """Fill entry.meets and entry.misses against the target."""
     gap, upper, share = entry.arm.gap, entry.upper, entry.share
     misses = []
+    if trainable(entry.arm):  # a control saving by architecture (thin keys) is no frozen variant
+        misses.append("freezes nothing: a trainable control, not a frozen variant")
     if gap is None or gap > target.max_gap:
         misses.append(f"gap {_pct(gap)} > {target.max_gap:g}%" if gap is not None else "no gap")
     if upper is None or upper > target.max_upper:

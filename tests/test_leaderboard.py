@@ -318,3 +318,5 @@ def test_a_trainable_control_saving_by_architecture_cannot_meet_the_target(tmp_p
     ranked = {e["method"]: e for e in _read(tmp_path / "lb")["tables"][0]["ranked"]}
     thin = ranked["oelm-thin-keys-nofreeze"]
     assert not thin["meets_target"] and thin["misses"][0].startswith("freezes nothing")
+    md = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert "Closest: oelm-freeze" in md  # the frozen variant, not the trainable control

@@ -231,8 +231,12 @@ def _check(entry: Entry, target: Target) -> None:
 
 
 def _closest(candidates: list[Entry], target: Target) -> Entry | None:
-    """Among methods keeping enough saving, the smallest paired upper end; else the smallest gap."""
-    keeps = [e for e in candidates if e.share is not None and e.share >= target.min_share and e.upper is not None]
+    """Among frozen methods keeping enough saving, the smallest paired upper end; else the smallest gap."""
+    keeps = [
+        e
+        for e in candidates
+        if e.share is not None and e.share >= target.min_share and e.upper is not None and not trainable(e.arm)
+    ]
     if keeps:
         return min(keeps, key=lambda e: (e.upper, e.method))
     gapped = [e for e in candidates if e.arm.gap is not None]

@@ -70,7 +70,11 @@ from oelm.reports.tables import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FILES = ("docs/results/README.md", "README.md")
+DEFAULT_FILES = (
+    "docs/results/README.md",
+    "README.md",
+    "docs/results/twin-board/README.md",
+)
 CLOSE = "<!-- /generated -->"
 BLOCK = re.compile(
     r"(?P<open><!-- generated: (?P<head>[^\n]*?)[ \t]*(?:-->|\n(?P<template>.*?)\n-->))\n"

@@ -74,6 +74,7 @@ DEFAULT_FILES = (
     "docs/results/README.md",
     "README.md",
     "docs/results/twin-board/README.md",
+    "docs/results/scale/README.md",
 )
 CLOSE = "<!-- /generated -->"
 BLOCK = re.compile(

@@ -25,6 +25,7 @@ from oelm.core.methods import get_method, twin_of
 from oelm.experiments.sweep import SweepSpec
 from oelm.reports import stats, stored
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
+from oelm.reports.report import shown_path
 from oelm.reports.tables import (
     CONFIRM_PLAN,
     NA,
@@ -1016,7 +1017,7 @@ def write_leaderboard_from_json(
     boards = [board_from_json(t, str(source), baseline, margin, target, raw) for t in raw["tables"]]
     out_dir = Path(out) if out else Path(source).parent
     suffix = Path(source).stem.removeprefix("leaderboard")
-    parts = ["oelm", "leaderboard", "--from-json", _shown(source), "--out", _shown(out_dir)]
+    parts = ["oelm", "leaderboard", "--from-json", shown_path(source), "--out", shown_path(out_dir)]
     parts += ["--baseline", baseline] if baseline else []
     parts += ["--margin", f"{margin:g}"] if margin is not None else []
     command = " ".join(parts)
@@ -1024,7 +1025,7 @@ def write_leaderboard_from_json(
     n_runs = raw.get("n_runs") if isinstance(raw.get("n_runs"), int) else None
     refs = ", ".join(sorted({b.group.baseline for b in boards if b.group.baseline})) or "none"
     line = (
-        f"Re-rendered from the stored `{_shown(source)}` alone (no run directory is read), with today's "
+        f"Re-rendered from the stored `{shown_path(source)}` alone (no run directory is read), with today's "
         "statistics and wording: the gaps, paired intervals, t-tests, their Holm adjustment, the equivalence "
         "tests (TOST), minimum detectable gaps, twin comparisons, ranking, Pareto front and the target's "
         "verdict are recomputed from its per-seed values (`by_seed`); parameters, savings and step-time "
@@ -1046,12 +1047,3 @@ def write_leaderboard_from_json(
     text = render(boards, not_started, command, 0, target, confirm, source=line, pareto=pareto)
     atomic_write_text(out_dir / f"leaderboard{suffix}.md", text)
     return out_dir / f"leaderboard{suffix}.md", boards
-
-
-def _shown(path: str | Path) -> str:
-    """A path as a committed file names it: relative to here when inside, with forward slashes."""
-    text = str(path)
-    if os.path.isabs(text):
-        rel = os.path.relpath(text)
-        text = text if rel.startswith("..") else rel
-    return Path(text).as_posix()

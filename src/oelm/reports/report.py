@@ -389,7 +389,7 @@ def write_report(
     return out_dir / "report.md", comparison
 
 
-def _shown(path: str | Path) -> str:
+def shown_path(path: str | Path) -> str:
     """A path as a committed file names it: relative to here when inside, with forward slashes."""
     text = str(path)
     if os.path.isabs(text):
@@ -400,7 +400,7 @@ def _shown(path: str | Path) -> str:
 
 def from_json_command(source: str | Path, out: str | Path, baseline: str | None, margin: float | None) -> str:
     """The command that re-renders a stored report.json (what the re-rendered report.md quotes)."""
-    parts = ["oelm", "report", "--from-json", _shown(source), "--out", _shown(out)]
+    parts = ["oelm", "report", "--from-json", shown_path(source), "--out", shown_path(out)]
     if baseline:
         parts += ["--baseline", baseline]
     if margin is not None:
@@ -437,7 +437,7 @@ def write_report_from_json(
         command,
         "```",
         "",
-        f"Re-rendered from the stored `{_shown(source)}` alone (no run directory is read), with today's "
+        f"Re-rendered from the stored `{shown_path(source)}` alone (no run directory is read), with today's "
         "statistics and wording: the gaps, paired intervals, t-tests, their Holm adjustment, the "
         "equivalence tests (TOST) and the minimum detectable gaps are recomputed from its per-seed values "
         "(`by_seed`); the LR sweep, step times, parameters, savings and per-arm test-set noise are as the "

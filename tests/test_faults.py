@@ -344,8 +344,8 @@ def test_resume_under_another_thread_count_warns_what_bit_identity_needs(tmp_pat
 def test_a_non_finite_loss_stops_the_run_records_it_and_exits_3(
     log_every: int, tmp_path: Path, monkeypatch, capsys
 ) -> None:
+    from oelm.records.run import COLLAPSED, run_status
     from oelm.training.lm import LMTask
-    from oelm.training.records import COLLAPSED, run_status
 
     calls = {"n": 0}
     real = LMTask.loss

@@ -129,9 +129,9 @@ def _probe_config(out: Path, **over) -> dict:
 
 
 def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_path: Path) -> None:
+    from oelm.records.run import load_runs
     from oelm.reports.aggregate import compare
     from oelm.training.loop import train
-    from oelm.training.records import load_runs
 
     res = train(_probe_config(tmp_path / "run"))
     assert res["primary_metric"] == "test_answer_accuracy" and res["selection_metric"] == "val_answer_accuracy"

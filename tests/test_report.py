@@ -11,11 +11,11 @@ import yaml
 from scipy import stats as sps
 
 from oelm.cli import main
+from oelm.records import run as records
+from oelm.records.run import load_runs
 from oelm.reports import stats
 from oelm.reports.aggregate import compare
 from oelm.reports.report import write_report
-from oelm.training import records
-from oelm.training.records import load_runs
 from oelm.utils.errors import UserError
 
 # test perplexity and best_val_loss per (method, lr, seed); chosen LRs: baseline 1e-3, oelm 3e-3

@@ -11,8 +11,8 @@ import pytest
 
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
+from oelm.records import run as records
 from oelm.reports.report import write_report
-from oelm.training import records
 from test_report import make_run
 from test_sweep import TINY
 

@@ -22,10 +22,10 @@ from typing import Any
 from oelm.experiments.leaderboard import build
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
+from oelm.records.run import RunRecord, find_run_dirs, load_run
 from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.tables import fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
-from oelm.training.records import RunRecord, find_run_dirs, load_run
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text, clean_json, read_json_object, read_yaml
 

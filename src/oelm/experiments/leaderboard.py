@@ -23,6 +23,7 @@ import yaml
 
 from oelm.core.methods import get_method, twin_of
 from oelm.experiments.sweep import SweepSpec
+from oelm.records.run import RunRecord, load_runs
 from oelm.reports import stats, stored
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
 from oelm.reports.report import shown_path
@@ -40,7 +41,6 @@ from oelm.reports.tables import (
     saving_fraction,
     verdict_text,
 )
-from oelm.training.records import RunRecord, load_runs
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 

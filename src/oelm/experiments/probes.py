@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from oelm.data.synthetic import ProbeData, ProbeOptions
+from oelm.records.run import load_runs, read_results
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.plots import plt
 from oelm.reports.tables import md_table
-from oelm.training.records import load_runs, read_results
 from oelm.training.sample import load_run_model
 
 CURVE_STEPS = (100, 200, 400, 800)  # validation accuracy shown at these steps when logged

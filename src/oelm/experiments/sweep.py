@@ -12,8 +12,8 @@ from typing import Any
 
 from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
+from oelm.records.run import load_run, run_finished
 from oelm.reports.aggregate import chosen_setting
-from oelm.training.records import load_run, run_finished
 from oelm.utils.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class RunSpec:
         return f"{self.method} lr={self.lr:g}{extra} seed={self.seed}"
 
     def finished(self) -> bool:
-        """Whether the run directory holds a finished run (the one rule, training.records.run_finished)."""
+        """Whether the run directory holds a finished run (the one rule, records.run.run_finished)."""
 
         return run_finished(self.run_dir)
 

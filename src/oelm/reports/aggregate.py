@@ -12,9 +12,9 @@ import numpy as np
 
 from oelm.core.methods import get_method
 from oelm.core.schedules import saved_before_switch, switch_step
+from oelm.records.run import COLLAPSED, COMPLETE, INVALID, RunRecord, heldout_note
 from oelm.reports import stats
 from oelm.reports.study_numbers import StudyNumbers
-from oelm.training.records import COLLAPSED, COMPLETE, INVALID, RunRecord, heldout_note
 from oelm.utils.errors import UserError
 
 BASELINE = "baseline"

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from oelm.records.run import RunRecord, load_runs
 from oelm.reports import plots, stored
 from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing, metric_label, split_text
 from oelm.reports.reading import budget, noise_text, reading, reading_lines
@@ -34,7 +35,6 @@ from oelm.reports.tables import (
     text_table,
     verdict_text,
 )
-from oelm.training.records import RunRecord, load_runs
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text, read_yaml
 

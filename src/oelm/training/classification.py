@@ -22,10 +22,10 @@ from oelm.data.cls import ClassificationData, PadCollator, encode_pairs, gpt_sep
 from oelm.data.tokenizers import load_tokenizer
 from oelm.models.gpt import GPTClassifier
 from oelm.models.hf_cls import is_gpt_preset, load_hf_classifier, load_hf_tokenizer, resolve_hf_source
+from oelm.records.run import TEST_OFFICIAL
 from oelm.training import metrics as M
 from oelm.training.config import ClassificationOptions, TrainConfig
 from oelm.training.distributed import all_reduce_sum, all_reduce_tensor
-from oelm.training.records import TEST_OFFICIAL
 from oelm.training.task import Batch, Task, checked_gpt_config
 from oelm.utils.errors import UserError
 

@@ -14,8 +14,8 @@ from torch import nn
 from oelm.core.flops import theoretical_saving, training_flops_per_token
 from oelm.data.lm import load_lm_split, read_meta
 from oelm.models.gpt import GPT
+from oelm.records.run import TEST_HOLDOUT, TEST_OFFICIAL
 from oelm.training.distributed import all_reduce_tensor
-from oelm.training.records import TEST_HOLDOUT, TEST_OFFICIAL
 from oelm.training.task import Batch, Task, checked_gpt_config
 from oelm.utils.errors import UserError
 

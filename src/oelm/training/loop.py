@@ -24,6 +24,7 @@ from oelm.core.audit import AuditCheck, audit_model, verify_audit
 from oelm.core.freezing import apply_method, optimizer_groups, scale_group_lrs, sync_optimizer
 from oelm.core.schedules import make_schedule
 from oelm.data.tokenizers import copy_local_tokenizer
+from oelm.records.run import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_ITEMS_FILE
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import (
@@ -40,7 +41,6 @@ from oelm.training.distributed import (
     shard_model,
     shutdown_distributed,
 )
-from oelm.training.records import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_ITEMS_FILE
 from oelm.training.results import RunFacts, build_results, build_timing
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard

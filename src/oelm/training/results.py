@@ -1,6 +1,6 @@
 """Assemble results.json and timing_stats.json of a finished run.
 
-results.json's keys are defined once, in training.records (RunResults, read by every report);
+results.json's keys are defined once, in records.run (RunResults, read by every report);
 docs/architecture.md describes them.
 """
 
@@ -12,8 +12,8 @@ from typing import Any, cast
 import torch
 
 from oelm.core.flops import device_peak_flops, peak_flops_note
+from oelm.records.run import COMPLETE, SCHEMA_VERSION, CommonResults, RunResults
 from oelm.training.config import TrainConfig
-from oelm.training.records import COMPLETE, SCHEMA_VERSION, CommonResults, RunResults
 from oelm.training.runlog import git_commit
 from oelm.training.timing import mfu_fields, summarize
 

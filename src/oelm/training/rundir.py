@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
+from oelm.records.run import RESULTS_FILE, RunResults, is_finished, read_results
 from oelm.training.checkpoint import latest_checkpoint
 from oelm.training.config import RUNTIME_FIELDS, TrainConfig
-from oelm.training.records import RESULTS_FILE, RunResults, is_finished, read_results
 from oelm.utils.errors import UserError
 from oelm.utils.lock import LOCK_NAME
 

@@ -23,11 +23,12 @@ from oelm.experiments.leaderboard import build
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
 from oelm.records.run import RunRecord, find_run_dirs, load_run
+from oelm.records.sweep import SWEEP_FILE, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.tables import fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_json, atomic_write_text, clean_json, read_json_object, read_yaml
+from oelm.utils.io import atomic_write_json, atomic_write_text, clean_json, read_json_object
 
 PLAN = "plan.json"
 CONFIRMED, NOT_CONFIRMED = "confirmed", "not confirmed"
@@ -54,22 +55,10 @@ def _file_hash(path: Path) -> str:
 
 def _pilot_spec(sweep_dir: Path) -> SweepSpec:
     """The pilot as its SWEEP/sweep.yaml records it (base config, arms, seeds, grid)."""
-    raw = read_yaml(sweep_dir / "sweep.yaml", "sweep record")
-    try:
-        return SweepSpec(
-            name=str(raw.get("name", sweep_dir.name)),
-            base=dict(raw.get("base") or {}),
-            methods=dict(raw["methods"]),
-            seeds=[int(s) for s in raw["seeds"]],
-            grid=dict(raw.get("grid") or {}),
-            out=sweep_dir,
-            prepare=raw.get("prepare"),
-            baseline=str(raw.get("baseline", "baseline")),
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserError(
-            f"{sweep_dir / 'sweep.yaml'} is not a sweep record ({err}); pass the directory `oelm sweep` wrote"
-        ) from err
+    record = read_sweep_record(sweep_dir)
+    if record is None:
+        raise UserError(f"{sweep_dir / SWEEP_FILE} not found; pass the directory `oelm sweep` wrote")
+    return SweepSpec.from_record(record)
 
 
 def _records_hash(sweep_dir: Path, runs: Sequence[RunRecord]) -> str:

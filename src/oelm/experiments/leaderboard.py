@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from oelm.core.methods import get_method, twin_of
-from oelm.experiments.sweep import SweepSpec
 from oelm.records.run import RunRecord, load_runs
+from oelm.records.sweep import read_sweep_record
 from oelm.reports import stats, stored
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
 from oelm.reports.report import shown_path
@@ -150,28 +148,10 @@ def _planned(roots: Sequence[str | Path], seeds: set[int] | None = None) -> dict
 
     planned: dict[str, set[str]] = {}
     for root in roots:
-        path = Path(root) / "sweep.yaml"
-        if not path.is_file():
-            continue
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            spec = SweepSpec(
-                name=str(raw.get("name", "sweep")),
-                base=raw.get("base") or {},
-                methods=raw["methods"],
-                seeds=list(raw["seeds"]),
-                grid=raw.get("grid") or {},
-                out=Path(root),
-            )
-            for run in spec.runs():
-                if seeds is not None and run.seed not in seeds:
-                    continue
-                planned.setdefault(run.method, set()).add(os.path.normpath(run.run_dir))
-        except (KeyError, TypeError, ValueError, yaml.YAMLError) as err:
-            raise UserError(
-                f"{path} is not a readable sweep spec ({err}); pass the sweep directory "
-                "that `oelm sweep` wrote, or remove the stray sweep.yaml"
-            ) from err
+        record = read_sweep_record(root)
+        for run in record.planned() if record is not None else []:
+            if seeds is None or run.seed in seeds:
+                planned.setdefault(run.method, set()).add(os.path.normpath(record.run_dir(run)))
     return planned
 
 
@@ -490,13 +470,8 @@ def build(
 
 def _stored_baseline(paths: Sequence[str | Path]) -> str | None:
     """The baseline a stored sweep.yaml names, if any."""
-    for root in paths:
-        path = Path(root) / "sweep.yaml"
-        if path.is_file():
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            if isinstance(raw, dict) and raw.get("baseline"):
-                return str(raw["baseline"])
-    return None
+    records = (read_sweep_record(root) for root in paths)
+    return next((r.baseline for r in records if r is not None), None)
 
 
 # ---------------------------------------------------------------------------------------------

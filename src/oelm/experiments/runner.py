@@ -23,12 +23,13 @@ from tqdm import tqdm
 from oelm.data.lm import read_meta
 from oelm.experiments.prepare import data_summary, ensure_lm_data
 from oelm.experiments.sweep import RunSpec, SweepSpec, extend_grids
+from oelm.records.sweep import SWEEP_FILE, read_sweep_record
 from oelm.reports.aggregate import Comparison
 from oelm.reports.report import write_report
 from oelm.training.distributed import resolve_device
 from oelm.training.loop import train
 from oelm.utils.errors import Interrupted, UserError
-from oelm.utils.io import atomic_write_yaml, read_yaml
+from oelm.utils.io import atomic_write_yaml
 from oelm.utils.lock import dir_lock
 
 log = logging.getLogger(__name__)
@@ -49,39 +50,19 @@ class SweepOutcome:
 
 def _check_existing(spec: SweepSpec) -> None:
     """Refuse to mix a different base config into an existing sweep directory."""
-    path = spec.out / "sweep.yaml"
-    if not path.is_file():
-        return
-    stored = read_yaml(path, "sweep record")
-    if stored.get("base") != json.loads(json.dumps(spec.base)) or stored.get("grid") != spec.grid:
-        diff = sorted(
-            k for k in set(stored.get("base", {})) | set(spec.base) if stored.get("base", {}).get(k) != spec.base.get(k)
-        )
+    stored = read_sweep_record(spec.out)
+    diff = spec.same_budget(stored) if stored is not None else []
+    if diff:
         raise UserError(
             f"{spec.out} already holds a sweep with a different base config or grid (differs in: "
-            f"{', '.join(diff) or 'grid'}); equal budgets need the same base: use another --out"
+            f"{', '.join(diff)}); equal budgets need the same base: use another --out"
         )
-
-
-def _merge_stored(spec: SweepSpec) -> dict:
-    """sweep.yaml content: stored seeds/LRs are kept so an extended sweep lists everything."""
-    data = json.loads(json.dumps(spec.to_dict()))
-    path = spec.out / "sweep.yaml"
-    if path.is_file():
-        stored = read_yaml(path, "sweep record")
-        data["seeds"] = sorted(set(stored.get("seeds", [])) | set(spec.seeds))
-        for method, arm in (stored.get("methods") or {}).items():
-            mine = data["methods"].setdefault(method, arm)
-            mine["lr"] = sorted(set(mine["lr"]) | set(arm.get("lr", [])))
-        # Extensions of arms this call did not revisit (`--methods`) stay on record.
-        data["extended"] = {**(stored.get("extended") or {}), **data.get("extended", {})}
-    return data
 
 
 def _write_spec(spec: SweepSpec) -> None:
-    """Write SWEEP/sweep.yaml atomically."""
+    """Write SWEEP/sweep.yaml atomically: stored seeds/LRs are kept so an extended sweep lists everything."""
 
-    atomic_write_yaml(spec.out / "sweep.yaml", _merge_stored(spec))
+    atomic_write_yaml(spec.out / SWEEP_FILE, spec.merged(read_sweep_record(spec.out)))
 
 
 def _prepare_data(spec: SweepSpec, verbose: bool) -> None:

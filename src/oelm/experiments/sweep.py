@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.records.run import load_run, run_finished
+from oelm.records.sweep import PlannedRun, SweepRecord
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
 
@@ -65,58 +65,24 @@ class RunSpec:
 
 
 @dataclass
-class SweepSpec:
-    """A resolved sweep: one base config, per-method LR grids, seeds, other fields, layout."""
+class SweepSpec(SweepRecord):
+    """A resolved sweep: the sweep record (records.sweep) plus what one invocation runs."""
 
-    name: str
-    base: dict[str, Any]
-    methods: dict[str, dict[str, Any]]
-    seeds: list[int]
-    grid: dict[str, list[Any]] = field(default_factory=dict)
-    out: Path = Path("runs/sweeps/sweep")
-    prepare: dict[str, Any] | None = None
-    study_numbers: str | None = None
-    baseline: str = "baseline"
     # The `oelm confirm plan` call that checks this pilot on fresh seeds ({seeds}: how many), quoted
     # by the report's verdict lines; not part of the sweep's identity.
     extend: str = "oelm confirm plan SWEEP_DIR --seeds {seeds} --out CONFIRM_DIR"
     # `oelm sweep --methods`: train only these arms, in this order. The plan (sweep.yaml, what
     # reports and the leaderboard list as not yet finished) stays the whole spec.
     only: list[str] | None = None
-    # Automatic LR-grid extension: after the runs finish, an arm whose validation-chosen LR is the
-    # smallest or largest of its grid gets the next LR beyond that edge (extend_grids), at most
-    # `max_extend` per side (0: never). Direct constructions (confirm's fixed arms) default to 0.
-    max_extend: int = 0
-    # What the extension added, per method: [{"lr", "side": "up" | "down", "chosen": the lr that sat
-    # at the edge}] (recorded in SWEEP/sweep.yaml as `extended`).
-    extended: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The spec as resolved (what SWEEP/sweep.yaml holds)."""
-        return {
-            "name": self.name,
-            "base": self.base,
-            "methods": self.methods,
-            "seeds": self.seeds,
-            "grid": self.grid,
-            "prepare": self.prepare,
-            "study_numbers": self.study_numbers,
-            "baseline": self.baseline,
-            "max_extend": self.max_extend,
-            "extended": self.extended,
-        }
+    @classmethod
+    def from_record(cls, record: SweepRecord) -> SweepSpec:
+        """The spec a stored sweep record describes (its directory as `out`)."""
+        return cls(**{f.name: getattr(record, f.name) for f in fields(SweepRecord)})
 
     def runs(self) -> list[RunSpec]:
         """Every run, seed-major so that an interrupted sweep has whole seeds of every arm."""
-        keys = list(self.grid)
-        combos = [dict(zip(keys, vals)) for vals in itertools.product(*self.grid.values())]
-        out = []
-        for seed in self.seeds:
-            for method, arm in self.methods.items():
-                for lr in arm["lr"]:
-                    for extra in combos:
-                        out.append(self._run(method, float(lr), int(seed), extra, arm))
-        return out
+        return [self._run(p) for p in self.planned()]
 
     def selected_runs(self) -> list[RunSpec]:
         """The runs this invocation trains: every run, or those of `only`'s arms in its order."""
@@ -127,20 +93,16 @@ class SweepSpec:
         seeds = {s: i for i, s in enumerate(self.seeds)}
         return sorted((r for r in runs if r.method in order), key=lambda r: (seeds[r.seed], order[r.method]))
 
-    def _run(self, method: str, lr: float, seed: int, extra: dict, arm: dict) -> RunSpec:
+    def _run(self, planned: PlannedRun) -> RunSpec:
         """One RunSpec: base + grid values + the arm's fields, in the sweep layout."""
-        setting = f"lr{lr:g}" + "".join(f"_{k}{_tag(v)}" for k, v in extra.items())
-        run_dir = self.out / "runs" / method / setting / f"seed{seed}"
-        fields = {"method": method, "lr": lr, "seed": seed, "out": run_dir.as_posix(), "resume": True}
+        run_dir = self.run_dir(planned)
+        arm = self.methods[planned.method]
+        per_run = {"method": planned.method, "lr": planned.lr, "seed": planned.seed, "out": run_dir.as_posix()}
+        per_run["resume"] = True
         if arm.get("method_options"):
-            fields["method_options"] = arm["method_options"]
-        return RunSpec(method, lr, seed, extra, run_dir, run_raw(self.base, extra, fields))
-
-
-def _tag(value: Any) -> str:
-    """A grid value as it appears in a directory name."""
-    text = f"{value:g}" if isinstance(value, float) else str(value)
-    return "".join(c if c.isalnum() or c in ".-" else "-" for c in text)
+            per_run["method_options"] = arm["method_options"]
+        config = run_raw(self.base, planned.extra, per_run)
+        return RunSpec(planned.method, planned.lr, planned.seed, planned.extra, run_dir, config)
 
 
 def _as_list(value: Any, what: str) -> list[Any]:

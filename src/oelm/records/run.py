@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, TypedDict, cast
 
 import yaml
 
+from oelm.records.layout import parse_run_path
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_json
 
@@ -103,9 +103,6 @@ TEST_ITEMS_FILE = "test_items.json"
 
 _RUN_MARKERS = (RESULTS_FILE, "config.yaml", "metrics.jsonl")
 _SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
-# SWEEP/runs/<method>/lr<lr>[_<field><value>...]/seed<seed>: the setting directory names the LR
-# and any other swept field, so settings that share an LR stay apart.
-_LAYOUT = re.compile(r"(?:^|/)runs/(?P<method>[^/]+)/(?P<setting>lr(?P<lr>[0-9.eE+-]+)[^/]*)/seed(?P<seed>-?\d+)$")
 
 
 @dataclass
@@ -144,9 +141,9 @@ class RunRecord:
     @property
     def setting(self) -> str:
         """Hyper-parameter setting: the sweep's setting directory, else 'lr<lr>'."""
-        match = _LAYOUT.search(self.path.as_posix())
-        if match:
-            return match.group("setting")
+        key = parse_run_path(self.path)
+        if key is not None:
+            return key.setting
         return f"lr{self.lr:g}" if self.lr is not None else "lr?"
 
     @property
@@ -198,10 +195,9 @@ class RunRecord:
                     return cast(val)
                 except (TypeError, ValueError):
                     return None
-        match = _LAYOUT.search(self.path.as_posix())
-        if match and name in match.groupdict():
-            return cast(match.group(name))
-        return None
+        key = parse_run_path(self.path)
+        value = getattr(key, name, None) if key is not None else None
+        return None if value is None else cast(value)
 
 
 def _dig(source: dict[str, Any], name: str) -> Any:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from oelm.records.run import RunRecord, load_runs
+from oelm.records.sweep import read_sweep_record
 from oelm.reports import plots, stored
 from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing, metric_label, split_text
 from oelm.reports.reading import budget, noise_text, reading, reading_lines
@@ -35,8 +36,7 @@ from oelm.reports.tables import (
     text_table,
     verdict_text,
 )
-from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, read_yaml
+from oelm.utils.io import atomic_write_text
 
 
 def _study_cell(arm: Arm) -> str:
@@ -337,22 +337,10 @@ def sweep_extensions(paths: Sequence[str | Path]) -> dict[str, Any] | None:
     """The automatic grid extensions a sweep recorded (SWEEP/sweep.yaml's `extended` and
     `max_extend`), for a path that is the sweep directory or its runs/ folder; None without one."""
     for path in paths:
-        for folder in (Path(path), Path(path).parent):
-            record = _read_sweep_record(folder / "sweep.yaml")
-            if record is not None and "max_extend" in record:
-                return {"max_extend": record.get("max_extend"), "arms": record.get("extended") or {}}
+        record = read_sweep_record(path)
+        if record is not None:
+            return {"max_extend": record.max_extend, "arms": record.extended}
     return None
-
-
-def _read_sweep_record(path: Path) -> dict[str, Any] | None:
-    """A YAML mapping from a file, or None when absent or not a mapping."""
-    if not path.is_file():
-        return None
-    try:
-        obj = read_yaml(path, "sweep record")
-    except UserError:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 _write_atomic = atomic_write_text  # a crash never leaves half a report

@@ -1,0 +1,157 @@
+"""The sweep record, SWEEP/sweep.yaml: what a sweep planned, read and written in one place.
+
+`oelm sweep` writes it before any run (and again as grids extend); the runner, the report, the
+leaderboard and `oelm confirm` read it through `read_sweep_record`, with the strict YAML loader.
+It holds the resolved base config, the arms with their LR grids, the seeds, the other swept
+fields and the automatic grid extensions; `planned()` lists every run directory it plans.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oelm.records.layout import RunKey, setting_name
+from oelm.utils.errors import UserError
+from oelm.utils.io import read_yaml
+
+SWEEP_FILE = "sweep.yaml"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run a sweep record plans: its key in the layout and its swept values."""
+
+    key: RunKey
+    lr: float
+    extra: dict[str, Any]
+
+    @property
+    def method(self) -> str:
+        """The arm."""
+        return self.key.method
+
+    @property
+    def seed(self) -> int:
+        """The seed."""
+        return self.key.seed
+
+
+@dataclass
+class SweepRecord:
+    """SWEEP/sweep.yaml as data: one base config, per-method LR grids, seeds, other fields."""
+
+    name: str
+    base: dict[str, Any]
+    methods: dict[str, dict[str, Any]]
+    seeds: list[int]
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    out: Path = Path("runs/sweeps/sweep")
+    prepare: dict[str, Any] | None = None
+    study_numbers: str | None = None
+    baseline: str = "baseline"
+    # Automatic LR-grid extension: after the runs finish, an arm whose validation-chosen LR is the
+    # smallest or largest of its grid gets the next LR beyond that edge, at most `max_extend` per
+    # side (0: never). Direct constructions (confirm's fixed arms) default to 0.
+    max_extend: int = 0
+    # What the extension added, per method: [{"lr", "side": "up" | "down", "chosen": the lr that sat
+    # at the edge}].
+    extended: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as SWEEP/sweep.yaml holds it."""
+        return {
+            "name": self.name,
+            "base": self.base,
+            "methods": self.methods,
+            "seeds": self.seeds,
+            "grid": self.grid,
+            "prepare": self.prepare,
+            "study_numbers": self.study_numbers,
+            "baseline": self.baseline,
+            "max_extend": self.max_extend,
+            "extended": self.extended,
+        }
+
+    def planned(self) -> list[PlannedRun]:
+        """Every run, seed-major so that an interrupted sweep has whole seeds of every arm."""
+        keys = list(self.grid)
+        combos = [dict(zip(keys, vals)) for vals in itertools.product(*self.grid.values())]
+        return [
+            PlannedRun(RunKey(method, setting_name(float(lr), extra), int(seed), float(lr)), float(lr), extra)
+            for seed in self.seeds
+            for method, arm in self.methods.items()
+            for lr in arm["lr"]
+            for extra in combos
+        ]
+
+    def run_dir(self, run: PlannedRun) -> Path:
+        """The directory of a planned run."""
+        return run.key.path(self.out)
+
+    def same_budget(self, other: SweepRecord) -> list[str]:
+        """Base-config keys (or 'grid') in which another record differs: [] when budgets are equal."""
+        mine, theirs = _plain(self.base), _plain(other.base)
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if not diff and _plain(self.grid) != _plain(other.grid):
+            diff = ["grid"]
+        return diff
+
+    def merged(self, stored: SweepRecord | None) -> dict[str, Any]:
+        """This record's content with a stored one's seeds, LRs and extensions kept (an extended
+        or partial sweep lists everything it ever planned)."""
+        data = _plain(self.to_dict())
+        if stored is None:
+            return data
+        data["seeds"] = sorted(set(stored.seeds) | set(self.seeds))
+        for method, arm in _plain(stored.methods).items():
+            mine = data["methods"].setdefault(method, arm)
+            mine["lr"] = sorted(set(mine["lr"]) | set(arm.get("lr", [])))
+        # Extensions of arms this call did not revisit (`--methods`) stay on record.
+        data["extended"] = {**_plain(stored.extended), **data.get("extended", {})}
+        return data
+
+
+def _plain(value: Any) -> Any:
+    """A JSON round trip: tuples as lists, paths as strings (as the YAML file holds them)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def read_sweep_record(folder: str | Path) -> SweepRecord | None:
+    """The sweep record of a sweep directory (or of the folder above its runs/), or None without
+    one; a UserError naming the file when it is not a sweep record."""
+    folder = Path(folder)
+    for candidate in (folder, folder.parent) if folder.name == "runs" else (folder,):
+        path = candidate / SWEEP_FILE
+        if path.is_file():
+            return _parse(read_yaml(path, "sweep record"), candidate, path)
+    return None
+
+
+def _parse(raw: dict[str, Any], folder: Path, path: Path) -> SweepRecord:
+    """A SweepRecord from sweep.yaml's mapping."""
+    try:
+        methods = {str(m): dict(arm or {}) for m, arm in dict(raw["methods"]).items()}
+        for arm in methods.values():
+            arm["lr"] = [float(x) for x in arm["lr"]]
+        return SweepRecord(
+            name=str(raw.get("name") or folder.name),
+            base=dict(raw.get("base") or {}),
+            methods=methods,
+            seeds=[int(s) for s in raw["seeds"]],
+            grid={str(k): list(v) for k, v in (raw.get("grid") or {}).items()},
+            out=folder,
+            prepare=raw.get("prepare"),
+            study_numbers=raw.get("study_numbers"),
+            baseline=str(raw.get("baseline") or "baseline"),
+            max_extend=int(raw.get("max_extend") or 0),
+            extended={str(k): list(v) for k, v in (raw.get("extended") or {}).items()},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise UserError(
+            f"{path} is not a sweep record ({type(err).__name__}: {err}); pass the directory `oelm sweep` "
+            "wrote, or remove the stray sweep.yaml"
+        ) from err

@@ -129,7 +129,7 @@ def _probe_config(out: Path, **over) -> dict:
 
 
 def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_path: Path) -> None:
-    from oelm.records.run import load_runs
+    from oelm.records.load import load_runs
     from oelm.reports.aggregate import compare
     from oelm.training.loop import train
 

@@ -12,7 +12,7 @@ from scipy import stats as sps
 
 from oelm.cli import main
 from oelm.records import run as records
-from oelm.records.run import load_runs
+from oelm.records.load import load_run, load_runs
 from oelm.reports import stats
 from oelm.reports.aggregate import compare
 from oelm.reports.report import write_report
@@ -196,10 +196,10 @@ def test_records_status_and_layout_fallback(tmp_path: Path) -> None:
     data["status"] = "running"
     (run / "results.json").write_text(json.dumps(data))
     (run / "config.yaml").unlink()
-    rec = records.load_run(run)
+    rec = load_run(run)
     assert rec.status == records.INCOMPLETE and rec.seed == 7 and rec.lr == 3e-4
     (run / "results.json").unlink()
-    rec = records.load_run(run)
+    rec = load_run(run)
     assert (rec.method, rec.lr, rec.seed) == ("baseline", 3e-4, 7)  # from the sweep layout
 
 
@@ -480,7 +480,7 @@ def test_results_schema_is_one_definition_written_in_order_and_read_by_one_statu
     assert records.run_status(run) == (records.INCOMPLETE, "no results.json") and not records.run_finished(run)
     (run / records.RESULTS_FILE).write_text(json.dumps(results))
     assert records.run_status(run) == (records.COMPLETE, "") and records.run_finished(run)
-    assert records.load_run(run).finished and records.read_results(run) == results
+    assert load_run(run).finished and records.read_results(run) == results
     # Finished but excluded (freeze check failed): still finished for sweeps and the run directory.
     (run / records.RESULTS_FILE).write_text(json.dumps(dict(results, freeze_check={"ok": False})))
     assert records.run_status(run)[0] == records.INVALID and records.run_finished(run)
@@ -605,7 +605,7 @@ def test_version_1_records_read_in_todays_names_and_reports_name_the_split(tmp_p
             res.pop("method")  # a version-1 record that named the method only as model_type
             res["final_perplexity"] = res["val_perplexity"]  # version 1: validation, when no test
             (run / "results.json").write_text(json.dumps(res))
-    read = records.load_run(tmp_path / "runs" / "baseline" / "lr0.001" / "seed0").results
+    read = load_run(tmp_path / "runs" / "baseline" / "lr0.001" / "seed0").results
     assert read["method"] == "baseline" and "model_type" not in read
     assert read["final_split"] == "val" and read["final_perplexity"] is None and read["test_source"] is None
     fresh = records.normalize_results({"task": "lm", "method": "m", "test_loss": 2.0, "final_perplexity": 7.4})

@@ -12,6 +12,7 @@ import pytest
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
 from oelm.records import run as records
+from oelm.records.load import load_run, load_runs
 from oelm.reports.report import write_report
 from test_report import make_run
 from test_sweep import TINY
@@ -81,7 +82,7 @@ def test_failed_freeze_check_dominates_collapse_and_is_visible(tmp_path: Path) -
     _cls_sweep(tmp_path)
     bad = _run(tmp_path, "oelm-freeze", 3e-4, 2)
     _edit(bad, collapsed=True, freeze_check={"ok": False})
-    rec = records.load_run(bad)
+    rec = load_run(bad)
     assert rec.status == records.INVALID and "freeze check failed" in rec.reason
     assert _chosen(tmp_path)["oelm-freeze"] == "lr0.0001"  # an invalid run makes its LR ineligible
     report = json.loads((tmp_path / "report" / "report.json").read_text())
@@ -90,10 +91,10 @@ def test_failed_freeze_check_dominates_collapse_and_is_visible(tmp_path: Path) -
 
 def test_divergence_is_judged_on_validation(tmp_path: Path) -> None:
     run = make_run(tmp_path, "baseline", 1e-3, 0, test_perplexity=float("inf"), best_val_loss=1.5)
-    assert records.load_run(run).status == records.COMPLETE  # held-out oddity: noted, not excluded
-    assert "test_perplexity is inf" in records.heldout_note(records.load_run(run).results)
+    assert load_run(run).status == records.COMPLETE  # held-out oddity: noted, not excluded
+    assert "test_perplexity is inf" in records.heldout_note(load_run(run).results)
     _edit(run, best_val_loss=float("nan"))
-    assert records.load_run(run).status == records.COLLAPSED
+    assert load_run(run).status == records.COLLAPSED
 
 
 @pytest.mark.slow
@@ -132,12 +133,12 @@ def test_real_sweep_choice_is_unchanged_when_the_test_split_changes(tmp_path: Pa
     assert {m: a.setting for m, a in arms[0].items()} == {m: a.setting for m, a in arms[1].items()}
     assert arms[0]["baseline"].primary.mean != arms[1]["baseline"].primary.mean  # test numbers moved
     # Every arm and every evaluation used one validation set: the same windows everywhere.
-    results = [r.results for r in records.load_runs([tmp_path / "a" / "runs"])]
+    results = [r.results for r in load_runs([tmp_path / "a" / "runs"])]
     assert len({r["val_tokens"] for r in results}) == 1
     assert all(r["best_val_loss"] == pytest.approx(r["val_loss"], rel=1e-4) for r in results)
     assert all(r["test_loss_se"] > 0 for r in results)
     # Each run stores its per-window test losses in window order: their mean is its test loss.
-    for run in records.load_runs([tmp_path / "a" / "runs"]):
+    for run in load_runs([tmp_path / "a" / "runs"]):
         items = run.test_items()
         losses = items["values"]
         assert items["metric"] == "test_loss" and len(losses) == run.results["test_windows"] > 1

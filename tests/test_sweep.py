@@ -17,7 +17,7 @@ import yaml
 
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import load_spec, spec_from_dict
-from oelm.records.run import load_runs
+from oelm.records.load import load_runs
 from oelm.utils.errors import UserError
 
 TINY = {

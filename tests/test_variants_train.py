@@ -192,7 +192,7 @@ def test_late_freeze_with_best_checkpoint_before_the_freeze_passes_its_check(tmp
     q = "transformer.h.0.attn.q_proj.weight"
     assert not torch.equal(best[q], last[q])
     # The report keeps the run (its check passed) and says where its score came from.
-    from oelm.records.run import load_runs
+    from oelm.records.load import load_runs
     from oelm.reports.aggregate import compare
 
     group = compare(load_runs([tmp_path / "run"])).groups[0]

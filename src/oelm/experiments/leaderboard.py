@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from oelm.core.methods import get_method, twin_of
-from oelm.records.run import RunRecord, load_runs
+from oelm.records.load import load_runs
+from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
 from oelm.reports import stats, stored
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
@@ -40,7 +41,7 @@ from oelm.reports.tables import (
     verdict_text,
 )
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
 # AdamW keeps two fp32 moments per trainable parameter; DDP all-reduces one fp32 gradient each.
@@ -121,13 +122,8 @@ class Board:
 
 def added_params(runs: Sequence[RunRecord]) -> int | None:
     """Parameters of the adapter role in the first readable freeze audit (0 when none were added)."""
-    for run in runs:
-        audit = read_json(run.path / "freeze_audit.json")
-        totals = (audit or {}).get("start", {}).get("totals") if isinstance(audit, dict) else None
-        if isinstance(totals, dict) and isinstance(totals.get("by_role"), dict):
-            role = totals["by_role"].get("adapter") or {}
-            return int(role.get("trainable", 0)) + int(role.get("frozen", 0))
-    return None
+    audit = next((r.audit for r in runs if r.audit is not None and r.audit.by_role), None)
+    return None if audit is None else audit.role_params("adapter")
 
 
 def step_ratio(arm: Arm, base: Arm | None) -> stats.Summary:
@@ -301,14 +297,11 @@ def trainable_counts(arm: Arm) -> tuple[float | None, float | None]:
         return float(start), float(start)
     run = arm.runs[0] if arm.runs else None
     options = (run.results.get("method_options") if run else None) or {}
-    audit = read_json(run.path / "freeze_audit.json") if run else None
-    roles = ((audit or {}).get("start", {}).get("totals") or {}).get("by_role") if isinstance(audit, dict) else None
+    audit = run.audit if run else None
     f = options.get("f")
-    if not isinstance(roles, dict) or not isinstance(f, (int, float)) or options.get("layers", "all") != "all":
+    if audit is None or not audit.by_role or not isinstance(f, (int, float)) or options.get("layers", "all") != "all":
         return None, None
-    scheduled = sum(
-        int((roles.get(r) or {}).get("trainable", 0)) + int((roles.get(r) or {}).get("frozen", 0)) for r in m.freeze
-    )
+    scheduled = audit.role_params(*m.freeze)
     if m.schedule == "late-freeze":  # trainable for the first f of the steps
         return float(start), start - (1 - f) * scheduled
     return float(start + scheduled), start + (1 - f) * scheduled  # unfreeze: trainable from f on

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from oelm.data.synthetic import ProbeData, ProbeOptions
-from oelm.records.run import load_runs, read_results
+from oelm.records.load import load_runs
+from oelm.records.run import read_results
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.plots import plt
 from oelm.reports.tables import md_table

@@ -11,7 +11,8 @@ from typing import Any
 
 from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
-from oelm.records.run import load_run, run_finished
+from oelm.records.load import load_run
+from oelm.records.run import run_finished
 from oelm.records.sweep import PlannedRun, SweepRecord
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError

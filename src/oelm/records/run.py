@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
 import yaml
 
+from oelm.records.artifacts import AuditSummary, TimingStats
 from oelm.records.layout import parse_run_path
-from oelm.utils.errors import UserError
-from oelm.utils.io import read_json
+from oelm.utils.io import load_yaml_text, read_json
 
 RESULTS_FILE = "results.json"  # written last and atomically: its status "complete" marks a finished run
 # Of results.json. 2: `method` only (version 1 also wrote `model_type`, the study's name for it),
@@ -101,9 +100,6 @@ COMMON_KEYS: tuple[str, ...] = tuple(CommonResults.__annotations__)
 # The test metric per item (LM window losses, classifier per-example correctness) in a fixed order.
 TEST_ITEMS_FILE = "test_items.json"
 
-_RUN_MARKERS = (RESULTS_FILE, "config.yaml", "metrics.jsonl")
-_SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
-
 
 @dataclass
 class RunRecord:
@@ -113,8 +109,11 @@ class RunRecord:
     status: str  # classify's: COMPLETE, INCOMPLETE, COLLAPSED or INVALID
     results: RunResults = field(default_factory=RunResults)
     config: dict[str, Any] = field(default_factory=dict)
-    timing: dict[str, Any] = field(default_factory=dict)
+    timing: TimingStats = field(default_factory=TimingStats)
     reason: str = ""
+    audit: AuditSummary | None = None  # of freeze_audit.json
+    # Where the record came from: "run directory", or what a compact record says it was built from.
+    source: str = "run directory"
     _metrics: list[dict[str, Any]] | None = field(default=None, repr=False)
     _items: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -171,7 +170,7 @@ class RunRecord:
     def test_items(self) -> dict[str, Any] | None:
         """{"metric", "unit", "values"}: the test metric per item in a fixed order, else None."""
         if self._items is None:
-            data = _read_json(self.path / TEST_ITEMS_FILE)
+            data = read_json_mapping(self.path / TEST_ITEMS_FILE)
             ok = isinstance(data, dict) and isinstance(data.get("values"), list) and data.get("metric")
             self._items = data if ok else {}
         return self._items or None
@@ -225,24 +224,24 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json_mapping(path: Path) -> dict[str, Any] | None:
     """A JSON object from a file, or None if absent or unreadable."""
     obj = read_json(path)
     return obj if isinstance(obj, dict) else None
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping from a file, or {} if absent or unreadable."""
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """A YAML mapping from a file (the strict loader), or {} if absent or unreadable."""
     try:
-        obj = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        obj = load_yaml_text(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return obj if isinstance(obj, dict) else {}
 
 
 def read_results(run_dir: str | Path) -> RunResults | None:
     """A run directory's results.json in today's names (normalize_results), or None when absent."""
-    raw = _read_json(Path(run_dir) / RESULTS_FILE)
+    raw = read_json_mapping(Path(run_dir) / RESULTS_FILE)
     return None if raw is None else normalize_results(raw)
 
 
@@ -325,55 +324,3 @@ def heldout_note(results: RunResults | dict[str, Any]) -> str:
     if primary and value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
         return f"{primary} is {value!r}"
     return ""
-
-
-def load_run(path: str | Path) -> RunRecord:
-    """Load one run directory."""
-    path = Path(path)
-    results = read_results(path)
-    status, reason = classify(results)
-    return RunRecord(
-        path=path,
-        status=status,
-        results=results or RunResults(),
-        config=_read_yaml(path / "config.yaml"),
-        timing=_read_json(path / "timing_stats.json") or {},
-        reason=reason,
-    )
-
-
-def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Run directories (holding results.json, config.yaml or metrics.jsonl) under the paths."""
-    found: list[Path] = []
-    for root in paths:
-        root = Path(root)
-        if not root.exists():
-            raise UserError(f"{root} does not exist; pass a run directory or a sweep directory")
-        found.extend(_walk(root))
-    return sorted(set(found))
-
-
-def _walk(root: Path) -> list[Path]:
-    """Depth-first search that stops at the first run directory on each branch."""
-    if not root.is_dir():
-        return []
-    if any((root / m).is_file() for m in _RUN_MARKERS) and not (root / "sweep.yaml").is_file():
-        return [root]
-    out: list[Path] = []
-    for child in sorted(root.iterdir()):
-        if child.is_dir() and child.name not in _SKIP_DIRS and not child.name.startswith("."):
-            out.extend(_walk(child))
-    return out
-
-
-def load_runs(paths: Iterable[str | Path]) -> list[RunRecord]:
-    """Load every run directory found under the paths; UserError if there is none."""
-    paths = list(paths)
-    dirs = find_run_dirs(paths)
-    if not dirs:
-        shown = ", ".join(str(p) for p in paths)
-        raise UserError(
-            f"no run directories under {shown}; a run directory holds results.json, "
-            "config.yaml or metrics.jsonl (pass the run or the sweep directory)"
-        )
-    return [load_run(d) for d in dirs]

@@ -10,7 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from oelm.records.run import RunRecord, load_runs
+from oelm.records.load import load_runs
+from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
 from oelm.reports import plots, stored
 from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing, metric_label, split_text

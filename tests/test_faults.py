@@ -209,25 +209,35 @@ def test_two_trainings_in_one_directory_one_refuses(tmp_path: Path) -> None:
         assert [p.name for p in run.iterdir()] == [".lock"]  # nothing of the refused run
     with one_thread():
         assert train(tiny_config(data, run, steps=2, warmup=0))["status"] == "complete"
-    assert not (run / ".lock").exists()
+    with dir_lock(run, "training run"):  # released
+        pass
 
 
-def test_sweep_lock_refuses_a_second_sweep_and_takes_over_a_stale_one(tmp_path: Path) -> None:
+def test_sweep_lock_refuses_a_second_sweep_and_is_freed_when_its_holder_is_killed(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
     from oelm.utils.lock import LOCK_NAME, dir_lock
 
     with (
         dir_lock(tmp_path, "sweep"),
-        pytest.raises(UserError, match=r"another sweep \(pid \d+"),
+        pytest.raises(UserError, match=rf"another sweep \(pid {os.getpid()} on "),
         dir_lock(tmp_path, "sweep"),
     ):
         pass
-    assert not (tmp_path / LOCK_NAME).exists()
-    import socket
-
-    (tmp_path / LOCK_NAME).write_text(f"{socket.gethostname()} 99999999\n")  # a dead process
+    (tmp_path / LOCK_NAME).write_text("somehost 99999999\n")  # left by a killed process: not held
     with dir_lock(tmp_path, "sweep"):
         assert (tmp_path / LOCK_NAME).read_text().split()[1] == str(os.getpid())
-    (tmp_path / LOCK_NAME).write_text("")  # half-written by a killed process
+    code = f"from oelm.utils.lock import dir_lock\nwith dir_lock({str(tmp_path)!r}):\n    print(1, flush=True)\n    input()"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "1\n"
+        with pytest.raises(UserError, match=rf"another sweep \(pid {holder.pid} on "), dir_lock(tmp_path, "sweep"):
+            pass
+    finally:
+        holder.send_signal(signal.SIGKILL)  # no cleanup runs: the kernel drops its lock
+        holder.wait()
     with dir_lock(tmp_path, "sweep"):
         pass
 
@@ -416,25 +426,3 @@ def test_a_signal_during_the_last_step_stops_before_the_final_evaluation(tmp_pat
     monkeypatch.setattr(LMTask, "loss", real)
     with one_thread():  # the resume has no step left: it evaluates and finishes
         assert train({**cfg, "resume": True})["steps"] == 3
-
-
-def test_a_lock_file_being_written_is_not_taken_for_stale(tmp_path: Path) -> None:
-    """Between another taker's create and its write the lock file is empty: that is not a dead lock."""
-    import socket
-    import threading
-
-    from oelm.utils.lock import LOCK_NAME, dir_lock
-
-    lock = tmp_path / LOCK_NAME
-    lock.write_text("")  # created, content not yet written by its (live) taker
-
-    def finish_writing() -> None:
-        time.sleep(0.5)
-        lock.write_text(f"{socket.gethostname()} {os.getpid()}\n")  # a live process: this one
-
-    writer = threading.Thread(target=finish_writing)
-    writer.start()
-    with pytest.raises(UserError, match="another sweep"), dir_lock(tmp_path, "sweep"):
-        pass
-    writer.join()
-    assert lock.read_text().split()[1] == str(os.getpid())  # the other taker's lock was left alone

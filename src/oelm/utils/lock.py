@@ -1,14 +1,20 @@
-"""A directory lock: one writer per sweep directory, with stale locks (a dead pid) taken over."""
+"""A directory lock: one writer per run, sweep or data folder (filelock's flock on DIR/.lock).
+
+The kernel releases the lock when its holder exits, however it dies, so there is no stale lock
+to detect. The file itself stays (filelock never unlinks a lock others may be waiting on); while
+held it names its holder ("host pid") for the refusal message.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from oelm.utils.errors import UserError
 
@@ -16,6 +22,7 @@ LOCK_NAME = ".lock"
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -25,43 +32,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _holder(path: Path) -> tuple[str, int] | None:
-    """(host, pid) written in a lock file, or None when unreadable (half-written by a killed process)."""
-    try:
-        host, pid = path.read_text(encoding="utf-8").split()
-        return host, int(pid)
-    except (OSError, ValueError):
-        return None
-
-
-def _try_create(path: Path) -> bool:
-    """Create the lock file with its content in one step (a hard link of a finished temp file), so
-    another taker never reads an empty lock; False when it already exists."""
-    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    tmp.write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:  # a file system without hard links: exclusive create, then write
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(f"{socket.gethostname()} {os.getpid()}\n")
-        return True
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-UNREADABLE_STALE_S = 10.0  # an unreadable lock younger than this may be one being written
-
-
 @contextmanager
 def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
-    """Hold DIR/.lock for the block; refuse clearly when a live process holds it.
+    """Hold DIR/.lock for the block; refuse with one UserError while another process holds it.
 
     A directory this lock had to create is removed again when it is left empty (a failed start).
     """
@@ -86,37 +59,25 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
         raise UserError(
             f"output folder {str(directory)!r} is not writable; choose another --out or fix its permissions"
         )
-    for _ in range(3 + int(UNREADABLE_STALE_S / 0.2)):  # a stale lock is removed once; racing takers retry
-        if _try_create(path):
-            break
-        holder = _holder(path)
-        same_host = holder is not None and holder[0] == socket.gethostname()
-        if holder is None and _age(path) < UNREADABLE_STALE_S:  # perhaps still being written: wait
-            time.sleep(0.2)
-            continue
-        if holder is not None and (not same_host or pid_alive(holder[1])):
-            _remove_if_empty(directory, created)
-            raise UserError(
-                f"another {what} (pid {holder[1]} on {holder[0]}) is using {str(directory)!r}; wait for it to "
-                f"finish, or if it is gone, delete {str(path)!r}"
-            )
-        path.unlink(missing_ok=True)  # stale: its process is dead, or the file is unreadable
-    else:
-        _remove_if_empty(directory, created)
-        raise UserError(f"could not take the lock {str(path)!r}; delete it if no {what} is running")
+    lock = FileLock(path, timeout=0)
     try:
+        lock.acquire()
+    except Timeout:
+        holder = path.read_text(encoding="utf-8").split() if path.is_file() else []
+        who = f" (pid {holder[1]} on {holder[0]})" if len(holder) == 2 else ""
+        raise UserError(
+            f"another {what}{who} is using {str(directory)!r}; wait for it to finish or choose another --out"
+        ) from None
+    try:
+        path.write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
         yield path
     finally:
-        if _holder(path) == (socket.gethostname(), os.getpid()):
-            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the block may have removed the folder
+            path.write_text("", encoding="utf-8")  # names no holder between this release and the next take
+            if created and [p.name for p in directory.iterdir()] == [LOCK_NAME]:
+                path.unlink()  # held: a taker that opened it first sees it unlinked and retries (filelock >= 3.30)
+        lock.release()
         _remove_if_empty(directory, created)
-
-
-def _age(path: Path) -> float:
-    try:
-        return time.time() - path.stat().st_mtime
-    except OSError:
-        return float("inf")
 
 
 def _remove_if_empty(directory: Path, created: bool) -> None:

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from oelm.cli import main
-from oelm.experiments.confirm import (
-    CONFIRMED,
-    NO_CLAIM,
-    NOT_CONFIRMED,
-    content_hash,
-    read_plan,
-    run_confirmation,
-    write_plan,
-)
+from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, NOT_CONFIRMED, run_confirmation, write_plan
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
+from oelm.records.plan import PLAN_FILE, ConfirmationPlan, content_hash, read_plan, write_plan_file
 from oelm.utils.errors import UserError
 from test_report import make_run
 from test_sweep import TINY
@@ -54,13 +48,14 @@ def test_plan_fixes_claims_lrs_and_fresh_seeds_under_a_hash(tmp_path: Path) -> N
     pilot, out = _pilot(tmp_path), tmp_path / "confirm"
     path, plan = write_plan(pilot, out, 3)
     stored = json.loads(path.read_text())
-    assert stored == plan and stored["sha256"] == content_hash(stored)
-    assert plan["seeds"] == [3, 4, 5] and not set(plan["seeds"]) & set(plan["pilot"]["seeds"])
-    assert plan["pilot"]["seeds"] == [0, 1, 2] and plan["reference"] == "baseline"
-    assert [c["method"] for c in plan["claims"]] == ["oelm-random", "oelm-freeze"]  # board order; qknorm unresolved
-    assert {c["wording"] for c in plan["claims"]} == {"worse (resolved)"}
-    assert plan["claims"][1]["direction"] == "gap > 0 (worse)" and plan["claims"][1]["margin"] == 1.0
-    assert {m: a["lr"] for m, a in plan["arms"].items()} == {"baseline": 1e-3, "oelm-freeze": 3e-3, "oelm-random": 3e-3}
+    assert stored == plan.to_dict() and stored["sha256"] == content_hash(stored) == plan.sha256
+    assert read_plan(out) == plan
+    assert plan.seeds == [3, 4, 5] and not set(plan.seeds) & set(plan.pilot.seeds)
+    assert plan.pilot.seeds == [0, 1, 2] and plan.reference == "baseline"
+    assert [c.method for c in plan.claims] == ["oelm-random", "oelm-freeze"]  # board order; qknorm unresolved
+    assert {c.wording for c in plan.claims} == {"worse (resolved)"}
+    assert plan.claims[1].direction == "gap > 0 (worse)" and plan.claims[1].margin == 1.0
+    assert {m: a.lr for m, a in plan.arms.items()} == {"baseline": 1e-3, "oelm-freeze": 3e-3, "oelm-random": 3e-3}
     assert not (out / "runs").exists()  # written before anything runs
 
     assert write_plan(pilot, out, 3)[1] == plan  # the same plan again: unchanged
@@ -71,15 +66,75 @@ def test_plan_fixes_claims_lrs_and_fresh_seeds_under_a_hash(tmp_path: Path) -> N
     with pytest.raises(UserError, match="no claim to confirm"):
         write_plan(pilot, tmp_path / "other", 3, claims=["oelm-qknorm"])
     named = write_plan(pilot, tmp_path / "named", 3, claims=["oelm-random"])[1]
-    assert [c["method"] for c in named["claims"]] == ["oelm-random"] and set(named["arms"]) == {
-        "baseline",
-        "oelm-random",
-    }
+    assert [c.method for c in named.claims] == ["oelm-random"] and set(named.arms) == {"baseline", "oelm-random"}
 
     edited = {**stored, "arms": {**stored["arms"], "oelm-freeze": {**stored["arms"]["oelm-freeze"], "lr": 1e-2}}}
     path.write_text(json.dumps(edited, indent=2))
     with pytest.raises(UserError, match="edited after it was written"):
         read_plan(out)
+
+
+REPO = Path(__file__).resolve().parents[1]
+STORED_PLANS = sorted(REPO.glob("docs/results/**/records/final/plan.json"))
+
+
+def test_the_stored_plans_are_found() -> None:
+    names = {p.relative_to(REPO / "docs/results").parts[:-3] for p in STORED_PLANS}
+    assert {("twin-board",), ("scale", "deep"), ("scale", "narrow"), ("scale", "wide")} <= names
+
+
+@pytest.mark.parametrize("path", STORED_PLANS, ids=lambda p: "/".join(p.relative_to(REPO / "docs/results").parts[:-3]))
+def test_a_stored_plan_reads_back_to_the_same_bytes_and_hash(path: Path, tmp_path: Path) -> None:
+    plan = read_plan(path.parent)  # the sha256 verifies
+    text = path.read_text(encoding="utf-8")
+    assert plan.verified and plan.sealed() == plan and plan == ConfirmationPlan.from_dict(json.loads(text), path)
+    assert json.dumps(plan.to_dict(), indent=2) + "\n" == text  # key for key, in order, same values
+    assert write_plan_file(tmp_path, plan) == tmp_path / PLAN_FILE
+    assert (tmp_path / PLAN_FILE).read_text(encoding="utf-8") == text
+    assert write_plan_file(path.parent, plan) == path  # the same plan again: a no-op
+    # confirmation.json, written from the same plan, carries its pilot and claims unchanged.
+    done = json.loads((path.parent / "confirmation.json").read_text(encoding="utf-8"))
+    assert done["plan_sha256"] == plan.sha256 and done["pilot"] == plan.pilot.to_dict()
+    assert [c["claim"] for c in done["claims"]] == [c.to_dict() for c in plan.claims]
+    assert [c["lr"] for c in done["claims"]] == [plan.arms[c.method].lr for c in plan.claims]
+
+
+def test_an_edited_or_incomplete_plan_is_refused(tmp_path: Path) -> None:
+    stored = json.loads(STORED_PLANS[0].read_text(encoding="utf-8"))
+    plan = ConfirmationPlan.from_dict(stored, STORED_PLANS[0])
+    path = tmp_path / PLAN_FILE
+
+    def store(content: dict) -> None:
+        path.write_text(json.dumps(content, indent=2), encoding="utf-8")
+
+    for edit in ({"margin": 2.0}, {"seeds": [*stored["seeds"], 99]}, {"pilot": {**stored["pilot"], "runs": 1}}):
+        store({**stored, **edit})
+        with pytest.raises(UserError, match="does not match its sha256: it was edited after it was written"):
+            read_plan(tmp_path)
+        with pytest.raises(UserError, match="holds a different plan"):
+            write_plan_file(tmp_path, plan)
+    with pytest.raises(ValueError, match="sealed plan"):
+        write_plan_file(tmp_path / "other", ConfirmationPlan.from_dict({**stored, "margin": 2.0}, "edited"))
+
+    # A key missing (or one too many) with a matching hash: one UserError naming the file and the key.
+    for drop, where in (("margin", "the plan has no key 'margin'"), ("verdict", "claims[0] has no key 'verdict'")):
+        content = json.loads(json.dumps(stored))
+        (content["claims"][0] if drop == "verdict" else content).pop(drop)
+        store({**content, "sha256": content_hash(content)})
+        with pytest.raises(UserError, match="^" + re.escape(f"{path} is not a confirmation plan: {where};")):
+            read_plan(tmp_path)
+    content = {**stored, "note": "x"}
+    store({**content, "sha256": content_hash(content)})
+    with pytest.raises(UserError, match="the plan has unknown key 'note'"):
+        read_plan(tmp_path)
+
+    # A plan written before --all has no "claim" key: every entry is a claim, and it stays absent.
+    content = json.loads(json.dumps(stored))
+    for claim in content["claims"]:
+        del claim["claim"]
+    store({**content, "sha256": content_hash(content)})
+    legacy = read_plan(tmp_path)
+    assert all(c.is_claim for c in legacy.claims) and legacy.to_dict() == {**content, "sha256": content_hash(content)}
 
 
 def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -111,7 +166,7 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
     for run in (out / "runs" / "oelm-freeze").glob("*/seed5"):
         (run / "results.json").unlink()
     conf = run_confirmation(out, progress=False)
-    freeze = next(c for c in conf.results if c.claim["method"] == "oelm-freeze")
+    freeze = next(c for c in conf.results if c.claim.method == "oelm-freeze")
     assert freeze.result == NOT_CONFIRMED and "fewer than the 3 planned" in freeze.why
 
 
@@ -120,8 +175,8 @@ def test_all_plans_every_arm_and_unresolved_pilots_make_no_claim(tmp_path: Path)
     pilot, out = _pilot(tmp_path), tmp_path / "final"
     assert main(["confirm", "plan", str(pilot), "--seeds", "3", "--out", str(out), "--all"]) == 0
     plan = read_plan(out)
-    assert set(plan["arms"]) == {"baseline", *PILOT}
-    claims = {c["method"]: c["claim"] for c in plan["claims"]}
+    assert set(plan.arms) == {"baseline", *PILOT}
+    claims = {c.method: c.is_claim for c in plan.claims}
     assert claims == {"oelm-freeze": True, "oelm-random": True, "oelm-qknorm": False}
     with pytest.raises(UserError, match="drop --claims"):
         write_plan(pilot, tmp_path / "both", 3, claims=["oelm-freeze"], every=True)
@@ -131,7 +186,7 @@ def test_all_plans_every_arm_and_unresolved_pilots_make_no_claim(tmp_path: Path)
         make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * (1 + [0.05, 0.045, 0.05][i]), best_val_loss=1.6)
         make_run(out, "oelm-qknorm", 3e-3, seed, test_perplexity=ppl * (1 + [0.04, 0.041, 0.039][i]), best_val_loss=1.6)
     conf = run_confirmation(out, progress=False)
-    by = {c.claim["method"]: c for c in conf.results}
+    by = {c.claim.method: c for c in conf.results}
     assert by["oelm-freeze"].result == CONFIRMED and by["oelm-random"].result == CONFIRMED
     assert by["oelm-qknorm"].result == NO_CLAIM  # resolved on fresh seeds, but it was no pilot claim
     assert by["oelm-qknorm"].arm.decision.verdict == "worse" and by["oelm-qknorm"].arm.decision.m == 3
@@ -153,7 +208,7 @@ def test_run_trains_only_the_planned_runs(tmp_path: Path) -> None:
     out = tmp_path / "confirm"
     # A wide margin gives 6-step runs a claim either way (a resolved gap or equivalence).
     _, plan = write_plan(tmp_path / "pilot", out, 3, margin=50.0)
-    lrs = {m: a["lr"] for m, a in plan["arms"].items()}
+    lrs = {m: a.lr for m, a in plan.arms.items()}
     conf = run_confirmation(out, progress=False, threads=1)
     assert conf.outcome is not None and not conf.outcome.failed
     trained = {(r.method, r.lr, r.seed) for r in conf.outcome.trained}

@@ -57,11 +57,10 @@ def run_plan(args: argparse.Namespace) -> int:
     from oelm.experiments.confirm import write_plan
 
     path, plan = write_plan(args.sweep, args.out, args.seeds, args.claims, args.baseline, args.margin, args.every)
-    print(f"plan {path} (sha256 {plan['sha256'][:12]}): reference {plan['reference']}, fresh seeds {plan['seeds']}")
-    for claim in plan["claims"]:
-        lr = plan["arms"][claim["method"]]["lr"]
-        what = "claim" if claim.get("claim", True) else "compare (no pilot claim)"
-        print(f"  {what}: {claim['method']} (lr {lr:g}) {claim['wording']}")
+    print(f"plan {path} (sha256 {plan.sha256[:12]}): reference {plan.reference}, fresh seeds {plan.seeds}")
+    for claim in plan.claims:
+        what = "claim" if claim.is_claim else "compare (no pilot claim)"
+        print(f"  {what}: {claim.method} (lr {plan.arms[claim.method].lr:g}) {claim.wording}")
     print(f"next: oelm confirm run {args.out}")
     return 0
 

@@ -22,27 +22,31 @@ from typing import Any
 from oelm.experiments.leaderboard import build
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
-from oelm.records.run import RunRecord, find_run_dirs, load_run
+from oelm.records.load import find_run_dirs, load_run
+from oelm.records.plan import (
+    PLAN_FILE,
+    BoardTable,
+    Claim,
+    ConfirmationPlan,
+    FixedArm,
+    Pilot,
+    PilotNumbers,
+    read_plan,
+    write_plan_file,
+)
+from oelm.records.run import RunRecord
 from oelm.records.sweep import SWEEP_FILE, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.tables import fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_json, atomic_write_text, clean_json, read_json_object
+from oelm.utils.io import atomic_write_json, atomic_write_text
 
-PLAN = "plan.json"
 CONFIRMED, NOT_CONFIRMED = "confirmed", "not confirmed"
 # An arm planned with --all whose pilot verdict was unresolved: no claim, only its fresh comparison.
 NO_CLAIM = "no pilot claim (fresh comparison)"
 MIN_SEEDS = stats.MIN_PAIRED_SEEDS  # fewer fresh seeds than this cannot test anything
 _DIRECTION = {stats.WORSE: "gap > 0 (worse)", stats.BETTER: "gap < 0 (better)"}
-
-
-def content_hash(content: dict[str, Any]) -> str:
-    """sha256 of a plan's content (every key but `sha256`) as canonical JSON."""
-    body = {k: v for k, v in content.items() if k != "sha256"}
-    text = json.dumps(clean_json(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _file_hash(path: Path) -> str:
@@ -71,14 +75,12 @@ def _records_hash(sweep_dir: Path, runs: Sequence[RunRecord]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
-def _setting(spec: SweepSpec, arm: Arm) -> dict[str, Any]:
-    """An arm fixed at the setting the pilot's validation chose: lr, grid values, method options."""
+def _setting(spec: SweepSpec, arm: Arm) -> tuple[FixedArm, dict[str, Any]]:
+    """An arm fixed at the setting the pilot's validation chose (lr, method options), and its grid values."""
     for run in spec.runs():
         if run.method == arm.method and run.run_dir.parent.name == arm.setting:
             options = spec.methods[arm.method].get("method_options")
-            return {"lr": run.lr, "setting": arm.setting, "extra": run.extra} | (
-                {"method_options": options} if options else {}
-            )
+            return FixedArm(run.lr, arm.setting, options or None), run.extra
     raise UserError(f"{arm.method}'s chosen setting {arm.setting} is not a run of {spec.out / 'sweep.yaml'}")
 
 
@@ -127,20 +129,20 @@ def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | N
     return out
 
 
-def _claim(arm: Arm, group: Group) -> dict[str, Any]:
+def _claim(arm: Arm, group: Group) -> Claim:
     """One claim as the plan fixes it (its pilot numbers, labelled pilot)."""
     d = arm.decision
-    assert d is not None
-    return {
-        "method": arm.method,
-        "reference": group.baseline,
-        "verdict": d.verdict,
-        "wording": verdict_text(d),
-        "claim": d.verdict != stats.UNRESOLVED,
-        "direction": _DIRECTION.get(d.verdict, f"|gap| < {d.margin:g}% (equivalent)"),
-        "margin": d.margin,
-        "pilot": {"seeds": d.n, "mean_gap": d.mean_gap, "holm_p": d.holm_p, "tost_holm_p": d.tost_holm_p, "m": d.m},
-    }
+    assert d is not None and group.baseline is not None
+    return Claim(
+        method=arm.method,
+        reference=group.baseline,
+        verdict=d.verdict,
+        wording=verdict_text(d),
+        claim=d.verdict != stats.UNRESOLVED,
+        direction=_DIRECTION.get(d.verdict, f"|gap| < {d.margin:g}% (equivalent)"),
+        margin=d.margin,
+        pilot=PilotNumbers(seeds=d.n, mean_gap=d.mean_gap, holm_p=d.holm_p, tost_holm_p=d.tost_holm_p, m=d.m),
+    )
 
 
 def make_plan(
@@ -150,8 +152,8 @@ def make_plan(
     baseline: str | None = None,
     margin: float = stats.MARGIN,
     every: bool = False,
-) -> dict[str, Any]:
-    """The plan's content (with its sha256) for a finished pilot sweep: nothing is written or run."""
+) -> ConfirmationPlan:
+    """The sealed plan (with its sha256) for a finished pilot sweep: nothing is written or run."""
     sweep_dir = Path(sweep_dir)
     if n_seeds < MIN_SEEDS:
         raise UserError(f"--seeds {n_seeds}: a paired test needs at least {MIN_SEEDS} fresh seeds")
@@ -166,8 +168,8 @@ def make_plan(
     if group.baseline not in ranked:
         raise UserError(f"the reference {group.baseline} is incomplete in {sweep_dir}: finish the pilot first")
     chosen = _claims(ranked, group.baseline, claims, every)
-    arms = {group.baseline: _setting(spec, ranked[group.baseline])} | {a.method: _setting(spec, a) for a in chosen}
-    extras = {json.dumps(a.pop("extra"), sort_keys=True) for a in arms.values()}
+    settings = {group.baseline: _setting(spec, ranked[group.baseline])} | {a.method: _setting(spec, a) for a in chosen}
+    extras = {json.dumps(extra, sort_keys=True) for _, extra in settings.values()}
     if len(extras) > 1:
         raise UserError(
             f"the arms chose different values of the pilot's grid ({', '.join(sorted(extras))}); a confirmation "
@@ -175,35 +177,33 @@ def make_plan(
         )
     pilot_seeds = sorted(set(spec.seeds) | {r.seed for r in runs if r.seed is not None})
     start = max(pilot_seeds, default=-1) + 1
-    content = {
-        "kind": "oelm confirmation plan",
-        "pilot": {
-            "dir": os.path.normpath(sweep_dir),
-            "name": spec.name,
-            "seeds": pilot_seeds,
-            "runs": len(runs),
-            "sweep_yaml_sha256": _file_hash(sweep_dir / "sweep.yaml"),
-            "records_sha256": _records_hash(sweep_dir, runs),
-            "reference_rule": boards[0].reference_rule,
-        },
-        "table": {
-            "task": group.task,
-            "dataset": group.dataset,
-            "model": group.model,
-            "primary_metric": group.primary_metric,
-            "higher_is_better": group.higher_is_better,
-        },
-        "reference": group.baseline,
-        "margin": margin,
-        "claims": [_claim(a, group) for a in chosen],
-        "arms": arms,
-        "grid": json.loads(extras.pop()),
-        "seeds": list(range(start, start + n_seeds)),
-        "config": spec.base,
-        "prepare": spec.prepare,
-    }
-    content = clean_json(json.loads(json.dumps(content, default=str)))
-    return {**content, "sha256": content_hash(content)}
+    plan = ConfirmationPlan(
+        pilot=Pilot(
+            dir=os.path.normpath(sweep_dir),
+            name=spec.name,
+            seeds=pilot_seeds,
+            runs=len(runs),
+            sweep_yaml_sha256=_file_hash(sweep_dir / SWEEP_FILE),
+            records_sha256=_records_hash(sweep_dir, runs),
+            reference_rule=boards[0].reference_rule,
+        ),
+        table=BoardTable(
+            task=group.task,
+            dataset=group.dataset,
+            model=group.model,
+            primary_metric=group.primary_metric,
+            higher_is_better=group.higher_is_better,
+        ),
+        reference=group.baseline,
+        margin=margin,
+        claims=[_claim(a, group) for a in chosen],
+        arms={method: arm for method, (arm, _) in settings.items()},
+        grid=json.loads(extras.pop()),
+        seeds=list(range(start, start + n_seeds)),
+        config=spec.base,
+        prepare=spec.prepare,
+    )
+    return plan.sealed()
 
 
 def _inside(path: Path, parent: Path) -> bool:
@@ -219,57 +219,34 @@ def write_plan(
     baseline: str | None = None,
     margin: float = stats.MARGIN,
     every: bool = False,
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[Path, ConfirmationPlan]:
     """Write OUT/plan.json before anything runs; the same plan again is a no-op, a different one an error."""
     out = Path(out)
     if _inside(out, Path(sweep_dir)):
         raise UserError(f"--out {out} lies inside the pilot {sweep_dir}; its runs would count as pilot runs")
     plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin, every)
-    path = out / PLAN
-    if path.is_file():
-        stored = read_json_object(path, "remove it or pass another --out")
-        if stored != plan:
-            raise UserError(
-                f"{path} holds a different plan (sha256 {str(stored.get('sha256'))[:12]}, this one "
-                f"{plan['sha256'][:12]}); a plan is fixed once written: pass another --out"
-            )
-        return path, plan
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, plan)
-    return path, plan
-
-
-def read_plan(out: str | Path) -> dict[str, Any]:
-    """OUT/plan.json after checking its sha256 (an edited plan is refused)."""
-    path = Path(out) / PLAN
-    plan = read_json_object(path, f"write it first with `oelm confirm plan SWEEP_DIR --seeds N --out {out}`")
-    if plan.get("sha256") != content_hash(plan):
-        raise UserError(
-            f"{path} does not match its sha256: it was edited after it was written. A confirmation runs "
-            "only the plan fixed before the runs; write a new plan with `oelm confirm plan` into another --out"
-        )
-    return plan
+    return write_plan_file(out, plan), plan
 
 
 # ---------------------------------------------------------------------------------------------
 # run
 
 
-def plan_spec(plan: dict[str, Any], out: str | Path) -> SweepSpec:
+def plan_spec(plan: ConfirmationPlan, out: str | Path) -> SweepSpec:
     """The planned runs as a sweep: the claims' arms and the reference at their fixed settings x the fresh seeds."""
     methods = {
-        m: {"lr": [a["lr"]], **({"method_options": a["method_options"]} if a.get("method_options") else {})}
-        for m, a in plan["arms"].items()
+        m: {"lr": [a.lr], **({"method_options": a.method_options} if a.method_options else {})}
+        for m, a in plan.arms.items()
     }
     spec = SweepSpec(
-        name=f"{plan['pilot']['name']}-confirm",
-        base=plan["config"],
+        name=f"{plan.pilot.name}-confirm",
+        base=dict(plan.config),
         methods=methods,
-        seeds=list(plan["seeds"]),
-        grid={k: [v] for k, v in plan["grid"].items()},
+        seeds=list(plan.seeds),
+        grid={k: [v] for k, v in plan.grid.items()},
         out=Path(out),
-        prepare=plan["prepare"],
-        baseline=plan["reference"],
+        prepare=plan.prepare,
+        baseline=plan.reference,
     )
     validate(spec)
     return spec
@@ -279,7 +256,7 @@ def plan_spec(plan: dict[str, Any], out: str | Path) -> SweepSpec:
 class ClaimResult:
     """One claim and what the fresh seeds say about it."""
 
-    claim: dict[str, Any]
+    claim: Claim
     arm: Arm | None
     result: str
     why: str  # why not confirmed ('' when confirmed)
@@ -290,7 +267,7 @@ class ClaimResult:
 class Confirmation:
     """The judged claims, the fresh-seed table they come from, and the sweep that trained the runs."""
 
-    plan: dict[str, Any]
+    plan: ConfirmationPlan
     group: Group | None
     results: list[ClaimResult]
     outcome: SweepOutcome | None = None
@@ -304,28 +281,25 @@ def _fresh_runs(spec: SweepSpec) -> list[RunRecord]:
     return [load_run(d) for d in dirs if os.path.normpath(d) in planned]
 
 
-def judge(plan: dict[str, Any], runs: Sequence[RunRecord]) -> tuple[Group | None, list[ClaimResult]]:
+def judge(plan: ConfirmationPlan, runs: Sequence[RunRecord]) -> tuple[Group | None, list[ClaimResult]]:
     """Each claim confirmed or not on these runs: the same paired test, Holm over the claims, the plan's margin."""
-    table, seeds = plan["table"], set(plan["seeds"])
+    seeds = set(plan.seeds)
     runs = [r for r in runs if r.seed in seeds]
-    key = (table["task"], table["dataset"], table["model"], table["primary_metric"])
-    groups = compare(runs, baseline=plan["reference"], margin=plan["margin"]).groups if runs else []
-    group = next((g for g in groups if (g.task, g.dataset, g.model, g.primary_metric) == key), None)
+    groups = compare(runs, baseline=plan.reference, margin=plan.margin).groups if runs else []
+    group = next((g for g in groups if (g.task, g.dataset, g.model, g.primary_metric) == plan.table.key), None)
     arms = {a.method: a for a in group.arms} if group is not None else {}
-    ref = arms.get(plan["reference"])
+    ref = arms.get(plan.reference)
     results = []
-    for claim in plan["claims"]:
-        arm = arms.get(claim["method"])
-        short = [
-            m for m, a in ((claim["method"], arm), (plan["reference"], ref)) if a is None or a.primary.n < len(seeds)
-        ]
+    for claim in plan.claims:
+        arm = arms.get(claim.method)
+        short = [m for m, a in ((claim.method, arm), (plan.reference, ref)) if a is None or a.primary.n < len(seeds)]
         d = arm.decision if arm is not None else None
         if short:
             why = f"{', '.join(short)}: fewer than the {len(seeds)} planned seeds finished"
             results.append(ClaimResult(claim, arm, NOT_CONFIRMED, why, complete=False))
-        elif not claim.get("claim", True):
+        elif not claim.is_claim:
             results.append(ClaimResult(claim, arm, NO_CLAIM, ""))
-        elif d is not None and d.verdict == claim["verdict"]:
+        elif d is not None and d.verdict == claim.verdict:
             results.append(ClaimResult(claim, arm, CONFIRMED, ""))
         else:
             results.append(ClaimResult(claim, arm, NOT_CONFIRMED, f"fresh verdict: {verdict_text(d)}"))
@@ -351,16 +325,15 @@ def run_confirmation(
 # output
 
 
-def _claim_cell(claim: dict[str, Any]) -> str:
-    pilot = claim["pilot"]
-    return f"{claim['wording']} (pilot, {pilot['seeds']} seeds, gap {pilot['mean_gap']:+.2f}%)"
+def _claim_cell(claim: Claim) -> str:
+    return f"{claim.wording} (pilot, {claim.pilot.seeds} seeds, gap {claim.pilot.mean_gap:+.2f}%)"
 
 
 def _row(c: ClaimResult, group: Group | None) -> list[str]:
     """Method, claim (pilot), fresh gap, fresh p, fresh verdict, result."""
     arm = c.arm
     fresh = [fmt_gap(arm, group), fmt_p(arm, group), fmt_verdict(arm, group)] if arm and group else ["n/a"] * 3
-    return [c.claim["method"], _claim_cell(c.claim), *fresh, c.result + ("" if c.complete else f" ({c.why})")]
+    return [c.claim.method, _claim_cell(c.claim), *fresh, c.result + ("" if c.complete else f" ({c.why})")]
 
 
 HEADER = ["Method", "Claim (pilot)", "Fresh gap [paired 95% CI]", "Fresh p", "Fresh verdict", "Result"]
@@ -368,24 +341,23 @@ HEADER = ["Method", "Claim (pilot)", "Fresh gap [paired 95% CI]", "Fresh p", "Fr
 
 def render(conf: Confirmation) -> list[str]:
     """confirmation.md as lines."""
-    plan, pilot = conf.plan, conf.plan["pilot"]
-    seeds = ", ".join(map(str, plan["seeds"]))
+    plan, pilot, table = conf.plan, conf.plan.pilot, conf.plan.table
+    seeds = ", ".join(map(str, plan.seeds))
     n_ok = sum(c.result == CONFIRMED for c in conf.results)
     n_claims = sum(c.result != NO_CLAIM for c in conf.results)
-    table = plan["table"]
-    lrs = ", ".join(f"{m} {a['lr']:g}" for m, a in plan["arms"].items())
+    lrs = ", ".join(f"{m} {a.lr:g}" for m, a in plan.arms.items())
     return [
-        f"# Confirmation of {pilot['name']} on fresh seeds",
+        f"# Confirmation of {pilot.name} on fresh seeds",
         "",
-        f"Plan `plan.json`, sha256 `{plan['sha256']}` (checked before the runs). Pilot `{pilot['dir']}` "
-        f"(seeds {', '.join(map(str, pilot['seeds']))}, {pilot['runs']} runs): its numbers are labelled pilot "
+        f"Plan `{PLAN_FILE}`, sha256 `{plan.sha256}` (checked before the runs). Pilot `{pilot.dir}` "
+        f"(seeds {', '.join(map(str, pilot.seeds))}, {pilot.runs} runs): its numbers are labelled pilot "
         "and enter no statistic below.",
         "",
-        f"Fresh seeds {seeds}; {table['dataset']} ({table['task']}, {table['model']}), {table['primary_metric']}; "
-        f"reference {plan['reference']}; each arm at the LR its pilot validation chose "
+        f"Fresh seeds {seeds}; {table.dataset} ({table.task}, {table.model}), {table.primary_metric}; "
+        f"reference {plan.reference}; each arm at the LR its pilot validation chose "
         f"({lrs}). Each claim is tested on the fresh "
-        f"seeds only: paired per-seed % gap to the reference, Holm over the {len(plan['claims'])} claim(s), "
-        f"TOST within ±{plan['margin']:g}%. A claim is confirmed when the fresh verdict is the pilot's; an "
+        f"seeds only: paired per-seed % gap to the reference, Holm over the {len(plan.claims)} claim(s), "
+        f"TOST within ±{plan.margin:g}%. A claim is confirmed when the fresh verdict is the pilot's; an "
         f"arm whose pilot verdict was unresolved makes no claim, and its fresh verdict is the comparison.",
         "",
         *md_table(HEADER, [_row(c, conf.group) for c in conf.results]),
@@ -401,7 +373,7 @@ def render(conf: Confirmation) -> list[str]:
 
 def summary_lines(conf: Confirmation) -> list[str]:
     """The short table `oelm confirm run` prints."""
-    rows = [[c.claim["method"], c.claim["wording"], *_row(c, conf.group)[4:]] for c in conf.results]
+    rows = [[c.claim.method, c.claim.wording, *_row(c, conf.group)[4:]] for c in conf.results]
     return text_table(["Method", "Claim (pilot)", "Fresh verdict", "Result"], rows)
 
 
@@ -421,16 +393,16 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
 
     plan = conf.plan
     return {
-        "plan_sha256": plan["sha256"],
-        "pilot": plan["pilot"],
-        "reference": plan["reference"],
-        "seeds": plan["seeds"],
-        "margin": plan["margin"],
+        "plan_sha256": plan.sha256,
+        "pilot": plan.pilot.to_dict(),
+        "reference": plan.reference,
+        "seeds": plan.seeds,
+        "margin": plan.margin,
         "claims": [
             {
-                "method": c.claim["method"],
-                "lr": plan["arms"][c.claim["method"]]["lr"],
-                "claim": c.claim,
+                "method": c.claim.method,
+                "lr": plan.arms[c.claim.method].lr,
+                "claim": c.claim.to_dict(),
                 "fresh": fresh(c.arm),
                 "result": c.result,
                 "why": c.why or None,

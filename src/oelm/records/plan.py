@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, clean_json, read_json_object
@@ -228,8 +228,20 @@ class ConfirmationPlan:
         )
 
 
-_PLAN_KEYS = ("kind", "pilot", "table", "reference", "margin", "claims", "arms", "grid", "seeds", "config", "prepare")
-_PLAN_KEYS += ("sha256",)
+_PLAN_KEYS = (
+    "kind",
+    "pilot",
+    "table",
+    "reference",
+    "margin",
+    "claims",
+    "arms",
+    "grid",
+    "seeds",
+    "config",
+    "prepare",
+    "sha256",
+)
 _PILOT_KEYS = ("dir", "name", "seeds", "runs", "sweep_yaml_sha256", "records_sha256", "reference_rule")
 _TABLE_KEYS = ("task", "dataset", "model", "primary_metric", "higher_is_better")
 _CLAIM_KEYS = ("method", "reference", "verdict", "wording", "direction", "margin", "pilot")
@@ -243,7 +255,7 @@ class _Reader:
     def __init__(self, source: str | Path) -> None:
         self.source = source
 
-    def fail(self, problem: str) -> None:
+    def fail(self, problem: str) -> NoReturn:
         raise UserError(f"{self.source} is not a confirmation plan: {problem}; {_WRITE_ONE}")
 
     def kind(self, value: Any, kind: type, where: str, what: str) -> Any:

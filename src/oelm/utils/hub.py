@@ -2,7 +2,8 @@
 
 Without this check, `datasets` and `transformers` retry an unreachable hub for 10-60 s before
 their own (long) error. Here a quick connection test (or the user's offline setting) decides in
-well under two seconds, and the error names the fix.
+well under two seconds, and the error names the fix. Endpoint and cache folders are huggingface_hub's
+constants (read at its import, as the libraries read them); the offline variables, at each call.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ def offline_requested() -> bool:
 
 @cache
 def hub_reachable(timeout_s: float = 1.5) -> bool:
-    """One TCP connection to the hub endpoint (HF_ENDPOINT), cached for the process."""
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    """One TCP connection to huggingface_hub's endpoint (HF_ENDPOINT), cached for the process."""
+    from huggingface_hub import constants  # heavy optional dependency: imported on use
+
+    url = urlparse(constants.ENDPOINT)
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout_s):
@@ -36,21 +39,15 @@ def hub_reachable(timeout_s: float = 1.5) -> bool:
         return False
 
 
-def _hub_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    return home / "hub"
-
-
 def in_cache(name: str, repo_type: str = "model") -> bool:
-    """Whether the local Hugging Face caches hold something for this repo id."""
-    folder = f"{repo_type}s--{name.replace('/', '--')}"
-    if (_hub_cache() / folder / "snapshots").is_dir():
+    """Whether the local Hugging Face caches hold a snapshot of this repo id."""
+    from huggingface_hub import constants  # heavy optional dependency: imported on use
+    from huggingface_hub.file_download import repo_folder_name  # heavy optional dependency: imported on use
+
+    if (Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=name, repo_type=repo_type) / "snapshots").is_dir():
         return True
     if repo_type == "dataset":  # datasets also keeps prepared Arrow files in its own cache
-        home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-        root = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets"))
+        root = Path(os.environ.get("HF_DATASETS_CACHE", Path(constants.HF_HOME) / "datasets"))
         return (root / name.replace("/", "___")).is_dir()
     return False
 

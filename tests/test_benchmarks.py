@@ -453,3 +453,25 @@ def test_freeze_cost_executes_exactly_the_theoretical_saving(tmp_path):
         assert math.isclose(rows[name]["executed_saving"], rows[name]["theoretical_saving"], rel_tol=1e-6)
     assert rows["oelm-freeze"]["theoretical_saving"] < rows["oelm-qk-ffn"]["theoretical_saving"]
     assert rows["baseline (A/A control)"]["executed_saving"] == 0 and rows["baseline (A/A control)"]["time_ratio"] > 0
+
+
+def test_cli_startup_times_every_arm_in_fresh_processes(tmp_path, capsys, load_benchmark):
+    bench = load_benchmark("cli_startup")
+    out = tmp_path / "cli.json"
+    assert bench.main(["--rounds", "2", "--commands", "methods", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    names = ["oelm --version", "oelm --help", "oelm methods --help", "import oelm.cli", "python -c pass"]
+    assert [r["name"] for r in rows] == names
+    assert [r["reference"] for r in rows] == [False, False, False, True, True]
+    assert rows[2]["argv"] == ["python", "-m", "oelm", "methods", "--help"]
+    for r in rows:
+        assert r["rounds"] == 2 and len(r["wall_times_s"]) == 2 and r["wall_s"]["median"] > 0
+        assert r["wall_s"]["ci"] == [None, None]  # no 95% interval under 6 rounds
+        assert r["cpu_s"]["median"] >= 0 and len(r["load_average_1min"]) == 2
+        assert isinstance(r["heavy_imports"], list) != r["reference"]  # listed for commands only
+        assert (r["under_target"] is None) == r["reference"]
+    printed = capsys.readouterr().out
+    assert "slowest: " in printed and "oelm methods --help" in printed
+    with pytest.raises(SystemExit):
+        bench.main(["--commands", "trian"])
+    assert "unknown command(s) trian" in capsys.readouterr().err

@@ -44,3 +44,52 @@ def test_the_margin_flag_default_is_the_library_default() -> None:
     parser = argparse.ArgumentParser()
     add_margin_flag(parser)
     assert parser.parse_args([]).margin == MARGIN
+
+
+# Building the parser, `--version` and every `--help` (nested commands too) in a fresh interpreter,
+# then the heavy packages it left in sys.modules: the commands load the library only when they run.
+_HELP_EVERYWHERE = """
+import argparse, contextlib, io, json, sys
+from oelm.cli import build_parser, main
+
+def paths(parser, prefix):
+    yield prefix
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from paths(sub, [*prefix, name])
+
+lines = [["--version"]] + [[*p, "--help"] for p in paths(build_parser(), [])]
+for argv in lines:
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(argv) == 0, argv
+print(json.dumps({"lines": lines, "heavy": [m for m in sys.argv[1:] if m in sys.modules]}))
+"""
+# pydantic too: not heavy like torch, but ~0.25 s of a 0.5 s budget on 2 cores (the train flags come
+# from cli/train_flags.json instead). How long the answers take: benchmarks/cli_startup.py.
+HEAVY = ["torch", "transformers", "matplotlib", "scipy", "statsmodels", "numpy", "datasets", "peft", "pydantic"]
+
+
+def test_help_and_version_import_no_heavy_module() -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HELP_EVERYWHERE, *HEAVY], capture_output=True, text=True, timeout=120, check=True
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ["train", "--help"] in seen["lines"] and ["prepare", "lm", "--help"] in seen["lines"]
+    assert ["confirm", "plan", "--help"] in seen["lines"] and len(seen["lines"]) >= 15
+    assert seen["heavy"] == [], (
+        f"building the parser imported {seen['heavy']}: import the library inside the command's function "
+        "(cli/ convention) and give the parser a light source for what it needs"
+    )
+
+
+def test_stored_train_flags_match_the_config_fields() -> None:
+    from oelm.cli.train import config_flags, stored_flags
+
+    assert stored_flags() == config_flags(), (
+        "src/oelm/cli/train_flags.json is out of date with TrainConfig's fields: run `python -m oelm.cli.train`"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from oelm.experiments.compare import DEFAULT_PRESET, preset_names
+from oelm.experiments.presets import DEFAULT_PRESET, preset_names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

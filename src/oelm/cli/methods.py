@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from oelm.core.methods import list_methods
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("methods", help="list the registered methods")
@@ -15,6 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from oelm.core.methods import list_methods
+
     methods = list_methods()
     if args.json:
         print(json.dumps([m.to_dict() for m in methods], indent=2))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from oelm.hf.build import param_summary
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -22,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from oelm.hf.build import param_summary
+
     s = param_summary(args.model, args.method, args.num_labels)
     if args.json:
         print(json.dumps(s, indent=2))

@@ -1,4 +1,7 @@
-"""`oelm train [CONFIG.yaml] [key=value ...] [--flags]`: one training run (also under torchrun)."""
+"""`oelm train [CONFIG.yaml] [key=value ...] [--flags]`: one training run (also under torchrun).
+
+`python -m oelm.cli.train` rewrites train_flags.json, the flag table, after a TrainConfig field changes.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 import os
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from oelm.cli import Parser
@@ -18,6 +22,10 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 # Fields set only in YAML or as key=value (structured values).
 _NO_FLAG = {"model_overrides", "method_options", "betas", "text_fields", "dataset"}
+# config_flags() as stored beside this module: the parser is built from it, so `oelm --help` imports
+# neither pydantic nor torch (TrainConfig needs both). tests/test_cli.py checks it against the fields.
+FLAG_TABLE = Path(__file__).with_name("train_flags.json")
+_TYPES: dict[str, Any] = {t.__name__: t for t in (int, float, str, bool)}
 
 
 def _scalar(annotation: Any) -> tuple[Any, list[str] | None] | None:
@@ -63,6 +71,22 @@ def config_flags() -> list[tuple[str, str, Any, list[str] | None, str, Any]]:
     return flags
 
 
+def stored_flags() -> list[tuple[str, str, Any, list[str] | None, str, Any]]:
+    """config_flags() as stored in FLAG_TABLE (what the parser is built from; no pydantic, no torch)."""
+    rows = json.loads(FLAG_TABLE.read_text(encoding="utf-8"))
+    return [(r["flag"], r["field"], _TYPES[r["type"]], r["choices"], r["help"], r["default"]) for r in rows]
+
+
+def write_flag_table(path: Path = FLAG_TABLE) -> None:
+    """Store config_flags() in FLAG_TABLE (run `python -m oelm.cli.train` after changing a TrainConfig field)."""
+    from oelm.utils.io import atomic_write_text
+
+    keys = ("flag", "field", "type", "choices", "help", "default")
+    rows = [dict(zip(keys, (f, d, t.__name__, c, h, v))) for f, d, t, c, h, v in config_flags()]
+    lines = ",\n".join(json.dumps(row, ensure_ascii=False) for row in rows)  # one flag a line: diffs stay readable
+    atomic_write_text(path, f"[\n{lines}\n]\n")
+
+
 class _IntermixedParser(Parser):
     """Lets `key=value` items and flags interleave (`c.yaml --lr 1e-3 seed=2`).
 
@@ -94,7 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "items", nargs="*", metavar="CONFIG.yaml | key=value", help="an optional YAML config, then key=value overrides"
     )
-    for flag, field, kind, choices, text, default in config_flags():
+    for flag, field, kind, choices, text, default in stored_flags():
         if kind is bool:
             p.add_argument(flag, dest=field, action="store_true", default=None, help=text)
             continue
@@ -130,8 +154,9 @@ def config_from_args(args: argparse.Namespace):
     overrides = [item for item in args.items if "=" in item]
     if len(files) > 1:
         raise UserError(f"more than one config file given ({files[1]!r}); merge them or use key=value")
-    negated = {field for flag, field, *_ in config_flags() if flag.startswith("--no-")}
-    fields = [f for _, f, *_ in config_flags()] + [f for f, _ in ALIASES.values()]
+    table = stored_flags()
+    negated = {field for flag, field, *_ in table if flag.startswith("--no-")}
+    fields = [f for _, f, *_ in table] + [f for f, _ in ALIASES.values()]
     flags = {}
     for field in fields:
         value = getattr(args, field, None)
@@ -157,3 +182,8 @@ def run(args: argparse.Namespace) -> int:
         metric = results.get("primary_metric")
         print(f"{cfg.run_dir()}: {metric} = {results.get(metric)}, freeze_check ok = {results['freeze_check']['ok']}")
     return 0
+
+
+if __name__ == "__main__":
+    write_flag_table()
+    print(f"wrote {FLAG_TABLE}")

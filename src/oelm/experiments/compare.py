@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from oelm.experiments.presets import PRESET_DIR, preset_names
 from oelm.experiments.resolve import read_file
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import confirm_command, spec_from_dict
@@ -21,8 +22,6 @@ from oelm.reports.reading import reading_lines
 from oelm.training.config import format_validation
 from oelm.utils.errors import UserError
 
-PRESET_DIR = Path(__file__).with_name("presets")
-DEFAULT_PRESET = "quick"
 DEFAULT_OUT = "runs/compare"
 
 
@@ -58,11 +57,6 @@ class ComparePreset(BaseModel):
     device: str = "cpu"
     seeds: list[int] = Field(min_length=1)
     methods: dict[str, ArmGrid] = Field(min_length=1)
-
-
-def preset_names() -> list[str]:
-    """Presets shipped with the package."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
 def load_preset(name: str | Path) -> ComparePreset:

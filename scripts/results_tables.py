@@ -35,10 +35,9 @@ only), state / comm (optimizer-state and all-reduce savings, boards only), twin 
 method's same-init trainable twin with its verdict, as the board computed it), noise / pairednoise (test-set noise over seed noise). Without METHOD: link, title,
 reference (the arm every method of the table is compared with).
 
-The paired tests, their Holm adjustment, the equivalence tests and the verdicts are recomputed
-from each record's per-seed values (`by_seed`) with `oelm.reports.aggregate.assess`, so records
-written before those existed read in the same vocabulary as new ones; the margin is the record's
-`margin_percent` (1% where it has none).
+Nothing is computed here: every statistic (paired tests, Holm adjustment, equivalence tests,
+verdicts) is the one `oelm report` / `oelm leaderboard` stored, computed from the committed run
+records (scripts/regenerate_results.py rebuilds those JSON files first).
 """
 
 from __future__ import annotations
@@ -52,9 +51,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oelm.reports.aggregate import Arm, Crossing, Group, Noise, assess
-from oelm.reports.reading import reading
-from oelm.reports.stats import MARGIN, PairedTest, Power, Summary
+from oelm.reports.aggregate import Arm, Group, Noise
+from oelm.reports.stats import MARGIN, Decision, PairedTest, Power, Summary
 from oelm.reports.tables import (
     NA,
     fmt_gap,
@@ -128,6 +126,7 @@ def _arm(d: dict) -> Arm:
         delta=d.get("delta"),
         test=PairedTest(**{**test, "seeds": tuple(test["seeds"])}) if test else None,
         power=Power(**power) if power else None,
+        decision=Decision(**d["decision"]) if d.get("decision") else None,
         noise=_noise_record(d.get("noise")),
         paired_noise=_noise_record(d.get("paired_noise")),
         step_time_ratio=ratio,
@@ -179,11 +178,6 @@ class Record:
         raise DocError(f"{where}: no table for dataset {dataset!r} in {self.path}")
 
 
-def ranked(table: dict) -> set[str]:
-    """The ranked methods of a stored leaderboard table."""
-    return {e["method"] for e in table.get("ranked", [])}
-
-
 def load_record(path: Path) -> Record:
     """Read a report.json or leaderboard.json into oelm's own report objects."""
     raw = json.loads(path.read_text())
@@ -201,10 +195,7 @@ def load_record(path: Path) -> Record:
             "direction": g.get("higher_is_better"),
         }
         group = Group(arms=[_arm(e) for e in entries], warnings=list(g.get("warnings", [])), **fields)
-        # The family of a board is its ranked methods; of a report, every method of the table.
-        family = group if not leaderboard else Group(arms=[a for a in group.arms if a.method in ranked(g)], **fields)
-        assess(family, float(g.get("margin_percent", raw.get("margin_percent", MARGIN))))
-        group.margin = family.margin
+        group.margin = float(g.get("margin_percent", raw.get("margin_percent", MARGIN)))
         tables.append(Table(group, g, {e["method"]: e for e in entries}))
     return Record(path, "leaderboard" if leaderboard else "report", tables, raw)
 
@@ -448,21 +439,7 @@ def reading_block(spec: str, records: Records, where: str) -> str:
     tables = [table] if table is not None else record.tables
     if not all(t.raw.get("reading") for t in tables):
         raise DocError(f"{where}: {spec} stores no reading (written by a version of oelm report before it had one)")
-    return "\n\n".join(_reading(t) for t in tables)
-
-
-def _stored_budget(raw: dict) -> str:
-    """The budget text of a stored table: its `budget`, else as its stored reading words it."""
-    if "budget" in raw:
-        return raw["budget"]
-    found = re.search(r" with [^()]* \((.*?)\d+ seeds?, every method", raw.get("reading", ""))
-    return found.group(1).rstrip(", ") if found else ""
-
-
-def _reading(t: Table) -> str:
-    """The plain-language paragraph, regenerated from the stored numbers in today's vocabulary."""
-    crossings = {m: Crossing(**c) for m, c in t.raw.get("crossings", {}).items()}
-    return reading(t.group, budget_text=_stored_budget(t.raw), crossings=crossings)
+    return "\n\n".join(t.raw["reading"] for t in tables)
 
 
 def records_block(records: Records) -> str:

@@ -1,10 +1,9 @@
-"""Copy a sweep's (or confirmation's) run records, without checkpoints, into the repository.
+"""Store a sweep's (or confirmation's) runs as compact run records, committed with the result.
 
-The small files a report or board is built from (results, config, timing, freeze audit, per-window
-test losses) and the sweep's own sweep.yaml / plan.json / confirmation.*; never weights, logs or
-TensorBoard events. Absolute paths to a checkout's configs/ in the
-sweep record become repository-relative. The copy keeps the layout, so `oelm leaderboard DST` rebuilds the board from
-the committed records alone.
+Each run directory becomes DST/runs/<method>/<setting>/seed<N>/record.json (oelm.records.compact:
+results, config, evaluation lines, per-item test values, audit and timing summaries, no weights),
+beside the sweep's own sweep.yaml / plan.json / confirmation.*. `oelm report DST` and
+`oelm leaderboard DST` rebuild the report or board from the committed records alone.
 
     python scripts/store_records.py runs/sweeps/twin-board docs/results/twin-board/records/pilot
 """
@@ -13,18 +12,21 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
 from pathlib import Path
 
-RUN_FILES = ("config.yaml", "results.json", "timing_stats.json", "freeze_audit.json", "test_items.json")
+from oelm.records.compact import write_record
+from oelm.records.layout import RUNS
+from oelm.records.load import load_runs
+from oelm.utils.errors import UserError
+
 TOP_FILES = ("sweep.yaml", "plan.json", "confirmation.md", "confirmation.json")
 
 
 def store(src: Path, dst: Path) -> int:
-    """Copy the records; returns the number of run directories copied."""
-    if not (src / "runs").is_dir():
-        raise SystemExit(f"{src} has no runs/ folder: give a directory `oelm sweep` or `oelm confirm run` wrote")
+    """Write the records; returns the number of runs stored."""
+    if not (src / RUNS).is_dir():
+        raise UserError(f"{src} has no runs/ folder: give a directory `oelm sweep` or `oelm confirm run` wrote")
     dst.mkdir(parents=True, exist_ok=True)
     for name in TOP_FILES:
         if (src / name).is_file():
@@ -32,16 +34,10 @@ def store(src: Path, dst: Path) -> int:
             # repository-relative (from configs/ on) so the records name no machine's folders.
             text = (src / name).read_text(encoding="utf-8")
             (dst / name).write_text(re.sub(r"/\S*?/(configs/)", r"\1", text), encoding="utf-8")
-    n = 0
-    for results in sorted((src / "runs").rglob("results.json")):
-        run = results.parent
-        out = dst / run.relative_to(src)
-        out.mkdir(parents=True, exist_ok=True)
-        for name in RUN_FILES:
-            if (run / name).is_file():
-                shutil.copy2(run / name, out / name)
-        n += 1
-    return n
+    runs = [r for r in load_runs([src / RUNS]) if r.finished]
+    for run in runs:
+        write_record(run, dst / run.path.relative_to(src), relative_to=src)
+    return len(runs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,68 +102,39 @@ def test_docs_word_every_result_in_the_one_vocabulary():
     assert not found, "old wording (use the vocabulary of oelm.reports.tables.verdict_text):\n" + "\n".join(found)
 
 
-def _stored_report(by_seed_freeze: dict[str, float]) -> dict:
-    """A report.json as an older `oelm report` wrote it: per-seed values, no verdicts."""
+def _records(folder: Path, by_seed_freeze: dict[int, float]) -> Path:
+    """Compact run records of a tiny table: held-out values per seed, nothing else (as a record
+    rebuilt from a stored table holds)."""
+    from oelm.records.compact import write_record
+    from oelm.records.layout import RunKey
+    from oelm.records.run import RunRecord
 
-    def arm(method, by_seed, lr):
-        return {
-            "method": method,
-            "lr": lr,
-            "setting": f"lr{lr}",
-            "primary": {"n": 0, "mean": None},  # stale on purpose: the summary is recomputed from by_seed
-            "by_seed": by_seed,
-            "gap_percent": 99.0,  # stale on purpose
-            "paired_test": {"p_value": 0.999},
-            "mean_step_time": 0.1,
-            "trainable_params": 100,
-            "frozen_params": 0 if method != "oelm-freeze" else 20,
-            "theoretical_saving": 0.0 if method != "oelm-freeze" else 0.044,
-            "lr_sweep": [
-                {
-                    "setting": f"lr{lr}",
-                    "lr": lr,
-                    "selection": {"n": 4, "mean": 1.5, "std": 0.01, "ci_low": 1.49, "ci_high": 1.51},
-                    "runs": [f"runs/sweeps/tiny/runs/{method}/lr{lr}/seed{s}" for s in range(4)],
-                    "excluded": [],
-                }
-            ],
-        }
-
-    base = {"0": 4.00, "1": 4.10, "2": 3.95, "3": 4.05}
-    nofreeze = {"0": 3.90, "1": 4.00, "2": 3.86, "3": 3.95}
-    return {
-        "groups": [
-            {
-                "task": "lm",
-                "dataset": "tiny",
-                "model": "gpt-tiny",
-                "primary_metric": "test_perplexity",
-                "selection_metric": "best_val_loss",
-                "baseline": "baseline",
-                "warnings": [],
-                "heldout_notes": [],
-                "crossings": {},
-                "reading": "In plain words: this paragraph is significant and recovered (old wording).",
-                "arms": [
-                    arm("baseline", base, 0.003),
-                    arm("oelm-freeze", by_seed_freeze, 0.006),
-                    arm("oelm-nofreeze", nofreeze, 0.003),
-                ],
-            }
-        ],
-        "excluded": [],
-        "incomplete": [],
+    arms = {
+        "baseline": ({0: 4.00, 1: 4.10, 2: 3.95, 3: 4.05}, 0.003, 0, 0.0),
+        "oelm-freeze": (by_seed_freeze, 0.006, 20, 0.044),
+        "oelm-nofreeze": ({0: 3.90, 1: 4.00, 2: 3.86, 3: 3.95}, 0.003, 0, 0.0),
     }
+    for method, (by_seed, lr, frozen, saving) in arms.items():
+        for seed, value in by_seed.items():
+            key = RunKey(method, f"lr{lr:g}", seed, lr)
+            results = {
+                "schema_version": 2, "status": "complete", "task": "lm", "method": method, "model": "gpt-tiny",
+                "dataset": "tiny", "seed": seed, "lr": lr, "primary_metric": "test_perplexity",
+                "selection_metric": "best_val_loss", "higher_is_better": False, "test_perplexity": value,
+                "selection_kept": False, "trainable_params": 100 - frozen, "frozen_params": frozen,
+                "theoretical_saving": saving,
+            }  # fmt: skip
+            run = RunRecord(key.path(folder), "complete", results, source="a test's stored table")
+            write_record(run, key.path(folder))
+    return folder
 
 
-def _rerender(tmp_path: Path, by_seed_freeze: dict[str, float], *extra: str) -> dict:
+def _report(tmp_path: Path, by_seed_freeze: dict[int, float], *extra: str) -> dict:
     from oelm.cli import main
 
-    folder = tmp_path / "rec"
-    folder.mkdir(exist_ok=True)
-    (folder / "report.json").write_text(json.dumps(_stored_report(by_seed_freeze)))
-    assert main(["report", "--from-json", str(folder / "report.json"), "--out", str(folder), *extra]) == 0
-    return json.loads((folder / "report.json").read_text())
+    folder = _records(tmp_path / "records", by_seed_freeze)
+    assert main(["report", str(folder), "--out", str(tmp_path / "out"), *extra]) == 0
+    return json.loads((tmp_path / "out" / "report.json").read_text())
 
 
 def _verdicts(report: dict) -> dict[str, str]:
@@ -171,49 +142,43 @@ def _verdicts(report: dict) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_rerendering_a_stored_report_recomputes_its_verdicts(tmp_path):
-    """`oelm report --from-json` recomputes every comparison from by_seed: a consistent +5% per seed
-    is worse (resolved); one changed seed makes it unresolved; the text names the reference and
-    the re-rendering command; --baseline moves the reference."""
-    steady = {"0": 4.20, "1": 4.31, "2": 4.15, "3": 4.25}  # +4.9% to +5.1% in every seed
-    report = _rerender(tmp_path, steady)
+def test_a_report_of_records_computes_its_verdicts_from_the_per_seed_values(tmp_path):
+    """`oelm report` over compact records compares every arm from its per-seed values: a consistent
+    +5% per seed is worse (resolved); one changed seed makes it unresolved; the page says the runs
+    are rebuilt records; --baseline moves the reference."""
+    steady = {0: 4.20, 1: 4.31, 2: 4.15, 3: 4.25}  # +4.9% to +5.1% in every seed
+    report = _report(tmp_path, steady)
     assert report["groups"][0]["reference"] == "baseline"
     assert _verdicts(report)["oelm-freeze"] == "worse (resolved)"
     freeze = next(a for a in report["groups"][0]["arms"] if a["method"] == "oelm-freeze")
-    assert freeze["primary"]["n"] == 4 and abs(freeze["gap_percent"] - 5.0) < 0.2  # not the stale 99
+    assert freeze["primary"]["n"] == 4 and abs(freeze["gap_percent"] - 5.0) < 0.2
     assert freeze["decision"]["m"] == 2
-    md = (tmp_path / "rec" / "report.md").read_text()
-    assert "Re-rendered from the stored" in md and "Reference: **baseline**" in md
-    assert f"oelm report --from-json {tmp_path / 'rec' / 'report.json'} --out {tmp_path / 'rec'}" in md
-    assert not OLD_WORDS.search(md) and "recovered" not in report["groups"][0]["reading"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Reference: **baseline**" in md and "records rebuilt from a test's stored table" in md
+    assert not OLD_WORDS.search(md)
 
-    noisy = {**steady, "1": 3.80}  # one seed now better than the baseline: the gap no longer resolves
-    assert _verdicts(_rerender(tmp_path, noisy))["oelm-freeze"].startswith("unresolved (smallest detectable gap ")
+    noisy = {**steady, 1: 3.80}  # one seed now better than the baseline: the gap no longer resolves
+    shutil.rmtree(tmp_path / "records")
+    assert _verdicts(_report(tmp_path, noisy))["oelm-freeze"].startswith("unresolved (smallest detectable gap ")
 
-    moved = _rerender(tmp_path, steady, "--baseline", "oelm-nofreeze")
+    shutil.rmtree(tmp_path / "records")
+    moved = _report(tmp_path, steady, "--baseline", "oelm-nofreeze")
     assert moved["groups"][0]["reference"] == "oelm-nofreeze"
     assert _verdicts(moved)["baseline"] is not None and _verdicts(moved)["oelm-nofreeze"] is None
-    assert "named by --baseline" in (tmp_path / "rec" / "report.md").read_text()
 
 
 @pytest.mark.slow
-def test_rerendering_a_stored_leaderboard_shows_the_same_init_twin(tmp_path):
-    """`oelm leaderboard --from-json` keeps the stored reference (the default-init baseline) and, with
-    oelm-nofreeze on the board, compares oelm-freeze with its same-init twin too."""
+def test_a_leaderboard_of_records_shows_the_same_init_twin(tmp_path):
+    """`oelm leaderboard` over compact records keeps the named reference (the default-init baseline)
+    and, with oelm-nofreeze on the board, compares oelm-freeze with its same-init twin too."""
     from oelm.cli import main
 
-    stored = _stored_report({"0": 4.20, "1": 4.31, "2": 4.15, "3": 4.25})["groups"][0]
-    rows = [{**a, "rank": i, "added_params": 0, "incomplete": None} for i, a in enumerate(stored["arms"], 1)]
-    board = {k: stored[k] for k in ("task", "dataset", "model", "primary_metric", "baseline")}
-    raw = {"command": "oelm leaderboard runs/sweeps/tiny --out x", "tables": [{**board, "ranked": rows}]}
-    path = tmp_path / "leaderboard-7.json"
-    path.write_text(json.dumps(raw))
-    assert main(["leaderboard", "--from-json", str(path)]) == 0
-    md = (tmp_path / "leaderboard-7.md").read_text()
-    assert (tmp_path / "pareto-7.png").is_file() and "Reference: **baseline**" in md
+    folder = _records(tmp_path / "records", {0: 4.20, 1: 4.31, 2: 4.15, 3: 4.25})
+    assert main(["leaderboard", str(folder), "--out", str(tmp_path / "board"), "--baseline", "baseline"]) == 0
+    md = (tmp_path / "board" / "leaderboard.md").read_text()
+    assert (tmp_path / "board" / "pareto.png").is_file() and "Reference: **baseline**" in md
     assert "gap vs its same-init trainable twin" in md and "vs oelm-nofreeze: " in md
-    table = json.loads(path.read_text())["tables"][0]
+    table = json.loads((tmp_path / "board" / "leaderboard.json").read_text())["tables"][0]
     freeze = next(e for e in table["ranked"] if e["method"] == "oelm-freeze")
     assert freeze["verdict"] == "worse (resolved)" and freeze["twin"] == "oelm-nofreeze"
     assert freeze["twin_verdict"] is not None
-    assert json.loads(path.read_text())["source_command"] == raw["command"]

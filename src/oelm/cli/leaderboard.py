@@ -1,7 +1,6 @@
 """`oelm leaderboard SWEEP_DIR... --out DIR`: rank every method of a sweep from its stored records.
 
-`oelm leaderboard --from-json LEADERBOARD_JSON [--out DIR]` re-renders a stored leaderboard.json
-alone (its run directories may be gone) with today's statistics and wording.
+Committed compact run records (docs/results/NAME/records) are read like run directories.
 """
 
 from __future__ import annotations
@@ -22,23 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the verdict (worse / better (resolved), equivalent within ±MARGIN%, unresolved), minimum "
         "detectable gap, parameters, theoretical saving and its "
         "share of oelm-freeze's, step-time ratio, a verdict against the target and the Pareto "
-        "front of gap against compute saved. Incomplete methods are listed, not ranked. With "
-        "--from-json, re-render a stored leaderboard.json instead (no run directory needed): the "
-        "comparisons are recomputed from its per-seed values.",
+        "front of gap against compute saved. Incomplete methods are listed, not ranked.",
     )
     p.add_argument("paths", nargs="*", metavar="SWEEP_DIR", help="sweep (or run) directories")
-    p.add_argument(
-        "--from-json",
-        default=None,
-        metavar="LEADERBOARD_JSON",
-        help="re-render this stored leaderboard.json with today's statistics and wording (instead of SWEEP_DIR)",
-    )
-    p.add_argument("--out", default=None, help="output directory (e.g. docs/results; with --from-json: its folder)")
+    p.add_argument("--out", default=None, help="output directory (e.g. docs/results)")
     p.add_argument(
         "--baseline",
         default=None,
         help="the reference row every method is compared with (default: the best-tuned trainable arm, "
-        "the best held-out mean among complete methods that freeze nothing; with --from-json, the stored reference)",
+        "the best held-out mean among complete methods that freeze nothing)",
     )
     p.add_argument(
         "--seeds",
@@ -48,30 +39,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only runs of these seeds (e.g. the seeds every method has, when the main comparison has more)",
     )
     add_margin_flag(p)
-    p.set_defaults(func=run, margin=None)  # None: 1%, or the stored margin with --from-json
+    p.set_defaults(func=run, margin=None)  # None: 1%
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the leaderboard and print the verdicts."""
-    from oelm.experiments.leaderboard import write_leaderboard, write_leaderboard_from_json
+    from oelm.experiments.leaderboard import write_leaderboard
     from oelm.reports.stats import MARGIN
     from oelm.utils.errors import UserError
 
-    if args.from_json is not None:
-        if args.paths or args.seeds is not None:
-            raise UserError(
-                "--from-json re-renders one stored leaderboard.json: pass no sweep directories and no "
-                "--seeds with it (it holds the seeds it was built from)"
-            )
-        path, boards = write_leaderboard_from_json(args.from_json, args.out, args.baseline, args.margin)
-    else:
-        if not args.paths or args.out is None:
-            raise UserError(
-                "name the sweep directories and --out DIR (e.g. docs/results), or a stored "
-                "leaderboard.json with --from-json"
-            )
-        margin = MARGIN if args.margin is None else args.margin
-        path, boards = write_leaderboard(args.paths, args.out, args.baseline, seeds=args.seeds, margin=margin)
+    if not args.paths or args.out is None:
+        raise UserError("name the sweep (or record) directories and --out DIR (e.g. docs/results)")
+    margin = MARGIN if args.margin is None else args.margin
+    path, boards = write_leaderboard(args.paths, args.out, args.baseline, seeds=args.seeds, margin=margin)
     print(f"{len(boards)} table(s) -> {path}")
     for board in boards:
         print(f"{board.group.title}: {board.verdict.replace('**', '')}")

@@ -1,7 +1,6 @@
 """`oelm report RUN_OR_SWEEP_DIR... [--out DIR]`: tables and figures from stored run records.
 
-`oelm report --from-json REPORT_JSON [--out DIR]` re-renders a stored report.json alone (its run
-directories may be gone) with today's statistics and wording.
+A folder of committed compact records (docs/results/NAME/records) is read like run directories.
 """
 
 from __future__ import annotations
@@ -19,21 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read only stored run records (results.json, metrics.jsonl) and write "
         "report.md, report.json and figures: mean ± 95%% CI over seeds, LR chosen on "
         "validation, gaps and paired tests vs the baseline, collapsed/incomplete runs listed. "
-        "With --from-json, re-render a stored report.json instead (no run directory needed): "
-        "the comparisons are recomputed from its per-seed values.",
+        "Committed compact run records (record.json) are read like run directories.",
     )
-    p.add_argument("paths", nargs="*", help="run directories or sweep directories (searched recursively)")
-    p.add_argument(
-        "--from-json",
-        default=None,
-        metavar="REPORT_JSON",
-        help="re-render this stored report.json with today's statistics and wording (instead of PATHS)",
-    )
-    p.add_argument("--out", default=None, help="output directory (default: FIRST_PATH/report; the JSON's folder)")
+    p.add_argument("paths", nargs="*", help="run, sweep or record directories (searched recursively)")
+    p.add_argument("--out", default=None, help="output directory (default: FIRST_PATH/report)")
     p.add_argument(
         "--baseline",
         default=None,
-        help="method the others are compared to (default: baseline; with --from-json, the stored reference)",
+        help="method the others are compared to (default: baseline)",
     )
     p.add_argument(
         "--study-numbers",
@@ -41,26 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="YAML of the original study's reported figures (e.g. configs/study/study_numbers.yaml)",
     )
     add_margin_flag(p)
-    p.set_defaults(func=run, margin=None)  # None: 1%, or the stored margin with --from-json
+    p.set_defaults(func=run, margin=None)  # None: 1%
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the report and print where it is."""
-    from oelm.reports.report import write_report, write_report_from_json
+    from oelm.reports.report import write_report
     from oelm.reports.stats import MARGIN
     from oelm.utils.errors import UserError
 
-    if args.from_json is not None:
-        if args.paths or args.study_numbers:
-            raise UserError(
-                "--from-json re-renders one stored report.json: pass no run directories and no "
-                "--study-numbers with it (its study numbers are those it stored)"
-            )
-        path, comparison = write_report_from_json(args.from_json, args.out, args.baseline, args.margin)
-        print(f"{len(comparison.groups)} table(s) re-rendered from {args.from_json} -> {path}")
-        return 0
     if not args.paths:
-        raise UserError("name the run or sweep directories to report on, or a stored report.json with --from-json")
+        raise UserError("name the run, sweep or record directories to report on (e.g. docs/results/quickstart/records)")
     margin = MARGIN if args.margin is None else args.margin
     path, comparison = write_report(
         args.paths, args.out, args.baseline or "baseline", args.study_numbers, margin=margin

@@ -23,9 +23,8 @@ from oelm.core.methods import get_method, twin_of
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
-from oelm.reports import stats, stored
+from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
-from oelm.reports.report import shown_path
 from oelm.reports.tables import (
     CONFIRM_PLAN,
     NA,
@@ -381,15 +380,9 @@ def rank_board(
     reasons: dict[str, str],
     rule: str,
     target: Target = Target(),
-    stored: dict[str, dict] | None = None,
 ) -> Board:
     """The board of a table already compared with its reference: `reasons` says why a method is not
-    ranked ('' when it is), `rule` how the reference was chosen.
-
-    `stored` (a board re-rendered from leaderboard.json: method -> its stored row) gives what the
-    arms' runs would: added parameters, and the per-seed step-time ratios where the reference is
-    the stored one (else none).
-    """
+    ranked ('' when it is), `rule` how the reference was chosen."""
     complete = {m for m, why in reasons.items() if not why}
     base = next((a for a in group.arms if a.method == group.baseline), None)
     ref = next((a for a in group.arms if a.method == target.reference), None)
@@ -398,11 +391,7 @@ def rank_board(
     for arm in group.arms:
         saving = saving_fraction(arm.theoretical_saving)
         share = saving / ref_saving if saving is not None and ref_saving else None
-        if stored is None:
-            entry = Entry(arm, saving, share, added_params(arm.runs), step_ratio(arm, base))
-        else:
-            row = stored.get(arm.method, {})
-            entry = Entry(arm, saving, share, row.get("added_params"), row.get("step_ratio") or stats.summarize([]))
+        entry = Entry(arm, saving, share, added_params(arm.runs), step_ratio(arm, base))
         entry.incomplete = reasons[arm.method]
         _savings(entry, base)
         entries.append(entry)
@@ -713,8 +702,6 @@ def render(
         ]
         if board.warnings:
             lines += [*(f"- **Warning:** {w}" for w in board.warnings), ""]
-        if g.stored is not None and g.stored.notes:
-            lines += [*(f"- **Note:** {n}" for n in g.stored.notes), ""]
         lines += [*_table(board), ""]
         lines += _pilot_lines(board, confirm)
         lines += _unranked(board, not_started if i == 0 else [])
@@ -804,7 +791,6 @@ def to_json(
                 "closest": b.closest,
                 "pareto_front": b.front,
                 "warnings": b.warnings,
-                **({"notes": b.group.stored.notes} if b.group.stored is not None else {}),
                 "ranked": [_entry_json(e) for e in b.ranked],
                 "incomplete": [_entry_json(e) for e in b.unranked],
             }
@@ -900,118 +886,3 @@ def write_leaderboard(
     text = render(boards, not_started, command, len(runs), target, confirm)
     atomic_write_text(out_dir / "leaderboard.md", text)
     return out_dir / "leaderboard.md", boards
-
-
-# ---------------------------------------------------------------------------------------------
-# Re-rendering a stored leaderboard.json (its run directories may be gone)
-
-STORED_RULE = "the reference the stored leaderboard used"
-
-
-def _stored_target(raw: dict[str, Any]) -> Target:
-    """The target a stored leaderboard.json was checked against (the default where it has none)."""
-    t = raw.get("target") or {}
-    default = Target()
-    return Target(
-        float(t.get("max_gap_percent", default.max_gap)),
-        float(t.get("max_upper_percent", default.max_upper)),
-        float(t.get("min_saving_share", default.min_share)),
-        str(t.get("reference", default.reference)),
-    )
-
-
-def board_from_json(
-    table: dict[str, Any],
-    source: str,
-    baseline: str | None = None,
-    margin: float | None = None,
-    target: Target = Target(),
-    top: dict[str, Any] | None = None,
-) -> Board:
-    """One board of a stored leaderboard.json, ranked, compared and checked again by today's code.
-
-    Ranked or not is as stored (the sweep's plan is not in the JSON); the reference is the stored
-    one unless `baseline` names another method.
-    """
-    rows = list(table.get("ranked") or []) + list(table.get("incomplete") or [])
-    group = stored.group_from_json(table, source, baseline, margin, top=top, entries=rows)
-    changed = baseline is not None and baseline != stored.stored_reference(table)
-    regenerated = (f"no {target.reference} runs with a recorded saving", "the reference ")
-    group.warnings = [w for w in group.warnings if not w.startswith(regenerated)]
-    notes = group.stored.notes if group.stored is not None else []
-    if changed:
-        notes.append(
-            "Step-time ratios are omitted: the JSON keeps the per-seed ratios against the stored reference only."
-        )
-    kept = {
-        str(r["method"]): {
-            "added_params": r.get("added_params"),
-            "step_ratio": None if changed else stored.summary_from_json(r.get("step_time_ratio")),
-        }
-        for r in rows
-    }
-    reasons = {str(r["method"]): str(r.get("incomplete") or "") for r in rows}
-    rule = "named by --baseline" if baseline else str(table.get("reference_rule") or STORED_RULE)
-    board = rank_board(group, reasons, rule, target, stored=kept)
-    if any(None in trainable_counts(e.arm) for e in board.ranked):
-        notes.append(
-            "Optimizer-state and all-reduce savings of scheduled methods are n/a: they need the runs' "
-            "freeze audits, which the JSON does not keep."
-        )
-    return board
-
-
-def _origin_sweep(command: str) -> str:
-    """The first sweep directory a stored `oelm leaderboard ...` command names (SWEEP_DIR if none)."""
-    words = command.split()
-    rest = words[words.index("leaderboard") + 1 :] if "leaderboard" in words else []
-    return rest[0] if rest and not rest[0].startswith("--") else "SWEEP_DIR"
-
-
-def write_leaderboard_from_json(
-    source: str | Path,
-    out: str | Path | None = None,
-    baseline: str | None = None,
-    margin: float | None = None,
-) -> tuple[Path, list[Board]]:
-    """Re-render a stored leaderboard.json with today's statistics and wording (no run is read).
-
-    Writes OUT/leaderboard<S>.md, leaderboard<S>.json and pareto<S>.png, S being what follows
-    'leaderboard' in the stored file's name (leaderboard-1200.json -> '-1200'); OUT defaults to
-    its folder, where the stored file is replaced by one that keeps what the next re-rendering needs.
-    """
-    raw = stored.read_record(source, "leaderboard")
-    target = _stored_target(raw)
-    boards = [board_from_json(t, str(source), baseline, margin, target, raw) for t in raw["tables"]]
-    out_dir = Path(out) if out else Path(source).parent
-    suffix = Path(source).stem.removeprefix("leaderboard")
-    parts = ["oelm", "leaderboard", "--from-json", shown_path(source), "--out", shown_path(out_dir)]
-    parts += ["--baseline", baseline] if baseline else []
-    parts += ["--margin", f"{margin:g}"] if margin is not None else []
-    command = " ".join(parts)
-    origin = str(raw.get("source_command") or raw.get("command") or "oelm leaderboard")
-    n_runs = raw.get("n_runs") if isinstance(raw.get("n_runs"), int) else None
-    refs = ", ".join(sorted({b.group.baseline for b in boards if b.group.baseline})) or "none"
-    line = (
-        f"Re-rendered from the stored `{shown_path(source)}` alone (no run directory is read), with today's "
-        "statistics and wording: the gaps, paired intervals, t-tests, their Holm adjustment, the equivalence "
-        "tests (TOST), minimum detectable gaps, twin comparisons, ranking, Pareto front and the target's "
-        "verdict are recomputed from its per-seed values (`by_seed`); parameters, savings and step-time "
-        f"ratios are as the runs recorded them. That record was written by `{origin}` from "
-        f"{f'{n_runs} run directories' if n_runs else 'run directories'} (not in the repository). "
-        f"Reference: **{refs}** ({'named by --baseline' if baseline else STORED_RULE}). What the JSON lacks "
-        "is omitted, with a note on the table."
-    )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pareto = f"pareto{suffix}.png"
-    plot(boards, out_dir / pareto, target)
-    not_started = [str(m) for m in raw.get("not_started") or []]
-    provenance = {"source_command": origin, **({"n_runs": n_runs} if n_runs else {})}
-    atomic_write_json(out_dir / f"leaderboard{suffix}.json", to_json(boards, not_started, command, target, provenance))
-    sweep = _origin_sweep(origin)
-    confirm = f"oelm confirm plan {sweep} --seeds {{seeds}} --out {sweep}-confirm" + (
-        f" --baseline {boards[0].group.baseline}" if boards and boards[0].group.baseline else ""
-    )
-    text = render(boards, not_started, command, 0, target, confirm, source=line, pareto=pareto)
-    atomic_write_text(out_dir / f"leaderboard{suffix}.md", text)
-    return out_dir / f"leaderboard{suffix}.md", boards

@@ -49,12 +49,22 @@ def record_of(run: RunRecord) -> dict[str, Any]:
     }
 
 
-def write_record(run: RunRecord, folder: str | Path) -> Path:
+def dump_record(run: RunRecord, relative_to: str | Path | None = None) -> str:
+    """The record's text: one key per line, floats in their shortest exact form (a diff names what
+    moved). Paths under `relative_to` (the sweep directory) are written relative to it, so a
+    committed record names no machine's folders."""
+    text = json.dumps(record_of(run), indent=1, default=str) + "\n"
+    if relative_to is not None:
+        for root in {Path(relative_to).as_posix(), Path(relative_to).resolve().as_posix()}:
+            text = text.replace(json.dumps(root + "/")[1:-1], "")
+    return text
+
+
+def write_record(run: RunRecord, folder: str | Path, relative_to: str | Path | None = None) -> Path:
     """Write FOLDER/record.json for a run (atomically); returns its path."""
     path = Path(folder) / RECORD_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    # One key per line, floats as Python writes them (shortest exact form): a diff names what moved.
-    atomic_write_text(path, json.dumps(record_of(run), indent=1, default=str) + "\n")
+    atomic_write_text(path, dump_record(run, relative_to))
     return path
 
 

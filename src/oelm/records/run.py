@@ -87,6 +87,9 @@ class RunResults(CommonResults, total=False):
     val_windows: int  # LM: validation windows read (the selection set)
     val_windows_all: int  # LM: non-overlapping windows in the whole validation split
     val_subset: bool  # LM: the selection set is evenly spaced windows, not the whole split
+    # False only in a compact record rebuilt from a stored table whose run directories are lost:
+    # the selection value was not kept (the setting is the one the lost runs chose on validation).
+    selection_kept: bool
 
 
 TEST_OFFICIAL = "official split"
@@ -293,7 +296,8 @@ def classify(results: RunResults | dict[str, Any] | None) -> tuple[str, str]:
         return INVALID, "freeze check failed: the run did not train its method as specified"
     selection = results.get("selection_metric")
     value = results.get(selection) if isinstance(selection, str) else None
-    if selection and (not isinstance(value, (int, float)) or not math.isfinite(value)):
+    kept = results.get("selection_kept", True)  # False: a record rebuilt from a stored table
+    if selection and kept and (not isinstance(value, (int, float)) or not math.isfinite(value)):
         return COLLAPSED, f"{selection} is {value!r} (diverged on validation)"
     if results.get("collapsed") is True:
         return COLLAPSED, "collapsed: true (chance-level validation predictions)"

@@ -12,6 +12,7 @@ import numpy as np
 
 from oelm.core.methods import get_method
 from oelm.core.schedules import saved_before_switch, switch_step
+from oelm.records.compact import FROM_RUN
 from oelm.records.run import COLLAPSED, COMPLETE, INVALID, RunRecord, heldout_note
 from oelm.reports import stats
 from oelm.reports.study_numbers import StudyNumbers
@@ -88,16 +89,6 @@ class Arm:
 
 
 @dataclass
-class StoredTable:
-    """What a stored report.json keeps of a table in place of its runs (reports.stored rebuilds it)."""
-
-    source: str  # the JSON file it was read from, as given
-    budget: str  # steps, batch and length as stored ('' when the JSON does not say)
-    crossings: dict[str, Crossing] | None  # where validation curves crossed the reference's (None: unknown)
-    notes: list[str] = field(default_factory=list)  # what the JSON lacks, so the table omits
-
-
-@dataclass
 class Group:
     """One table: runs of one task, dataset, model and primary metric."""
 
@@ -115,9 +106,6 @@ class Group:
     margin: float = stats.MARGIN  # equivalence margin of the TOST, % of the reference's metric
     # What the splits are (eval_sets): the final split, the test split's origin, the selection set.
     splits: dict[str, Any] = field(default_factory=dict)
-    # A table rebuilt from a stored report.json (reports.stored) has no runs: what the JSON kept
-    # instead of them (None: a table computed from run records).
-    stored: StoredTable | None = None
 
     @property
     def comparisons(self) -> int:
@@ -181,7 +169,13 @@ def _lr_cells(runs: list[RunRecord], selection_metric: str) -> list[LrCell]:
 
 
 def choose_lr(cells: Sequence[LrCell], higher_is_better: bool) -> LrCell | None:
-    """The LR cell with the best mean validation selection metric (collapse-free cells first)."""
+    """The LR cell with the best mean validation selection metric (collapse-free cells first).
+
+    A single setting with runs is the choice whether or not its selection value was kept: there
+    is nothing to choose between (a confirmation's fixed arm, a record rebuilt from a stored table).
+    """
+    if len(cells) == 1 and cells[0].runs:
+        return cells[0]
     scored = [c for c in cells if c.selection.mean is not None]
     pool = [c for c in scored if c.eligible] or scored
     if not pool:
@@ -497,6 +491,19 @@ def _prefreeze_warnings(arms: list[Arm]) -> list[str]:
     return warnings
 
 
+def _rebuilt_warnings(runs: list[RunRecord]) -> list[str]:
+    """Say which runs are compact records rebuilt from a stored table (their run directories lost)."""
+    sources = sorted({r.source for r in runs if r.source != FROM_RUN})
+    if not sources:
+        return []
+    n = sum(r.source != FROM_RUN for r in runs)
+    return [
+        f"{n} of {len(runs)} runs are records rebuilt from {', '.join(sources)}: their run directories were "
+        "not kept, so only each seed's held-out value at the setting validation chose survives (no per-LR "
+        "validation numbers, curves, per-item test values, step times or audits); rerun the sweep for those"
+    ]
+
+
 def _method_order(methods: Sequence[str], baseline: str) -> list[str]:
     """Baseline first, then the rest alphabetically."""
     return sorted(methods, key=lambda m: (m != baseline, m))
@@ -572,6 +579,7 @@ def _group(
         _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms, extensions) + _prefreeze_warnings(arms)
     )
     group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
+    group.warnings += _rebuilt_warnings(runs)
     if group.primary_metric.startswith("val_"):
         group.warnings.append(
             f"{metric_label(group.primary_metric, group.splits)} is measured on the validation split that chose the LR (the "

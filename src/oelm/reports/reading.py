@@ -166,12 +166,8 @@ def _crossing(arm: Arm, c: Crossing | None) -> str:
 def reading(group: Group, budget_text: str | None = None, crossings: Mapping[str, Crossing] | None = None) -> str:
     """One paragraph: what differed, by how much, how sure, what it cost or saved in time.
 
-    From a stored report.json (no runs) pass the stored budget text and crossings, or set
-    group.stored; by default both are read from the arms' runs.
+    By default the budget and crossings are read from the arms' runs.
     """
-    if group.stored is not None:  # a table rebuilt from report.json: what the JSON kept
-        budget_text = group.stored.budget if budget_text is None else budget_text
-        crossings = (group.stored.crossings or {}) if crossings is None else crossings
     base = next((a for a in group.arms if a.method == group.baseline), None)
     if base is None or base.primary.mean is None:
         return (

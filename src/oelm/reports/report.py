@@ -13,7 +13,7 @@ from typing import Any
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
-from oelm.reports import plots, stored
+from oelm.reports import plots
 from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing, metric_label, split_text
 from oelm.reports.reading import budget, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
@@ -142,8 +142,6 @@ def _group_section(group: Group, out: Path, index: int, extend: str = CONFIRM_PL
     if ref := reference_line(group):
         lines += [ref, ""]
     lines += [f"> **Warning:** {w}" for w in group.warnings]
-    if group.stored is not None:
-        lines += [f"> **Note:** {n}" for n in group.stored.notes]
     lines += [
         f"> **Held-out information** (not used for any choice): `{r.path.as_posix()}` "
         f"({r.method} {r.setting} seed {r.seed}): {note}"
@@ -164,9 +162,6 @@ def _group_section(group: Group, out: Path, index: int, extend: str = CONFIRM_PL
     lines.append("")
     if curves:
         lines.append(f"![validation curves]({curves.name})")
-    elif group.stored is not None and (out / f"curves-{slug}.png").is_file():
-        # The JSON holds no curves: the figure the runs drew stays, named as such.
-        lines.append(f"![validation curves, as drawn from the runs (not redrawn from the JSON)](curves-{slug}.png)")
     if gaps:
         lines.append(f"![gaps vs baseline]({gaps.name})")
     return lines
@@ -289,8 +284,6 @@ def _reading(group: Group) -> str:
 
 def _crossings_json(group: Group) -> dict[str, Any]:
     """Per method: where its mean validation curve last crossed the baseline's (if it did)."""
-    if group.stored is not None:  # no runs: what the stored JSON kept ({} when it cannot apply)
-        return {m: asdict(c) for m, c in sorted((group.stored.crossings or {}).items())}
     base = next((a for a in group.arms if a.method == group.baseline), None)
     if base is None:
         return {}
@@ -319,9 +312,8 @@ def to_json(comparison: Comparison, provenance: dict[str, Any] | None = None) ->
                 "margin_percent": g.margin,
                 "splits": g.splits,
                 "comparisons": g.comparisons,
-                "budget": budget(g) if g.stored is None else g.stored.budget,
+                "budget": budget(g),
                 "warnings": g.warnings,
-                **({"notes": g.stored.notes} if g.stored is not None else {}),
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
                 "reading": _reading(g),
                 "arms": [_arm_json(a) for a in g.arms],
@@ -385,62 +377,6 @@ def shown_path(path: str | Path) -> str:
         rel = os.path.relpath(text)
         text = text if rel.startswith("..") else rel
     return Path(text).as_posix()
-
-
-def from_json_command(source: str | Path, out: str | Path, baseline: str | None, margin: float | None) -> str:
-    """The command that re-renders a stored report.json (what the re-rendered report.md quotes)."""
-    parts = ["oelm", "report", "--from-json", shown_path(source), "--out", shown_path(out)]
-    if baseline:
-        parts += ["--baseline", baseline]
-    if margin is not None:
-        parts += ["--margin", f"{margin:g}"]
-    return " ".join(parts)
-
-
-def write_report_from_json(
-    source: str | Path,
-    out: str | Path | None = None,
-    baseline: str | None = None,
-    margin: float | None = None,
-    extend: str = CONFIRM_PLAN,
-) -> tuple[Path, Comparison]:
-    """Re-render a stored report.json with today's statistics and wording: OUT/report.md, report.json,
-    gap figures. No run record is read (`reports.stored`).
-
-    The reference is the stored one unless `baseline` names another method; the margin the stored
-    one unless `margin` is given. OUT defaults to the JSON's folder (the stored file is replaced by
-    the re-rendered one, which keeps everything the next re-rendering needs).
-    """
-    comparison, raw = stored.comparison_from_json(source, baseline, margin)
-    n_runs, sources = stored.stored_runs(raw)
-    out_dir = Path(out) if out else Path(source).parent
-    out_dir.mkdir(parents=True, exist_ok=True)
-    command = from_json_command(source, out_dir, baseline, margin)
-    refs = sorted({g.baseline for g in comparison.groups if g.baseline})
-    rule = "named by --baseline" if baseline else "the reference the stored report used"
-    where = ", ".join(f"`{s}`" for s in sources) or "folders the JSON does not name"
-    intro = [
-        "Regenerate with:",
-        "",
-        "```",
-        command,
-        "```",
-        "",
-        f"Re-rendered from the stored `{shown_path(source)}` alone (no run directory is read), with today's "
-        "statistics and wording: the gaps, paired intervals, t-tests, their Holm adjustment, the "
-        "equivalence tests (TOST) and the minimum detectable gaps are recomputed from its per-seed values "
-        "(`by_seed`); the LR sweep, step times, parameters, savings and per-arm test-set noise are as the "
-        f"runs recorded them. That record was written by `oelm report` from {n_runs} run directories under "
-        f"{where} (not in the repository). Reference: **{', '.join(refs) or 'none'}** ({rule}). What the JSON "
-        "lacks is omitted, with a note on the table.",
-    ]
-    text = render(comparison, out_dir, sources, extend, intro=intro)
-    text = text.rstrip() + "\n\n" + "\n".join(reading_lines(comparison)).rstrip() + "\n"
-    provenance = {"n_runs": n_runs, "sources": sources, "command": command}
-    payload = json.dumps(to_json(comparison, provenance), indent=2, default=str)
-    _write_atomic(out_dir / "report.md", text)
-    _write_atomic(out_dir / "report.json", payload)
-    return out_dir / "report.md", comparison
 
 
 SUMMARY_WIDTH = 100  # what `oelm compare` / `oelm sweep` print fits a terminal this wide

@@ -34,10 +34,8 @@ COMPARED = (".md", ".json")
 
 def pages(root: Path) -> list[dict]:
     """The manifest's entries."""
-    text = (root / MANIFEST).read_text(encoding="utf-8")
-    import yaml  # the manifest is a list, which read_yaml (mappings only) refuses
-
-    entries = yaml.safe_load(text)
+    # The manifest is a list, which read_yaml (mappings only) refuses: the strict loader on its text.
+    entries = load_yaml_text((root / MANIFEST).read_text(encoding="utf-8"))
     if not isinstance(entries, list):
         raise SystemExit(f"{MANIFEST} must be a list of pages")
     return entries

@@ -13,6 +13,7 @@ from oelm.records.run import RESULTS_FILE, RunResults, is_finished, read_results
 from oelm.training.checkpoint import latest_checkpoint
 from oelm.training.config import RUNTIME_FIELDS, TrainConfig
 from oelm.utils.errors import UserError
+from oelm.utils.io import load_yaml_text
 from oelm.utils.lock import LOCK_NAME
 
 
@@ -29,7 +30,7 @@ class RunPlan:
 
 def _stored_identity(run_dir: Path) -> dict[str, Any] | None:
     try:
-        stored = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        stored = load_yaml_text((run_dir / "config.yaml").read_text()) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     if not isinstance(stored, dict):

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 
 from oelm.core.audit import audit_model, verify_audit
@@ -17,6 +16,7 @@ from oelm.core.targets import find_targets, unwrap
 from oelm.data.tokenizers import relocated_spec
 from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
 from oelm.models.hf_cls import load_hf_classifier
+from oelm.records.run import read_yaml_mapping
 from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
 from oelm.utils.errors import UserError
@@ -83,7 +83,7 @@ def _run_method(run_dir: Path, meta: dict[str, str]) -> tuple[str, dict[str, Any
         return meta["method"], json.loads(meta["method_options"]), int(json.loads(seed))
     cfg: dict[str, Any] = {}
     if (run_dir / "config.yaml").is_file():
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        cfg = read_yaml_mapping(run_dir / "config.yaml")
     method = cfg.get("method") or meta.get("method")
     if not method:
         raise UserError(f"{str(run_dir)!r}: neither config.yaml nor the checkpoint names the method")

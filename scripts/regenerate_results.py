@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from oelm.cli import main as oelm
+from oelm.utils.io import load_yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path("docs/results")  # relative to the repository root: commands embed these paths

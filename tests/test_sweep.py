@@ -113,7 +113,9 @@ def test_grid_fields_get_their_own_setting_and_a_changed_base_is_refused(tmp_pat
     dirs = {r.run_dir.parent.name for r in spec.runs()}
     assert "lr0.001_warmup2" in dirs and len(spec.runs()) == 16
     (tmp_path / "sweep").mkdir()
-    (tmp_path / "sweep" / "sweep.yaml").write_text("base: {steps: 99}\ngrid: {}\nmethods: {baseline: {lr: [0.001]}}\nseeds: [0]\n")
+    (tmp_path / "sweep" / "sweep.yaml").write_text(
+        "base: {steps: 99}\ngrid: {}\nmethods: {baseline: {lr: [0.001]}}\nseeds: [0]\n"
+    )
     with pytest.raises(UserError, match="different base config"):
         run_sweep(spec_from_dict(_spec(tmp_path)), progress=False)
 

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path("docs/results")  # relative to the repository root: commands embed these paths
 MANIFEST = RESULTS / "pages.yaml"
 COMPARED = (".md", ".json")
+GENERATED = (RESULTS, Path("docs/examples"))  # where pages live (README.md is compared too)
 
 
 def pages(root: Path) -> list[dict]:
@@ -78,10 +79,13 @@ def regenerate(root: Path, quiet: bool = True, only: set[str] | None = None) -> 
 
 
 def differences(a: Path, b: Path) -> list[str]:
-    """Markdown / JSON files under docs/ and README.md that differ between two trees."""
+    """Markdown / JSON files the regeneration writes (docs/results, docs/examples, README.md) that
+    differ between two trees."""
     out = []
-    names = {p.relative_to(a) for p in (a / "docs").rglob("*") if p.suffix in COMPARED}
-    names |= {p.relative_to(b) for p in (b / "docs").rglob("*") if p.suffix in COMPARED}
+    names: set[Path] = set()
+    for tree in (a, b):
+        for folder in GENERATED:
+            names |= {p.relative_to(tree) for p in (tree / folder).rglob("*") if p.suffix in COMPARED}
     names |= {Path("README.md")}
     for name in sorted(names):
         x, y = a / name, b / name

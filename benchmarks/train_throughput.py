@@ -1,4 +1,4 @@
-"""Training throughput of baseline vs oelm-freeze through the real loop (`oelm.training.train`).
+"""Training throughput of baseline vs oelm-freeze through the real loop (`oelm.train`).
 
 Each configuration is a short `train()` run on random tokens; the numbers come from the run's
 timing_stats.json (warm-up steps excluded, data loading excluded, CUDA events on GPU). Beside each

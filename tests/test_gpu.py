@@ -39,7 +39,7 @@ def _tiny_lm_data(folder):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_amp_training_keeps_frozen_qk_and_times_with_cuda_events(cuda, tmp_path, dtype):
-    from oelm.training import train
+    from oelm import train
 
     data = _tiny_lm_data(tmp_path / "data")
     results = train(
@@ -119,7 +119,7 @@ def test_train_step_adds_no_host_sync_to_the_bare_model_step(cuda, tmp_path):
 
 @pytest.mark.slow  # compiles and records CUDA graphs
 def test_reduce_overhead_compile_mode_trains(cuda, tmp_path):
-    from oelm.training import train
+    from oelm import train
 
     data = _tiny_lm_data(tmp_path / "data")
     results = train(

@@ -26,14 +26,13 @@ from oelm.hf.peft import write_adapter_record
 from oelm.hf.wrappers import is_peft, underlying
 from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
 from oelm.training.checkpoint import load_weights
-from oelm.training.runs import load_model
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text, file_times, follow_umask
 
 GPT_FILE = "oelm_model.json"  # our GPT's architecture (HF models keep theirs in config.json)
 WEIGHTS_FILE = "model.safetensors"
 
-__all__ = ["from_pretrained", "load_model", "save_pretrained"]
+__all__ = ["from_pretrained", "save_pretrained"]
 
 
 def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path:

@@ -1,16 +1,13 @@
-"""Training: one loop core (loop.py) with task plug-ins (lm.py, classification.py)."""
+"""Training: one loop core (loop.py) with task plug-ins (lm.py, classification.py, probe.py)."""
 
 from __future__ import annotations
 
 import importlib
-
-__all__ = ["TrainConfig", "make_config", "train"]
-
-_LAZY = {"TrainConfig": "oelm.training.config", "make_config": "oelm.training.config", "train": "oelm.training.loop"}
+import importlib.util
 
 
 def __getattr__(name: str):
-    # Lazy so that importing a sibling module (e.g. training.metrics) does not pull in the loop.
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'oelm.training' has no attribute {name!r}")
+    # Submodules load on first attribute access: `oelm.training.X` works after a bare `import oelm`.
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

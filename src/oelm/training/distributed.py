@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -139,6 +140,17 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.tolist()
+
+
+def agreed_signal(signum: int | None, due: bool, info: DistInfo, device: torch.device) -> int | None:
+    """The signal to stop on. One process stops at the step it got it; in a process group the
+    ranks agree at `due` steps only (log steps), so the step loop gains no all-reduce or host sync
+    per step; a rank the signal missed stops with the others (SIGTERM)."""
+    if not info.enabled:
+        return signum
+    if not due or not all_reduce_sum([float(signum or 0)], info, device)[0]:
+        return None
+    return signum or int(signal.SIGTERM)
 
 
 def all_reduce_tensor(t: torch.Tensor, info: DistInfo) -> torch.Tensor:

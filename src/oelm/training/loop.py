@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import signal
 import threading
 import time
@@ -16,8 +15,6 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from oelm.core.audit import AuditCheck, audit_model, verify_audit
@@ -28,23 +25,19 @@ from oelm.records.run import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_ITEMS_
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import (
-    CommCounter,
     DistInfo,
+    agreed_signal,
     all_reduce_sum,
     barrier,
-    broadcast_tensors,
-    count_comm,
     from_rank0,
-    gathered,
     init_distributed,
-    set_gradient_sync,
-    shard_model,
     shutdown_distributed,
 )
 from oelm.training.results import RunFacts, build_results, build_timing
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.runs import TOKENIZER_DIR
+from oelm.training.strategy import Strategy, make_strategy
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.wandb import FanOut, WandbLogger
@@ -72,18 +65,6 @@ def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = No
     finally:
         if owns_group:  # after a failure no barrier: this rank exits now, and torchrun stops the rest
             shutdown_distributed(info, clean=ok)
-
-
-def fs_wait_seconds() -> float:
-    """OELM_FS_WAIT_S: how long fsdp ranks look for rank 0's run directory (default 60 s)."""
-    raw = os.environ.get("OELM_FS_WAIT_S", "60")
-    try:
-        wait = float(raw)
-    except ValueError:
-        wait = -1.0
-    if not math.isfinite(wait) or wait < 0:
-        raise UserError(f"environment variable OELM_FS_WAIT_S={raw!r} is not a number of seconds >= 0; set e.g. 60")
-    return wait
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -202,12 +183,11 @@ class Trainer:
         self.eval_times: list[float] = []
         self.prior_wall = 0.0
         self.timer = StepTimer(device)
-        self.comm_bytes, self.session_first_step = 0, 0  # all-reduced gradient bytes this session
+        self.session_first_step = 0  # collectives are counted from here (this session)
         self.last_lr = cfg.lr
         self.last_loss: torch.Tensor | float = 0.0  # of the latest step, checked before a checkpoint
-        self.fsdp = cfg.strategy == "fsdp"  # FSDP2: sharded parameters, DCP step checkpoints
-        self.fsdp_comm: CommCounter | None = None  # FSDP2's all-gather / reduce-scatter bytes (training steps)
-        self.fs_wait = fs_wait_seconds()  # read now: a bad value is refused before any work
+        # One process, DDP or FSDP2: how the ranks share model, gradients and checkpoints.
+        self.strategy: Strategy = make_strategy(cfg.strategy, dist, device)
 
     # ---- setup -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -231,7 +211,7 @@ class Trainer:
             spec = self.task.model_metadata().get("tokenizer")
             if spec:  # a tokenizer given by a local path travels with the run (sample, export)
                 copy_local_tokenizer(spec, self.run_dir / TOKENIZER_DIR)
-        self._check_shared_run_dir()
+        self.strategy.check_run_dir(self.run_dir)
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
         self.session_first_step = self.step
@@ -255,11 +235,7 @@ class Trainer:
         if self.schedule is not None:
             self.audit.schedule = self.schedule.summary()
         self.model = model.to(self.device)
-        if self.fsdp:  # before the optimizer: it must hold the sharded (DTensor) parameters
-            shard_model(self.model, self.device, self.dist.world)
-            if self.dist.enabled:  # counted during training steps only (not evaluation's gathers)
-                self.fsdp_comm = count_comm(self.model)
-                self.fsdp_comm.active = False
+        self.strategy.shard(self.model)  # before the optimizer: FSDP2's sharded (DTensor) parameters
         self.optimizer = make_adamw(
             scale_group_lrs(optimizer_groups(self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay), self.cfg.lr),
             lr=self.cfg.lr,
@@ -276,57 +252,20 @@ class Trainer:
         self._wrap_trainable()
 
     def _wrap_trainable(self) -> None:
-        """The trainable-parameter list and the DDP wrapper (rebuilt when a schedule switches)."""
+        """The trainable-parameter list and the strategy's wrapper (rebuilt when a schedule switches)."""
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.train_model: nn.Module = self.eval_model
-        if self.dist.enabled and not self.fsdp:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.train_model = DDP(self.eval_model, device_ids=ids)
-
-            def count_allreduce(state, bucket):  # unannotated: DDP checks annotations against its own types
-                """DDP's own all-reduce of a gradient bucket, its bytes counted (frozen tensors have none)."""
-                buffer = bucket.buffer()
-                self.comm_bytes += buffer.numel() * buffer.element_size()
-                return allreduce_hook(state, bucket)
-
-            self.train_model.register_comm_hook(None, count_allreduce)
+        self.train_model: nn.Module = self.strategy.wrap(self.eval_model)
 
     # ---- method schedule (oelm.core.schedules): switches by step, restored exactly on resume ------
     def _schedule_step(self) -> None:
-        """Switch the method's schedule when its step comes, then refill optimizer and DDP."""
+        """Switch the method's schedule when its step comes, then refill optimizer and wrapper."""
         if self.schedule is not None and self.schedule.update(self.step, self.audit):
-            self._sync_trainable()
+            self.sync_trainable()
 
-    def _sync_trainable(self) -> None:
-
+    def sync_trainable(self) -> None:
+        """Refill the optimizer and rewrap the model with the parameters that now train."""
         sync_optimizer(self.optimizer, self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay)
         self._wrap_trainable()
-
-    def _check_shared_run_dir(self) -> None:
-        """--strategy fsdp: every rank writes and reads its part of the sharded checkpoints in the run
-        directory, so refuse, on every rank, a job whose ranks do not see rank 0's run directory,
-        instead of failing later. Network file systems may show a new file late, so the ranks look
-        again for up to OELM_FS_WAIT_S seconds. DDP needs no shared directory: rank 0 alone reads
-        what it wrote (run plan, checkpoints, best/) and broadcasts it."""
-        if not (self.dist.enabled and self.fsdp):
-            return
-        barrier(self.dist)
-        wait = self.fs_wait
-        deadline = time.monotonic() + wait
-        while True:
-            seen = 1.0 if (self.run_dir / "config.yaml").is_file() else 0.0
-            blind = self.dist.world - round(all_reduce_sum([seen], self.dist, self.device)[0])
-            if blind == 0:
-                return
-            if all_reduce_sum([float(time.monotonic() >= deadline)], self.dist, self.device)[0] > 0:
-                break  # every rank leaves the loop at the same poll
-            time.sleep(0.5)
-        raise UserError(
-            f"{blind} of {self.dist.world} ranks cannot see the run directory {str(self.run_dir)!r} that rank 0 "
-            f"wrote (waited {wait:g} s): the ranks do not share a file system. Under --strategy fsdp every rank "
-            "writes and reads its shard of the checkpoints (torch.distributed.checkpoint) there: put --out on "
-            "a file system all of them see, or use --strategy ddp (rank 0 alone reads the run directory)"
-        )
 
     def _check_checkpoint_method(self, path) -> None:
         """Refuse a checkpoint written under another method, options or method seed, naming the field."""
@@ -399,41 +338,36 @@ class Trainer:
             )
 
     def _read_checkpoint(self, path) -> dict[str, Any]:
-        """Rank 0: check the checkpoint is this run's and read its state (DDP: and its weights)."""
+        """Rank 0: check the checkpoint is this run's and read its state (whole-weight strategies: and
+        its weights)."""
         self._check_checkpoint_method(path)
         state = ckpt.load_state(path)
         self._check_strategy(path, state)
         self._check_world_size(path, state)
-        if not self.fsdp:
-            try:
-                ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
-            except RuntimeError as err:  # strict load: the stored weights do not fit this model
-                raise UserError(
-                    f"checkpoint {str(path)!r} does not fit the configured model "
-                    f"({str(err).splitlines()[0][:120]}); resume with the run's own model settings or pass --overwrite"
-                ) from None
+        try:
+            self.strategy.read_weights(self.model, path / ckpt.WEIGHTS)
+        except RuntimeError as err:  # strict load: the stored weights do not fit this model
+            raise UserError(
+                f"checkpoint {str(path)!r} does not fit the configured model "
+                f"({str(err).splitlines()[0][:120]}); resume with the run's own model settings or pass --overwrite"
+            ) from None
         return state
 
     def _restore(self, path) -> None:
-        # Rank 0 reads (and checks) the checkpoint; every rank gets its state, DDP weights by
-        # broadcast: no other rank opens rank 0's files. FSDP's sharded files are read by every rank.
+        # Rank 0 reads (and checks) the checkpoint; every rank gets its state, the weights as the
+        # strategy shares them (DDP: broadcast, so no other rank opens rank 0's files; FSDP: every
+        # rank reads its shard).
         state = from_rank0(lambda: self._read_checkpoint(path), self.dist)
         if self.dist.is_main:
             for line in determinism_changes(state.get("determinism"), determinism_facts(self.device)):
                 log.warning(line)
-        if self.fsdp:
-            # The stored phase first: it decides which parameters the optimizer holds, and the
-            # sharded optimizer state is loaded into exactly those.
+
+        def restore_phase() -> None:  # the method schedule's stored phase, and the optimizer's params with it
             if self.schedule is not None:
                 self.schedule.load_state_dict(state["method_schedule"], self.audit)
-                self._sync_trainable()
-            ckpt.load_sharded_checkpoint(path, self.model, self.optimizer)
-        else:
-            self._broadcast_weights()
-            if self.schedule is not None:  # the stored phase first: it decides the optimizer's params
-                self.schedule.load_state_dict(state["method_schedule"], self.audit)
-                self._sync_trainable()
-            self.optimizer.load_state_dict(state["optimizer"])
+                self.sync_trainable()
+
+        self.strategy.load_training_state(path, self.model, self.optimizer, state, restore_phase)
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self._check_restored_frozen(path)
@@ -488,7 +422,7 @@ class Trainer:
                 self.tokens_seen += tokens
                 last = self.step == cfg.steps
                 # On the last step too: the run then stops before _finish.
-                stopping = self._agreed_stop(stop.signum, due=self.step % cfg.log_every == 0 or last)
+                stopping = agreed_signal(stop.signum, self.step % cfg.log_every == 0 or last, self.dist, self.device)
                 if self.step % cfg.log_every == 0 or self.step == 1 or last or stopping:
                     self._log_train(loss, tokens, bar)
                 if (cfg.eval_every and self.step % cfg.eval_every == 0) or last:
@@ -529,15 +463,6 @@ class Trainer:
                 + kept
             ) from None
 
-    def _agreed_stop(self, signum: int | None, due: bool) -> int | None:
-        """The signal to stop on. One process stops at the step it got it; under DDP the ranks agree
-        at log steps only (`due`), so the step loop gains no all-reduce or host sync per step."""
-        if not self.dist.enabled:
-            return signum
-        if not due or not all_reduce_sum([float(signum or 0)], self.dist, self.device)[0]:
-            return None
-        return signum or int(signal.SIGTERM)  # a rank the signal missed stops with the others
-
     def _autocast(self):
         if self.amp is None:
             return nullcontext()
@@ -547,34 +472,26 @@ class Trainer:
         """One optimizer step over grad_accum micro-batches; returns (mean loss, global tokens)."""
         accum = self.cfg.grad_accum
         batches = [self.task.next_batch() for _ in range(accum)]  # data loading is not timed
-        self.timer.start()
-        if self.fsdp_comm is not None:
-            self.fsdp_comm.active = True
-        # The loss stays on the device (read only at log intervals): no host sync inside a step.
-        total: torch.Tensor | None = None
-        for i, batch in enumerate(batches):
-            # Under DDP, gradients are all-reduced only on the last micro-batch (FSDP2: reduce-scattered).
-            if self.fsdp and accum > 1:
-                set_gradient_sync(self.model, i == accum - 1)
-            sync = (
-                self.train_model.no_sync() if self.dist.enabled and not self.fsdp and i < accum - 1 else nullcontext()
-            )
-            with sync:
-                with self._autocast():
-                    loss = self.task.loss(self.train_model, batch)
-                self.scaler.scale(loss / accum).backward()
-            total = loss.detach() if total is None else total + loss.detach()
-        if self.cfg.clip > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.last_lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
-        self.timer.stop()
-        if self.fsdp_comm is not None:
-            self.fsdp_comm.active = False
+        with self.strategy.train_step():
+            self.timer.start()
+            # The loss stays on the device (read only at log intervals): no host sync inside a step.
+            total: torch.Tensor | None = None
+            for i, batch in enumerate(batches):
+                # Gradients are synchronised over ranks on the last micro-batch only.
+                with self.strategy.micro_batch(i, accum):
+                    with self._autocast():
+                        loss = self.task.loss(self.train_model, batch)
+                    self.scaler.scale(loss / accum).backward()
+                total = loss.detach() if total is None else total + loss.detach()
+            if self.cfg.clip > 0:
+                self.scaler.unscale_(self.optimizer)
+                self.strategy.clip(self.params, self.cfg.clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.last_lr = self.scheduler.get_last_lr()[0]
+            self.scheduler.step()
+            self.timer.stop()
         tokens = sum(self.task.batch_tokens(b) for b in batches) * self.dist.world
         return (total / accum if accum > 1 else total), tokens
 
@@ -639,18 +556,14 @@ class Trainer:
         if score < self.best_score:
             self.best_score = score
             self.best_val_loss, self.best_step = metrics["loss"], self.step
-            meta = {**self._weights_meta(), "val_loss": metrics["loss"]}
-            if self.fsdp:  # gathered on every rank, written by rank 0: whole weights, as under DDP
-                ckpt.save_best_sharded(self.ckpt_root, self.model, meta, self.dist.is_main)
-            elif self.dist.is_main:
-                ckpt.save_best(self.ckpt_root, self.model, meta)
+            self.strategy.save_best(self.ckpt_root, self.model, {**self._weights_meta(), "val_loss": metrics["loss"]})
 
     def _run_eval(self, split: str, final: bool) -> tuple[dict[str, float], float]:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # eval is timed apart from training steps
         start = time.perf_counter()
         self.model.eval()
-        with torch.no_grad(), self._autocast(), gathered(self.model):
+        with torch.no_grad(), self._autocast(), self.strategy.evaluation(self.model):
             metrics = self.task.evaluate(self.eval_model, split, final)
         self.model.train()
         if self.device.type == "cuda":
@@ -672,26 +585,22 @@ class Trainer:
     def _checkpoint(self) -> None:
         # Between log lines a loss may have become non-finite: such weights are never checkpointed.
         self._stop_if_diverged(self._mean_loss())
-        if self.fsdp:
-            state = self._checkpoint_state(optimizer=None) if self.dist.is_main else None
-            ckpt.save_sharded_checkpoint(
-                self.ckpt_root,
-                self.step,
-                self.model,
-                self.optimizer,
-                state,
-                self._weights_meta(),
-                self.cfg.keep_last,
-                self.dist.is_main,
-                whole_weights=self.step == self.cfg.steps,
-            )
-        elif self.dist.is_main:
-            state = self._checkpoint_state(optimizer=self.optimizer.state_dict())
-            ckpt.save_checkpoint(self.ckpt_root, self.step, self.model, state, self._weights_meta(), self.cfg.keep_last)
+        self.strategy.save_checkpoint(
+            self.ckpt_root,
+            self.step,
+            self.model,
+            self.optimizer,
+            self._checkpoint_state,
+            self._weights_meta,
+            self.cfg.keep_last,
+            last=self.step == self.cfg.steps,
+        )
         barrier(self.dist)
 
     def _checkpoint_state(self, optimizer: dict[str, Any] | None) -> dict[str, Any]:
-        """state.pt: everything but the weights (and, under FSDP, the optimizer: sharded in dcp/)."""
+        """state.pt: everything but the weights (and, under FSDP, the optimizer: sharded in dcp/).
+
+        Called on rank 0 only (by the strategy)."""
         return {
             "step": self.step,
             "tokens_seen": self.tokens_seen,
@@ -715,35 +624,27 @@ class Trainer:
             "strategy": self.cfg.strategy,
         }
 
-    def _broadcast_weights(self) -> None:
-        """DDP: every rank takes the weights rank 0 loaded (parameters and buffers, in place)."""
-        broadcast_tensors([*self.model.parameters(), *self.model.buffers()], self.dist)
-
     def _load_best(self) -> None:
         """Load best/ after checking it holds this run's best step (never stale weights).
 
-        DDP: rank 0 reads the file and broadcasts the weights. FSDP: every rank reads it (and keeps
-        its shard), on the file system the start-up check found shared."""
+        Rank 0 checks the step; then the strategy loads the weights (DDP: rank 0 reads the file and
+        broadcasts them; FSDP: every rank reads it and keeps its shard, on the file system the
+        start-up check found shared)."""
         best = self.ckpt_root / "best" / ckpt.WEIGHTS
         if self.best_step is None:
             return
 
-        def read() -> None:  # rank 0 (every rank for FSDP: its own shard)
+        def read() -> None:  # rank 0
             found = ckpt.weights_step(best) if best.is_file() else None
             if found != self.best_step:
                 raise UserError(
                     f"{str(best)!r} holds step {found}, but this run's best is step {self.best_step} "
                     "(left by an interrupted run); rerun with --overwrite"
                 )
-            if self.fsdp:
-                return
-            ckpt.load_weights(self.model, best)
+            self.strategy.read_weights(self.model, best)
 
         from_rank0(read, self.dist)
-        if self.fsdp:
-            ckpt.load_whole_weights(self.model, best)
-        else:
-            self._broadcast_weights()
+        self.strategy.share_weights(self.model, best)
 
     # ---- end of run --------------------------------------------------------------------------
     def _verify_freezing(self) -> AuditCheck:
@@ -771,9 +672,9 @@ class Trainer:
         return AuditCheck(not problems, problems, trained.n_frozen_checked, notes)
 
     def _per_step(self, counted: int | None) -> float | None:
-        """Bytes counted this session per optimizer step (None: not counted, or no process group)."""
+        """Bytes counted this session per optimizer step (None: not counted: one process)."""
         steps = self.step - self.session_first_step
-        return counted / steps if counted is not None and self.dist.enabled and steps > 0 else None
+        return counted / steps if counted is not None and steps > 0 else None
 
     def _finish(self) -> dict[str, Any]:
         barrier(self.dist)  # rank 0 has written best/ before anyone reads it
@@ -784,7 +685,7 @@ class Trainer:
         # reports pair two runs item by item.
         items = test.pop("items", None) if test else None
         mem, mem_kind = peak_memory(self.device)
-        fsdp_bytes = self.fsdp_comm.bytes if self.fsdp_comm is not None else {}
+        comm = self.strategy.comm_bytes()
         facts = RunFacts(
             cfg=self.cfg,
             steps=self.step,
@@ -807,9 +708,9 @@ class Trainer:
             memory_kind=mem_kind,
             gradient_bytes=sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad),
             data_fingerprint=self.task.model_metadata().get("data_fingerprint"),
-            allreduce_bytes_per_step=self._per_step(self.comm_bytes if not self.fsdp else None),
-            allgather_bytes_per_step=self._per_step(fsdp_bytes.get("all_gather")),
-            reduce_scatter_bytes_per_step=self._per_step(fsdp_bytes.get("reduce_scatter")),
+            allreduce_bytes_per_step=self._per_step(comm["all_reduce"]),
+            allgather_bytes_per_step=self._per_step(comm["all_gather"]),
+            reduce_scatter_bytes_per_step=self._per_step(comm["reduce_scatter"]),
             task_results=self.task.results(val, test),
             result_aliases=self.task.result_aliases(),
         )

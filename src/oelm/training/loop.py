@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import signal
@@ -34,6 +33,7 @@ from oelm.training.distributed import (
     shutdown_distributed,
 )
 from oelm.training.results import RunFacts, build_results, build_timing
+from oelm.training.resume import determinism_facts, restore
 from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.runs import TOKENIZER_DIR
@@ -106,32 +106,6 @@ def make_adamw(params: Any, **kwargs: Any) -> torch.optim.AdamW:
 # a RuntimeError with one of these messages.
 OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
-
-
-def determinism_facts(device: torch.device) -> dict[str, Any]:
-    """What bit-identical resume depends on besides the checkpoint: threads, torch, device."""
-    return {
-        "threads": torch.get_num_threads(),
-        "torch": str(torch.__version__),  # a plain str: state.pt is read with weights_only=True
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
-    }
-
-
-def determinism_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
-    """One warning per condition of bit-identical resume that differs from the checkpoint's."""
-    if not saved:
-        return []
-    fixes = {
-        "threads": f"set OMP_NUM_THREADS={saved.get('threads')} to match",
-        "torch": "install that torch",
-        "device": "resume on that device",
-    }
-    return [
-        f"resuming with {key} = {now[key]} where the run used {saved[key]}: the run continues, but will not be "
-        f"bit-identical to an uninterrupted one ({fixes[key]})"
-        for key in now
-        if key in saved and saved[key] != now[key]
-    ]
 
 
 class StopSignals:
@@ -267,126 +241,17 @@ class Trainer:
         sync_optimizer(self.optimizer, self.model, self.cfg.weight_decay, self.cfg.layer_lr_decay)
         self._wrap_trainable()
 
-    def _check_checkpoint_method(self, path) -> None:
-        """Refuse a checkpoint written under another method, options or method seed, naming the field."""
-        stored = ckpt.checkpoint_metadata(path)
-        data = self.task.model_metadata().get("data_fingerprint")
-        if "data_fingerprint" in stored and data is not None and stored["data_fingerprint"] != data:
-            raise UserError(
-                f"the data at {str(self.cfg.data)!r} is not the data this run was trained on (fingerprint "
-                f"{data}, checkpoint {stored['data_fingerprint']}: it was prepared again, with other hold-out "
-                "seeds, fractions, source or tokenizer); resuming would mix splits. Restore that data, or "
-                "start over with --overwrite"
-            )
-        for key, value in ckpt.method_record(self.model).items():
-            mine = value if isinstance(value, str) else json.dumps(value)
-            if key in stored and stored[key] != mine:
-                raise UserError(
-                    f"checkpoint {str(path)!r} was trained with {key} = {stored[key]}, but this run is "
-                    f"configured with {key} = {mine}; resume with the run's own {key} or pass --overwrite"
-                )
-
-    def _check_world_size(self, path, state: dict[str, Any]) -> None:
-        """A resume at another world size must keep the global batch (the experiment), else refused."""
-        saved = state.get("world_size")
-        if saved is None or saved == self.dist.world:
-            return
-        cfg = self.cfg
-        now = cfg.batch_size * cfg.grad_accum * self.dist.world
-        before = state.get("global_batch")
-        if before != now:
-            keep = (
-                before // (cfg.batch_size * self.dist.world)
-                if before % (cfg.batch_size * self.dist.world) == 0
-                else None
-            )
-            fix = (
-                f"resume with --grad-accum {keep} --allow-change grad_accum to keep it"
-                if keep
-                else f"resume with {saved} processes"
-            )
-            raise UserError(
-                f"checkpoint {str(path)!r} was trained by {saved} process(es) with a global batch of {before} "
-                f"sequences; this resume has {self.dist.world} with a global batch of {now} "
-                f"(batch_size {cfg.batch_size} x grad_accum {cfg.grad_accum} x {self.dist.world}), which would "
-                f"change the experiment; {fix}"
-            )
-        if self.dist.is_main:
-            log.warning(
-                f"resuming with {self.dist.world} process(es) where the run used {saved}; the global "
-                f"batch stays {now} sequences, but the run will not be bit-identical to an uninterrupted one"
-            )
-
-    def _check_restored_frozen(self, path) -> None:
-        """The checkpoint's frozen tensors must be this run's start bytes: else it is another run's."""
-        check = verify_audit(self.model, self.audit)
-        if not check.ok:
-            raise UserError(
-                f"checkpoint {str(path)!r} does not belong to this run: {'; '.join(check.problems[:3])} "
-                "(its frozen tensors differ from this run's initialization: another seed, method or "
-                "model wrote it); resume the run that wrote it or pass --overwrite"
-            )
-
-    def _check_strategy(self, path, state: dict[str, Any]) -> None:
-        """DDP checkpoints hold whole weights, FSDP ones sharded files: resume with the one that wrote it."""
-        saved = state.get("strategy", "ddp")
-        if saved != self.cfg.strategy:
-            raise UserError(
-                f"checkpoint {str(path)!r} was written with --strategy {saved} ("
-                f"{'sharded torch.distributed.checkpoint files' if saved == 'fsdp' else 'whole weights'}); "
-                f"this resume uses --strategy {self.cfg.strategy}: resume with --strategy {saved}"
-            )
-
-    def _read_checkpoint(self, path) -> dict[str, Any]:
-        """Rank 0: check the checkpoint is this run's and read its state (whole-weight strategies: and
-        its weights)."""
-        self._check_checkpoint_method(path)
-        state = ckpt.load_state(path)
-        self._check_strategy(path, state)
-        self._check_world_size(path, state)
-        try:
-            self.strategy.read_weights(self.model, path / ckpt.WEIGHTS)
-        except RuntimeError as err:  # strict load: the stored weights do not fit this model
-            raise UserError(
-                f"checkpoint {str(path)!r} does not fit the configured model "
-                f"({str(err).splitlines()[0][:120]}); resume with the run's own model settings or pass --overwrite"
-            ) from None
-        return state
-
     def _restore(self, path) -> None:
-        # Rank 0 reads (and checks) the checkpoint; every rank gets its state, the weights as the
-        # strategy shares them (DDP: broadcast, so no other rank opens rank 0's files; FSDP: every
-        # rank reads its shard).
-        state = from_rank0(lambda: self._read_checkpoint(path), self.dist)
-        if self.dist.is_main:
-            for line in determinism_changes(state.get("determinism"), determinism_facts(self.device)):
-                log.warning(line)
-
-        def restore_phase() -> None:  # the method schedule's stored phase, and the optimizer's params with it
-            if self.schedule is not None:
-                self.schedule.load_state_dict(state["method_schedule"], self.audit)
-                self.sync_trainable()
-
-        self.strategy.load_training_state(path, self.model, self.optimizer, state, restore_phase)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        self._check_restored_frozen(path)
-        self.task.load_state_dict(state["data"])
-        ckpt.set_rng_state(state["rng"])
-        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
-        self.best_val_loss, self.best_step = state["best_val_loss"], state["best_step"]
-        self.best_score = state.get("best_score", self.best_val_loss)
-        self.metrics_offset = state["metrics_offset"]
-        self.timer = StepTimer(self.device, state["step_times"])
-        self.eval_times = list(state["eval_times"])
-        self.prior_wall = state["wall_time"]
-        if "lr" in self.cfg.allow_change:  # the stored scheduler would keep the old peak LR
-            self.scheduler.base_lrs = [self.cfg.lr for _ in self.scheduler.base_lrs]
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.cfg.lr * lr_factor(self.step, self.cfg)
+        """Resume from checkpoint `path` (training/resume.py checks it and restores every part)."""
+        resumed = restore(path, self, lr_factor)
+        self.step, self.tokens_seen = resumed.step, resumed.tokens_seen
+        self.best_val_loss, self.best_step = resumed.best_val_loss, resumed.best_step
+        self.best_score = resumed.best_score
+        self.metrics_offset = resumed.metrics_offset
+        self.timer = StepTimer(self.device, resumed.step_times)
+        self.eval_times = resumed.eval_times
+        self.prior_wall = resumed.wall_time
         self.last_lr = self.scheduler.get_last_lr()[0]
-        if self.dist.is_main:
-            ckpt.restore_best(self.ckpt_root, path, self.best_step)
 
     def _open_logs(self) -> None:
         main = self.dist.is_main

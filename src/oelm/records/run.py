@@ -128,17 +128,17 @@ class RunRecord:
     @property
     def method(self) -> str | None:
         """Method name: results, else config, else the sweep layout."""
-        return self._field("method", str)
+        return self.field("method", str)
 
     @property
     def seed(self) -> int | None:
         """Seed: results, else config, else the sweep layout."""
-        return self._field("seed", int)
+        return self.field("seed", int)
 
     @property
     def lr(self) -> float | None:
         """Peak learning rate: results, else config, else the sweep layout."""
-        return self._field("lr", float)
+        return self.field("lr", float)
 
     @property
     def setting(self) -> str:
@@ -151,17 +151,17 @@ class RunRecord:
     @property
     def dataset(self) -> str:
         """Dataset name as recorded (config fallback), '?' when unknown."""
-        return str(self._field("dataset", str) or "?")
+        return str(self.field("dataset", str) or "?")
 
     @property
     def task(self) -> str:
         """'lm' or 'classification' ('?' when unknown)."""
-        return str(self._field("task", str) or "?")
+        return str(self.field("task", str) or "?")
 
     @property
     def model(self) -> str:
         """Model name as recorded."""
-        return str(self._field("model", str) or "?")
+        return str(self.field("model", str) or "?")
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
@@ -188,7 +188,7 @@ class RunRecord:
                     out.append((int(line["step"]), float(val)))
         return out
 
-    def _field(self, name: str, cast: type) -> Any:
+    def field(self, name: str, cast: type) -> Any:
         """Look a field up in results, then the config, then the sweep directory layout."""
         for source in (self.results, self.config):
             val = _dig(source, name)

@@ -13,6 +13,7 @@ import numpy as np
 from oelm.core.methods import get_method
 from oelm.core.schedules import saved_before_switch, switch_step
 from oelm.records.compact import FROM_RUN
+from oelm.records.facts import ReportingFacts, facts_of
 from oelm.records.run import COLLAPSED, COMPLETE, INVALID, RunRecord, heldout_note
 from oelm.reports import stats
 from oelm.reports.study_numbers import StudyNumbers
@@ -106,6 +107,8 @@ class Group:
     margin: float = stats.MARGIN  # equivalence margin of the TOST, % of the reference's metric
     # What the splits are (eval_sets): the final split, the test split's origin, the selection set.
     splits: dict[str, Any] = field(default_factory=dict)
+    # How the task's runs are reported, as they recorded it (None: the task's legacy facts).
+    reporting: ReportingFacts | None = None
 
     @property
     def comparisons(self) -> int:
@@ -116,6 +119,11 @@ class Group:
     def higher_is_better(self) -> bool:
         """Direction of the primary (and selection) metric: as the task recorded it."""
         return metric_direction(self.direction, self.primary_metric)
+
+    @property
+    def facts(self) -> ReportingFacts:
+        """How this table's task is reported (records.facts)."""
+        return self.reporting or facts_of(self.task)
 
     @property
     def title(self) -> str:
@@ -575,6 +583,7 @@ def _group(
     arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
     group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
     group.splits = eval_sets([r for a in arms for r in a.runs])
+    group.reporting = facts_of(group.task, (r.results for r in runs))
     group.warnings = (
         _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms, extensions) + _prefreeze_warnings(arms)
     )
@@ -650,10 +659,8 @@ def compare(
 
 
 def curve_key(group: Group) -> tuple[str, str]:
-    """Eval-line key of a table's validation curves and its axis label."""
-    if group.task in ("classification", "probe"):
-        return "accuracy", "validation accuracy"
-    return "loss", "validation loss"
+    """Eval-line key of a table's validation curves and its axis label (the task's recorded facts)."""
+    return group.facts.curve_metric, group.facts.curve_label
 
 
 def mean_curve(arm: Arm, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -86,8 +86,8 @@ def budget(group: Group) -> str:
     run = next((r for a in group.arms for r in a.runs), None)
     if run is None:
         return ""
-    steps, batch = run.results.get("steps"), run._field("batch_size", int)
-    seq = run._field("seq_len", int) if group.task == "lm" else run.results.get("max_length")
+    steps, batch = run.results.get("steps"), run.field("batch_size", int)
+    seq = run.field(group.facts.length_key, int)
     parts = [f"{steps} steps" if steps else "", f"batch {batch}" if batch else "", f"length {seq}" if seq else ""]
     return ", ".join(p for p in parts if p)
 

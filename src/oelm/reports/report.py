@@ -56,7 +56,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
         f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
         f"{metric_label(group.primary_metric, group.splits)}{unit}: mean ± 95% CI (n seeds)",
         f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI"
-        + (": what noise it includes]" if group.task == "classification" else "]"),
+        + (": what noise it includes]" if group.facts.item_noise_interval else "]"),
     ]
     if group.higher_is_better:
         head.append(f"Δ {group.primary_metric} (points{unit}, + = better)")

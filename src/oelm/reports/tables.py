@@ -122,7 +122,7 @@ def fmt_gap_interval(arm: Arm, group: Group) -> str:
     boot = arm.gap_bootstrap
     if boot is not None:
         return f"{arm.gap:+.2f}% [{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples, bootstrap)"
-    if group.task == "classification" and arm.gap_paired is not None and arm.gap_paired.ci_low is not None:
+    if group.facts.item_noise_interval and arm.gap_paired is not None and arm.gap_paired.ci_low is not None:
         return f"{fmt_gap(arm, group)} (seeds only)"
     return fmt_gap(arm, group)
 

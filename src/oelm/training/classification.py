@@ -22,6 +22,7 @@ from oelm.data.cls import ClassificationData, PadCollator, encode_pairs, gpt_sep
 from oelm.data.tokenizers import load_tokenizer
 from oelm.models.gpt import GPTClassifier
 from oelm.models.hf_cls import is_gpt_preset, load_hf_classifier, load_hf_tokenizer, resolve_hf_source
+from oelm.records.facts import CLASSIFICATION
 from oelm.records.run import TEST_OFFICIAL
 from oelm.training import metrics as M
 from oelm.training.config import ClassificationOptions, TrainConfig
@@ -46,6 +47,7 @@ class ClassificationTask(Task):
 
     name = "classification"
     higher_is_better = True  # accuracy
+    reporting = CLASSIFICATION
 
     def __init__(self, cfg, dist, device) -> None:
         super().__init__(cfg, dist, device)
@@ -318,6 +320,7 @@ class ClassificationTask(Task):
             "primary_metric": "heldout_accuracy",
             "selection_metric": "best_accuracy",
             "higher_is_better": self.higher_is_better,
+            "reporting": self.reporting.to_dict(),
         }
         return out
 

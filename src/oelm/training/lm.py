@@ -14,6 +14,7 @@ from torch import nn
 from oelm.core.flops import theoretical_saving, training_flops_per_token
 from oelm.data.lm import load_lm_split, read_meta
 from oelm.models.gpt import GPT
+from oelm.records.facts import LM as LM_FACTS
 from oelm.records.run import TEST_HOLDOUT, TEST_OFFICIAL
 from oelm.training.distributed import all_reduce_tensor
 from oelm.training.task import Batch, Task, checked_gpt_config
@@ -44,6 +45,7 @@ class LMTask(Task):
     """Causal LM on `oelm prepare lm` data; batches are random windows, eval windows are fixed."""
 
     name = "lm"
+    reporting = LM_FACTS
     higher_is_better = False  # perplexity and loss
 
     def __init__(self, cfg, dist, device) -> None:
@@ -206,6 +208,7 @@ class LMTask(Task):
             "primary_metric": "test_perplexity" if test else "val_perplexity",
             "selection_metric": "best_val_loss",
             "higher_is_better": self.higher_is_better,
+            "reporting": self.reporting.to_dict(),
         }
 
     def _test_source(self) -> str:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from oelm.data.synthetic import IGNORE, ProbeData, ProbeOptions
+from oelm.records.facts import PROBE
 from oelm.training.distributed import all_reduce_sum
 from oelm.training.lm import LMTask, perplexity
 from oelm.training.task import Batch, checked_gpt_config
@@ -34,6 +35,7 @@ class ProbeTask(LMTask):
 
     name = "probe"
     higher_is_better = True  # answer accuracy
+    reporting = PROBE
 
     def __init__(self, cfg, dist, device) -> None:
         super().__init__(cfg, dist, device)
@@ -134,6 +136,7 @@ class ProbeTask(LMTask):
             "primary_metric": "test_answer_accuracy",
             "selection_metric": "val_answer_accuracy",
             "higher_is_better": self.higher_is_better,
+            "reporting": self.reporting.to_dict(),
         }
 
     def progress_fields(self, loss: float) -> dict[str, str]:

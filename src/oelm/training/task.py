@@ -12,6 +12,7 @@ from torch import nn
 
 from oelm.core.methods import qk_dim_for
 from oelm.models.gpt import gpt_config
+from oelm.records.facts import ReportingFacts
 from oelm.training.config import TrainConfig
 from oelm.training.distributed import DistInfo
 from oelm.utils.errors import UserError
@@ -39,6 +40,9 @@ class Task(ABC):
     # Direction of the task's primary and selection metrics, declared once: recorded in results.json
     # (`higher_is_better`) so that selection and reports never guess it from a metric's name.
     higher_is_better: bool = False
+    # How reports show the task's runs (curves, test items, budget, intervals): written into every
+    # run's results.json as `reporting`, so report code never branches on the task's name.
+    reporting: ReportingFacts = ReportingFacts()
 
     def __init__(self, cfg: TrainConfig, dist: DistInfo, device: torch.device) -> None:
         self.cfg = cfg

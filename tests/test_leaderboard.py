@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from oelm.cli import main
-from oelm.experiments.leaderboard import pareto_front, write_leaderboard
+from oelm.reports.board import pareto_front
+from oelm.reports.leaderboard import write_leaderboard
 from oelm.utils.errors import UserError
-from test_report import make_run
+from test_report import READING, make_run, reading_sections
 
 BASE = [10.0, 10.2, 9.9]
 # method -> (relative gap per seed, theoretical saving): lower test perplexity ranks first.
@@ -68,7 +69,12 @@ def test_ranking_numbers_and_passing_verdict(tmp_path: Path) -> None:
     assert "keeps 50% < 75% of the saving" in table["ranked"][2]["misses"]
     md = md_path.read_text()
     assert "Target met** by oelm-qknorm" in md
-    assert "A/A" in md and "indicative only" in md
+    # How to read it is one docs page, named by its section; the page says what the notes said.
+    assert "How to read these numbers: docs/reading.md#leaderboard (step-time ratios are indicative only" in md
+    assert "How to read:" not in md and "No A/A control" not in md
+    assert reading_sections(md) == ["leaderboard", "step-times"]
+    page = " ".join(READING.read_text(encoding="utf-8").split())
+    assert "No A/A control" in page and "benchmarks/freeze_cost.py --control" in page
     assert "| 2 | oelm-qknorm | 0.003 |" in md and "| 3.90% | 98% |" in md and "900 / 100 / 48" in md
 
 

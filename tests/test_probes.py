@@ -142,14 +142,15 @@ def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_pa
     assert any(e.get("kind") == "eval" and "accuracy" in e for e in evals)
     group = compare(load_runs([tmp_path])).groups[0]
     assert group.primary_metric == "test_answer_accuracy" and group.higher_is_better
-    from oelm.experiments.probes import probe_report
+    from oelm.reports.probes import probe_report
 
     text = probe_report([tmp_path])
     assert "### induction-v16-t16-L2-8" in text and "| oelm-freeze | 0.003 |" in text
+    assert "How to read these numbers: docs/reading.md#probes." in text  # the guide is docs/reading.md
 
 
 def test_query_rank_accuracy_separates_recall_from_elimination() -> None:
-    from oelm.experiments.probes import query_rank_accuracy
+    from oelm.reports.probes import query_rank_accuracy
 
     opts = ProbeOptions(kind="mqar", vocab=16, seq_len=16, n_pairs=3)
     x, y = generate(opts, 32, _gen(0))
@@ -163,7 +164,7 @@ def test_query_rank_accuracy_separates_recall_from_elimination() -> None:
 
 
 def test_probe_summary_tabulates_and_plots_mqar_accuracy_by_difficulty(tmp_path: Path) -> None:
-    from oelm.experiments.probes import probe_report
+    from oelm.reports.probes import probe_report
     from oelm.training.loop import train
 
     for method in ("baseline", "oelm-freeze"):
@@ -221,8 +222,8 @@ def test_probe_sweep_specs_validate_and_list_the_three_arms(spec: Path) -> None:
 
 
 def test_head_scores_find_an_induction_pattern_and_capture_real_attention() -> None:
-    from oelm.experiments.probes import captured_attention, head_scores
     from oelm.models.gpt import GPT, GPTConfig
+    from oelm.reports.probes import captured_attention, head_scores
 
     opts = ProbeOptions(kind="induction", vocab=16, seq_len=12, min_period=3, max_period=5)
     x, y = generate(opts, 8, _gen(2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,31 @@ def lm_sweep(tmp_path: Path) -> Path:
 
 def _arm(report: dict, method: str) -> dict:
     return next(a for a in report["groups"][0]["arms"] if a["method"] == method)
+
+
+READING = Path(__file__).resolve().parent.parent / "docs" / "reading.md"
+
+
+def reading_sections(text: str) -> list[str]:
+    """The docs/reading.md sections an output names ('docs/reading.md#leaderboard' -> 'leaderboard'),
+    each checked to be a heading of that page (its GitHub anchor: lower case, spaces as dashes)."""
+    named = re.findall(r"docs/reading\.md#([a-z0-9-]+)", text)
+    headings = re.findall(r"^#+ (.+)$", READING.read_text(encoding="utf-8"), flags=re.M)
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+    assert named and set(named) <= anchors, (named, sorted(anchors))
+    return named
+
+
+def test_report_names_its_reading_guide_which_says_what_the_numbers_mean(lm_sweep: Path) -> None:
+    """report.md carries one line naming docs/reading.md#report; the page holds the guide."""
+    md = write_report([lm_sweep], lm_sweep / "out")[0].read_text()
+    assert "How to read these numbers: docs/reading.md#report." in md and "How to read:" not in md
+    assert reading_sections(md) == ["report"]
+    page = READING.read_text(encoding="utf-8")
+    section = " ".join(page[page.index("## Report") : page.index("## Leaderboard")].split())
+    for needle in ("Student-t", "(m/b - 1)·100", "paired bootstrap", "seeds only", "Wilcoxon", "Holm", "TOST"):
+        assert needle in section, needle
+    assert "noncentral t" in section and "study_numbers.yaml" in section
 
 
 def test_report_numbers_equal_those_from_records(lm_sweep: Path) -> None:

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the leaderboard and print the verdicts."""
-    from oelm.experiments.leaderboard import write_leaderboard
+    from oelm.reports.leaderboard import write_leaderboard
     from oelm.reports.stats import MARGIN
     from oelm.utils.errors import UserError
 

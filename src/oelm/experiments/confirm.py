@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oelm.experiments.leaderboard import build
 from oelm.experiments.runner import SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
 from oelm.records.load import find_run_dirs, load_run
@@ -38,6 +37,7 @@ from oelm.records.run import RunRecord
 from oelm.records.sweep import SWEEP_FILE, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Group, compare
+from oelm.reports.board import build
 from oelm.reports.tables import fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text

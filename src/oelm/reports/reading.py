@@ -13,6 +13,14 @@ from oelm.reports.aggregate import Arm, Comparison, Crossing, Group, Noise, cros
 from oelm.reports.tables import fmt_num, fmt_p, fmt_saving, pct_scale, verdict_text
 
 SMALL_NOISE = 0.5  # test SE below half the seed SD: the test set adds little to the seed spread
+# How to read each output (what the columns mean, how a verdict is reached) is one page of docs,
+# a section per output; an output names its section instead of carrying the text.
+READING_PAGE = "docs/reading.md"
+
+
+def how_to_read(section: str, note: str = "") -> str:
+    """The line an output prints for its reading guide: 'How to read these numbers: docs/reading.md#SECTION'."""
+    return f"How to read these numbers: {READING_PAGE}#{section}" + (f" ({note})" if note else "") + "."
 
 
 def paired_noise_text(group: Group) -> str:

@@ -15,7 +15,7 @@ from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
 from oelm.reports import plots
 from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing, metric_label, split_text
-from oelm.reports.reading import budget, noise_text, reading, reading_lines
+from oelm.reports.reading import budget, how_to_read, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
 from oelm.reports.study_numbers import StudyNumbers
 from oelm.reports.tables import (
@@ -177,31 +177,6 @@ def _runs_list(title: str, runs: Sequence[RunRecord], note: str) -> list[str]:
     return lines + [""]
 
 
-READING_NOTES = [
-    "How to read: mean ± half-width of the two-sided 95% Student-t interval over seeds "
-    "(n/a when n = 1). Gaps are relative to the reference's mean (the `--baseline` method), in % "
-    "of it, signed so that + means worse (perplexity: (m/b - 1)·100; accuracy: (b - m)/b·100); "
-    "the bracket is the 95% interval of the per-seed gaps, paired by seed, and p the t-test of "
-    "those same per-seed gaps against 0 (>= 3 seeds; Wilcoxon signed-rank too at >= 6). For "
-    "classifiers whose runs stored per-example test correctness the bracket also includes the test "
-    "set's noise: a paired bootstrap (numpy, 2,000 replicates) resampling the seeds and, shared by "
-    "both arms, the test examples; classifier records without that data are marked 'seeds only'. Every "
-    "method of a table is compared with the reference: the m p-values of a table are "
-    "Holm-adjusted (statsmodels), and so are the m equivalence tests (two one-sided t-tests, TOST, "
-    "that the mean gap lies within ±the margin). Each comparison gets one verdict: **worse "
-    "(resolved)** or **better (resolved)** when the Holm-adjusted p is below 0.05; else "
-    "**equivalent within ±M%** when the Holm-adjusted TOST p is below 0.05; else **unresolved "
-    "(smallest detectable gap X at 80% power)**, where X is the smallest |mean paired gap| this "
-    "paired t-test (two-sided, alpha 0.05) finds with probability 0.8 at this number of seeds, "
-    "from the observed SD of the per-seed gaps (noncentral t). Unresolved never means 'no "
-    "difference': only equivalence does, and only within its margin. "
-    "The step-time ratio is measured (method / reference mean step time); the theoretical "
-    "saving is what the run recorded (n/a when it did not). 'study (reported)' is the original "
-    "study's own number at its own scale, copied from configs/study/study_numbers.yaml; it is "
-    "not computed here.",
-]
-
-
 def render(
     comparison: Comparison,
     out: Path,
@@ -220,7 +195,7 @@ def render(
         )
     else:
         lines += list(intro)
-    lines += ["", *READING_NOTES, ""]
+    lines += ["", how_to_read("report"), ""]
     for i, group in enumerate(comparison.groups):
         lines += _group_section(group, out, i, extend) + [""]
     lines += _runs_list(

@@ -88,6 +88,46 @@ def fmt_num(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def fmt_fixed(x: float | None, digits: int = 3, missing: str = NA) -> str:
+    """A number with `digits` decimals ('0.984'), or `missing` (None or not finite)."""
+    if x is None or not math.isfinite(x):
+        return missing
+    return f"{x:.{digits}f}"
+
+
+def fmt_pct(x: float | None, digits: int = 2) -> str:
+    """A signed percentage already in percent ('+1.50%'): a gap, an interval's end; or n/a."""
+    return NA if x is None else f"{x:+.{digits}f}%"
+
+
+def fmt_fraction(x: float | None, digits: int = 2) -> str:
+    """A fraction shown as a percentage ('3.90%'; negative: a cost, not a saving), or n/a."""
+    return NA if x is None else f"{x * 100:.{digits}f}%"
+
+
+def fmt_interval(s: Summary | stats.BootstrapGap | None) -> str:
+    """' [-0.50, +1.20]': the 95% interval of a summary of signed percentages, or '' without one."""
+    if s is None or s.ci_low is None:
+        return ""
+    return f" [{s.ci_low:+.2f}, {s.ci_high:+.2f}]"
+
+
+def fmt_mean_pm(s: Summary, digits: int = 3, n: bool = False, missing: str = NA) -> str:
+    """'mean ± half-width' at `digits` decimals (the ± part only with an interval; ' (n)' with `n`),
+    or `missing` without a mean. `fmt_summary` is the significant-figure form of a metric cell."""
+    if s.mean is None:
+        return missing
+    text = fmt_fixed(s.mean, digits)
+    if s.half_width is not None:
+        text += f" ± {fmt_fixed(s.half_width, digits)}"
+    return f"{text} ({s.n})" if n else text
+
+
+def fmt_lr(lr: float | None, missing: str = NA) -> str:
+    """A learning rate as given ('0.003', '1e-05'), or `missing`."""
+    return missing if lr is None else f"{lr:g}"
+
+
 def fmt_summary(s: Summary, scale: float = 1.0) -> str:
     """'mean ± half-width (n=k)'; the interval is shown as undefined when n < 2."""
     if s.n == 0 or s.mean is None:
@@ -103,11 +143,7 @@ def fmt_gap(arm: Arm, group: Group) -> str:
         return "0 (reference)"
     if arm.gap is None:
         return NA
-    text = f"{arm.gap:+.2f}%"
-    paired = arm.gap_paired
-    if paired is not None and paired.ci_low is not None:
-        text += f" [{paired.ci_low:+.2f}, {paired.ci_high:+.2f}]"
-    return text
+    return fmt_pct(arm.gap) + fmt_interval(arm.gap_paired)
 
 
 def fmt_gap_interval(arm: Arm, group: Group) -> str:
@@ -121,7 +157,7 @@ def fmt_gap_interval(arm: Arm, group: Group) -> str:
         return fmt_gap(arm, group)
     boot = arm.gap_bootstrap
     if boot is not None:
-        return f"{arm.gap:+.2f}% [{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples, bootstrap)"
+        return f"{fmt_pct(arm.gap)}{fmt_interval(boot)} (seeds + test examples, bootstrap)"
     if group.facts.item_noise_interval and arm.gap_paired is not None and arm.gap_paired.ci_low is not None:
         return f"{fmt_gap(arm, group)} (seeds only)"
     return fmt_gap(arm, group)
@@ -130,6 +166,11 @@ def fmt_gap_interval(arm: Arm, group: Group) -> str:
 def _pval(p: float | None) -> str:
     """A p-value in three significant figures, or n/a."""
     return NA if p is None else f"{p:.3g}"
+
+
+def fmt_holm(d: Decision) -> str:
+    """'p = 0.012, Holm p = 0.048 (m = 4)': a decision's paired t-test, raw and Holm-adjusted."""
+    return f"p = {_pval(d.p)}, Holm p = {_pval(d.holm_p)} (m = {d.m})"
 
 
 def fmt_p(arm: Arm, group: Group) -> str:
@@ -144,7 +185,7 @@ def fmt_p(arm: Arm, group: Group) -> str:
         n = d.n if d is not None else (arm.gap_paired.n if arm.gap_paired else 0)
         why = "identical per-seed gaps" if n >= stats.MIN_PAIRED_SEEDS else f"{n} paired seeds; needs >= 3"
         return f"n/a ({why})"
-    text = f"p = {_pval(d.p)}, Holm p = {_pval(d.holm_p)} (m = {d.m})"
+    text = fmt_holm(d)
     if arm.test is not None and arm.test.wilcoxon_p is not None:
         text += f"; Wilcoxon {arm.test.wilcoxon_p:.3g}"
     return text
@@ -229,14 +270,15 @@ def resolved(arm: Arm) -> bool:
     return d is not None and d.verdict in (stats.WORSE, stats.BETTER)
 
 
-def fmt_mde(arm: Arm, group: Group) -> str:
-    """Minimum detectable gap at this number of seeds (paired t, alpha 0.05, power 0.8)."""
+def fmt_mde(arm: Arm, group: Group, with_n: bool = True) -> str:
+    """Minimum detectable gap at this number of seeds (paired t, alpha 0.05, power 0.8), with the
+    number of paired seeds unless `with_n` is False (a table whose n is in another column)."""
     if arm.method == group.baseline:
         return "—"
     pw = arm.power
     if pw is None or pw.mde is None:
         return f"n/a ({pw.n if pw else 0} paired seeds)"
-    return f"±{pw.mde:.2f}% (n={pw.n})"
+    return f"±{pw.mde:.2f}% (n={pw.n})" if with_n else f"±{pw.mde:.2f}%"
 
 
 def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:

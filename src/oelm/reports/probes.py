@@ -1,8 +1,10 @@
-"""Probe summary: per probe and method (at the LR chosen on validation), held-out answer accuracy
-and the steps each seed needed to reach the target validation accuracy.
+"""Probe summary: per probe and method (at the LR chosen on validation), held-out answer accuracy,
+the steps each seed needed to reach the target validation accuracy, and what the best checkpoints'
+attention does (induction and previous-token scores, MQAR accuracy by query order).
 
-`python -m oelm.experiments.probes runs/probes/induction runs/probes/mqar [--out FILE]`; the
-general comparison (gaps, paired p, curves) is `oelm report` on the same directories.
+`python -m oelm.reports.probes runs/probes/induction runs/probes/mqar [--out FILE]`; the
+general comparison (gaps, paired p, curves) is `oelm report` on the same directories. How to read
+the summary: docs/reading.md#probes.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from oelm.records.load import load_runs
 from oelm.records.run import read_results
 from oelm.reports.aggregate import Arm, Group, compare
 from oelm.reports.plots import plt
-from oelm.reports.tables import md_table
+from oelm.reports.reading import how_to_read
+from oelm.reports.tables import fmt_fixed, fmt_lr, fmt_mean_pm, md_table
 from oelm.training.sample import load_run_model
 
 CURVE_STEPS = (100, 200, 400, 800)  # validation accuracy shown at these steps when logged
+EMPTY = "-"  # the summary's empty cell
 
 
 @contextmanager
@@ -114,16 +118,14 @@ def run_query_accuracy(run_dir: Path) -> list[float] | None:
         return query_rank_accuracy(model(x)[0], y)
 
 
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def _ci(arm: Arm) -> str:
-    p = arm.primary
-    if p.mean is None:
-        return "-"
-    half = f" ± {p.half_width:.3f}" if p.half_width is not None else ""
-    return f"{p.mean:.3f}{half} ({p.n})"
+    """Test answer accuracy: 'mean ± half-width (n seeds)'."""
+    return fmt_mean_pm(arm.primary, 3, n=True, missing=EMPTY)
+
+
+def _mean(values: Sequence[float], digits: int = 2) -> str:
+    """The mean of some values at `digits` decimals, or the empty cell."""
+    return fmt_fixed(statistics.fmean(values), digits) if values else EMPTY
 
 
 def _steps(arm: Arm) -> tuple[str, str]:
@@ -139,8 +141,7 @@ def _steps(arm: Arm) -> tuple[str, str]:
 def _curve(arm: Arm, step: int) -> str:
     """Mean validation accuracy over seeds at a step (periodic evals), or '-'."""
     vals = [dict(r.eval_curve("accuracy")).get(step) for r in arm.runs]
-    vals = [v for v in vals if v is not None]
-    return f"{statistics.fmean(vals):.2f}" if vals else "-"
+    return _mean([v for v in vals if v is not None])
 
 
 def _head_cells(arm: Arm) -> list[str]:
@@ -148,11 +149,11 @@ def _head_cells(arm: Arm) -> list[str]:
     runs = sorted(arm.runs, key=lambda r: r.seed or 0)
     scores = [s for s in (run_head_scores(r.path) for r in runs) if s is not None]
     if not scores:
-        return ["-", "-"]
+        return [EMPTY, EMPTY]
     cells = []
     for key in ("induction", "previous_token"):
         best = [max(max(layer) for layer in s[key]) for s in scores]
-        cells.append(f"{statistics.fmean(best):.2f} ({', '.join(f'{b:.2f}' for b in best)})")
+        cells.append(f"{_mean(best)} ({', '.join(fmt_fixed(b, 2) for b in best)})")
     return cells
 
 
@@ -160,8 +161,8 @@ def _query_cell(arm: Arm) -> str:
     """First- and last-query test accuracy, mean over seeds."""
     ranks = [q for q in (run_query_accuracy(r.path) for r in arm.runs) if q]
     if not ranks:
-        return "-"
-    return f"{statistics.fmean(q[0] for q in ranks):.2f} / {statistics.fmean(q[-1] for q in ranks):.2f}"
+        return EMPTY
+    return f"{_mean([q[0] for q in ranks])} / {_mean([q[-1] for q in ranks])}"
 
 
 def group_table(group: Group) -> list[str]:
@@ -192,9 +193,9 @@ def group_table(group: Group) -> list[str]:
         hits, per_seed = _steps(arm)
         row = [
             arm.method,
-            f"{arm.lr:g}" if arm.lr is not None else "-",
+            fmt_lr(arm.lr, EMPTY),
             _ci(arm),
-            _fmt(statistics.fmean(seqs)) if seqs else "-",
+            _mean(seqs, 3),
             hits,
             per_seed,
         ]
@@ -204,7 +205,7 @@ def group_table(group: Group) -> list[str]:
         if mqar:
             row.append(_query_cell(arm))
         rows.append(row)
-    return [f"### {group.dataset} ({group.model}; chance {_fmt(chance)})", "", *md_table(head, rows)]
+    return [f"### {group.dataset} ({group.model}; chance {fmt_fixed(chance, 3, EMPTY)})", "", *md_table(head, rows)]
 
 
 def _difficulty(group: Group) -> dict | None:
@@ -241,7 +242,7 @@ def scaling_table(groups: Sequence[Group], kind: str = "mqar") -> list[str]:
         cells = [m]
         for g, _ in cols:
             arm = next((a for a in g.arms if a.method == m), None)
-            cells.append(f"{_ci(arm)}; {_steps(arm)[0]} solved" if arm else "-")
+            cells.append(f"{_ci(arm)}; {_steps(arm)[0]} solved" if arm else EMPTY)
         rows.append(cells)
     return lines + md_table(head, rows)
 
@@ -300,10 +301,7 @@ def probe_report(paths: Sequence[str | Path], plot: Path | None = None) -> str:
     out = [
         "## Probes: answer accuracy and steps to target",
         "",
-        "Per method at the LR chosen on validation (mean over seeds). Induction score: attention "
-        "mass a head puts, at answer positions, on positions whose previous token equals the "
-        "current one (an induction head's target); previous-token score: attention on t - 1. "
-        "Both from the best checkpoint on 128 test rows; uniform attention gives about 0.1 here.",
+        how_to_read("probes"),
         "",
     ]
     for group in comparison.groups:
@@ -323,7 +321,7 @@ def probe_report(paths: Sequence[str | Path], plot: Path | None = None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: print (or write) the probe summary."""
-    parser = argparse.ArgumentParser(prog="python -m oelm.experiments.probes", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m oelm.reports.probes", description=__doc__)
     parser.add_argument("paths", nargs="+", help="sweep or run directories")
     parser.add_argument("--out", help="write the markdown here instead of stdout")
     parser.add_argument("--plot", help="write the MQAR accuracy-by-difficulty plot here (PNG; beside --out)")

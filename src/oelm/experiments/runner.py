@@ -54,7 +54,7 @@ def _check_existing(spec: SweepSpec) -> None:
     diff = spec.same_budget(stored) if stored is not None else []
     if diff:
         raise UserError(
-            f"{spec.out} already holds a sweep with a different base config or grid (differs in: "
+            f"{spec.out} already holds a sweep with a different base config, grid or method options (differs in: "
             f"{', '.join(diff)}); equal budgets need the same base: use another --out"
         )
 

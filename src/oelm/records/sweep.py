@@ -93,11 +93,18 @@ class SweepRecord:
         return run.key.path(self.out)
 
     def same_budget(self, other: SweepRecord) -> list[str]:
-        """Base-config keys (or 'grid') in which another record differs: [] when budgets are equal."""
+        """What differs from another record of the same directory ([] when its runs can pool): base
+        config keys, the grid, or an arm's method options (runs of one arm under two settings
+        would otherwise be pooled as one arm)."""
         mine, theirs = _plain(self.base), _plain(other.base)
         diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        if not diff and _plain(self.grid) != _plain(other.grid):
-            diff = ["grid"]
+        if _plain(self.grid) != _plain(other.grid):
+            diff.append("grid")
+        for method in sorted(set(self.methods) & set(other.methods)):
+            if _plain(self.methods[method].get("method_options") or {}) != _plain(
+                other.methods[method].get("method_options") or {}
+            ):
+                diff.append(f"methods.{method}.method_options")
         return diff
 
     def merged(self, stored: SweepRecord | None) -> dict[str, Any]:

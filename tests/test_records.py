@@ -1,0 +1,125 @@
+"""The one owner of what is on disk about a run and a sweep (oelm.records)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oelm.experiments.runner import run_sweep
+from oelm.experiments.sweep import SweepSpec, spec_from_dict
+from oelm.records.compact import RECORD_FILE, read_record, write_record
+from oelm.records.layout import RunKey, parse_run_path, setting_name
+from oelm.records.load import load_runs
+from oelm.records.sweep import read_sweep_record
+from oelm.reports.aggregate import compare
+from oelm.utils.errors import UserError
+from test_sweep import TINY
+
+
+@given(
+    method=st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True),
+    lr=st.floats(1e-6, 1.0, allow_nan=False),
+    seed=st.integers(-5, 10_000),
+    warmup=st.integers(0, 99),
+)
+def test_the_layout_parses_what_it_builds(method: str, lr: float, seed: int, warmup: int) -> None:
+    """A run directory built from (method, setting, seed) parses back to the same key and LR."""
+    setting = setting_name(lr, {"warmup": warmup})
+    key = RunKey(method, setting, seed, lr)
+    parsed = parse_run_path(key.path("some/sweep"))
+    assert parsed is not None
+    assert (parsed.method, parsed.setting, parsed.seed) == (method, setting, seed)
+    assert parsed.lr == float(f"{lr:g}")
+
+
+def test_paths_outside_the_layout_are_not_parsed() -> None:
+    assert parse_run_path("a/lr0.1/seed1") is None  # no runs/ folder above the method
+    assert parse_run_path("x/runs/m/warm/seed1") is None  # the setting names no LR
+    assert parse_run_path("x/runs/m/lr0.1/s1") is None
+
+
+def test_a_stray_sweep_yaml_is_one_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "sweep.yaml").write_text("base: {steps: 3}\nseeds: [0]\n")  # no methods
+    with pytest.raises(UserError, match=r"sweep.yaml is not a sweep record \(KeyError"):
+        read_sweep_record(tmp_path)
+    (tmp_path / "sweep.yaml").write_text("methods: {a: {lr: [1]}}\nmethods: {}\nseeds: [0]\n")
+    with pytest.raises(UserError, match="not valid YAML"):  # the strict loader: duplicate keys
+        read_sweep_record(tmp_path)
+    assert read_sweep_record(tmp_path / "nothing-here") is None
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory) -> Path:
+    """A finished two-arm sweep of 4 tiny runs."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    spec = spec_from_dict(
+        {
+            "name": "tiny",
+            "out": str(tmp / "sweep"),
+            "prepare": {"source": "builtin:python-docs", "tokenizer": "byte", "max_docs": 20},
+            "config": {**TINY, "data": str(tmp / "data")},
+            "methods": {"baseline": {"lr": [3e-3]}, "oelm-lowrank": {"lr": [3e-3], "method_options": {"rank": 2}}},
+            "seeds": [0, 1],
+            "max_extend": 0,
+        }
+    )
+    run_sweep(spec, progress=False)
+    return spec.out
+
+
+def test_the_sweep_record_round_trips_into_a_spec(tiny_sweep: Path) -> None:
+    """SweepSpec.from_record rebuilds the same runs (directories and configs) from sweep.yaml."""
+    record = read_sweep_record(tiny_sweep)
+    assert record is not None and record.methods["oelm-lowrank"]["method_options"] == {"rank": 2}
+    spec = SweepSpec.from_record(record)
+    assert [r.run_dir for r in spec.runs()] == [record.run_dir(p) for p in record.planned()]
+    assert all(r.finished() for r in spec.runs())
+    assert read_sweep_record(tiny_sweep / "runs") == record  # its runs/ folder names the same sweep
+
+
+def test_a_changed_method_option_is_refused_not_pooled(tiny_sweep: Path) -> None:
+    """Runs of one arm under two method options would be averaged as one arm: refused up front."""
+    raw = {
+        "name": "tiny",
+        "out": str(tiny_sweep),
+        "config": {**TINY, "data": str(tiny_sweep.parent / "data")},
+        "methods": {"baseline": {"lr": [3e-3]}, "oelm-lowrank": {"lr": [3e-3], "method_options": {"rank": 4}}},
+        "seeds": [0, 1],
+        "max_extend": 0,
+    }
+    with pytest.raises(UserError, match=r"differs in: methods\.oelm-lowrank\.method_options"):
+        run_sweep(spec_from_dict(raw), progress=False)
+
+
+def test_committed_records_report_exactly_like_their_run_directories(tiny_sweep: Path, tmp_path: Path) -> None:
+    """Records written from run directories load to the same runs, and the one comparison path
+    gives the same numbers from either; no machine path survives in a record."""
+    runs = load_runs([tiny_sweep])
+    for run in runs:
+        write_record(run, tmp_path / run.path.relative_to(tiny_sweep), relative_to=tiny_sweep)
+    stored = load_runs([tmp_path])
+    assert len(stored) == len(runs) == 4
+    for a, b in zip(runs, stored):
+        assert b.results == a.results and b.status == a.status and b.setting == a.setting
+        assert b.eval_curve("loss") == a.eval_curve("loss") and b.test_items() == a.test_items()
+        assert b.audit == a.audit and b.audit is not None and (b.audit.frozen > 0) == (b.method != "baseline")
+        text = (b.path / RECORD_FILE).read_text()
+        assert str(tiny_sweep) not in text and str(tiny_sweep.resolve()) not in text
+    direct, from_records = compare(runs), compare(stored)
+    for g1, g2 in zip(direct.groups, from_records.groups):
+        for a1, a2 in zip(g1.arms, g2.arms):
+            assert (a1.method, a1.by_seed, a1.primary) == (a2.method, a2.by_seed, a2.primary)
+            assert a1.decision == a2.decision
+
+
+def test_a_record_from_a_newer_oelm_is_refused(tmp_path: Path) -> None:
+    (tmp_path / RECORD_FILE).write_text(json.dumps({"format": "oelm run record", "version": 99}))
+    with pytest.raises(UserError, match="newer than this oelm reads"):
+        read_record(tmp_path)
+    (tmp_path / RECORD_FILE).write_text(json.dumps({"format": "something else", "version": 1}))
+    with pytest.raises(UserError, match="not an oelm run record"):
+        read_record(tmp_path)

@@ -51,8 +51,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oelm.reports.aggregate import Arm, Group, Noise
-from oelm.reports.stats import MARGIN, Decision, PairedTest, Power, Summary
+from oelm.reports.aggregate import Arm, Group, Noise, Versus
+from oelm.reports.stats import MARGIN, BootstrapGap, Decision, PairedTest, Power, Summary
 from oelm.reports.tables import (
     NA,
     fmt_gap,
@@ -103,11 +103,7 @@ def _noise_record(d: dict | None) -> Noise | None:
 
 
 def _arm(d: dict) -> Arm:
-    """An aggregate.Arm from one arm of report.json or one entry of leaderboard.json."""
-    test, power = d.get("paired_test"), d.get("power")
-    ratio = d.get("step_time_ratio")
-    if isinstance(ratio, dict):  # leaderboard.json stores the ratio as a summary over seeds
-        ratio = ratio.get("mean")
+    """An aggregate.Arm (the method's summary) from one arm of report.json or one entry of leaderboard.json."""
     return Arm(
         method=d["method"],
         lr=d.get("lr"),
@@ -121,16 +117,28 @@ def _arm(d: dict) -> Arm:
         trainable_params=d.get("trainable_params"),
         frozen_params=d.get("frozen_params"),
         theoretical_saving=d.get("theoretical_saving"),
+        noise=_noise_record(d.get("noise")),
+        study=d.get("study"),
+    )
+
+
+def _versus(d: dict, reference: str | None) -> Versus:
+    """An aggregate.Versus (the method against the table's reference) from the same stored arm or entry."""
+    test, power = d.get("paired_test"), d.get("power")
+    ratio = d.get("step_time_ratio")
+    if isinstance(ratio, dict):  # leaderboard.json stores the ratio as a summary over seeds
+        ratio = ratio.get("mean")
+    return Versus(
+        reference,
         gap=d.get("gap_percent"),
         gap_paired=_summary(d.get("gap_paired")),
         delta=d.get("delta"),
         test=PairedTest(**{**test, "seeds": tuple(test["seeds"])}) if test else None,
         power=Power(**power) if power else None,
-        decision=Decision(**d["decision"]) if d.get("decision") else None,
-        noise=_noise_record(d.get("noise")),
         paired_noise=_noise_record(d.get("paired_noise")),
         step_time_ratio=ratio,
-        study=d.get("study"),
+        gap_bootstrap=BootstrapGap(**d["gap_bootstrap"]) if d.get("gap_bootstrap") else None,
+        decision=Decision(**d["decision"]) if d.get("decision") else None,
     )
 
 
@@ -194,8 +202,13 @@ def load_record(path: Path) -> Record:
             "baseline": g.get("reference", g.get("baseline")),
             "direction": g.get("higher_is_better"),
         }
-        group = Group(arms=[_arm(e) for e in entries], warnings=list(g.get("warnings", [])), **fields)
-        group.margin = float(g.get("margin_percent", raw.get("margin_percent", MARGIN)))
+        group = Group(
+            arms=[_arm(e) for e in entries],
+            warnings=list(g.get("warnings", [])),
+            margin=float(g.get("margin_percent", raw.get("margin_percent", MARGIN))),
+            versus={e["method"]: _versus(e, fields["baseline"]) for e in entries},
+            **fields,
+        )
         tables.append(Table(group, g, {e["method"]: e for e in entries}))
     return Record(path, "leaderboard" if leaderboard else "report", tables, raw)
 
@@ -251,7 +264,8 @@ def _crossing(arm: Arm, table: Table) -> str:
 
 def _ratio(arm: Arm, table: Table) -> str:
     """Measured step time over the baseline's."""
-    return NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.2f}x"
+    ratio = table.group.versus_of(arm.method).step_time_ratio
+    return NA if ratio is None else f"{ratio:.2f}x"
 
 
 def _share(arm: Arm, table: Table) -> str:
@@ -280,14 +294,14 @@ def _twin(arm: Arm, table: Table) -> str:
     return f"{gap['mean']:+.2f}%{ci} vs {e['twin']}: {e.get('twin_verdict')}"
 
 
-def _noise(attr: str) -> Callable[[Arm, Table], str]:
+def _noise(noise: Noise | None) -> str:
     """Test-set noise over seed noise (per arm, or of the paired gap)."""
+    return NA if noise is None or noise.ratio is None else f"{noise.ratio:.2g}"
 
-    def fmt(arm: Arm, table: Table) -> str:
-        noise = getattr(arm, attr)
-        return NA if noise is None or noise.ratio is None else f"{noise.ratio:.2g}"
 
-    return fmt
+def _power(arm: Arm, table: Table) -> Power | None:
+    """The power analysis of the method's paired gap to the table's reference."""
+    return table.group.versus_of(arm.method).power
 
 
 FIELDS: dict[str, Callable[[Arm, Table], str]] = {
@@ -298,9 +312,9 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "verdict": lambda a, t: fmt_verdict(a, t.group),
     "tost": lambda a, t: fmt_tost(a, t.group),
     "mde": lambda a, t: fmt_mde(a, t.group),
-    "detectable": lambda a, t: NA if a.power is None or a.power.mde is None else f"{a.power.mde:.2f}%",
+    "detectable": lambda a, t: NA if (pw := _power(a, t)) is None or pw.mde is None else f"{pw.mde:.2f}%",
     "needed": lambda a, t: (
-        NA if a.power is None or a.power.seeds_for_observed is None else str(a.power.seeds_for_observed)
+        NA if (pw := _power(a, t)) is None or pw.seeds_for_observed is None else str(pw.seeds_for_observed)
     ),
     "points": _points,
     "crossing": _crossing,
@@ -312,8 +326,8 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "state": _entry_pct("optimizer_state_saving"),
     "comm": _entry_pct("allreduce_saving"),
     "twin": _twin,
-    "noise": _noise("noise"),
-    "pairednoise": _noise("paired_noise"),
+    "noise": lambda a, t: _noise(a.noise),
+    "pairednoise": lambda a, t: _noise(t.group.versus_of(a.method).paired_noise),
 }
 
 

@@ -189,7 +189,7 @@ def test_all_plans_every_arm_and_unresolved_pilots_make_no_claim(tmp_path: Path)
     by = {c.claim.method: c for c in conf.results}
     assert by["oelm-freeze"].result == CONFIRMED and by["oelm-random"].result == CONFIRMED
     assert by["oelm-qknorm"].result == NO_CLAIM  # resolved on fresh seeds, but it was no pilot claim
-    assert by["oelm-qknorm"].arm.decision.verdict == "worse" and by["oelm-qknorm"].arm.decision.m == 3
+    assert by["oelm-qknorm"].versus.decision.verdict == "worse" and by["oelm-qknorm"].versus.decision.m == 3
     md = (out / "confirmation.md").read_text()
     assert "**2 of 2 claim(s) confirmed.** 1 arm(s) compared on fresh seeds without a pilot claim." in md
 

@@ -15,7 +15,7 @@ from oelm.cli import main
 from oelm.records import run as records
 from oelm.records.load import load_run, load_runs
 from oelm.reports import stats
-from oelm.reports.aggregate import compare
+from oelm.reports.aggregate import compare, compare_to, rebase
 from oelm.reports.report import write_report
 from oelm.utils.errors import UserError
 
@@ -210,7 +210,7 @@ def test_classification_collapse_and_accuracy_in_points(tmp_path: Path) -> None:
     md_path, comp = write_report([tmp_path])
     arm = comp.groups[0].arms[1]
     assert arm.method == "oelm-freeze" and arm.primary.n == 3  # the collapsed seed is excluded
-    assert arm.gap == pytest.approx((0.81 - 0.85) / 0.81 * 100)  # negative = better
+    assert comp.groups[0].versus_of(arm.method).gap == pytest.approx((0.81 - 0.85) / 0.81 * 100)  # negative = better
     md = md_path.read_text()
     assert "85.00 ± " in md and "+4.00" in md  # shown in percent, delta in points
     assert "collapsed: true" in md
@@ -257,13 +257,13 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
         for seed, v in enumerate(values):
             make_run(tmp_path, method, 1e-3, seed, test_perplexity=v, best_val_loss=2.0)
     md_path, comp = write_report([tmp_path], extend="oelm confirm plan SW --seeds {seeds} --out C")
-    arm = comp.groups[0].arms[1]
+    power = comp.groups[0].versus_of("oelm-freeze").power
     gaps = np.array(ppl["oelm-freeze"]) / np.array(ppl["baseline"]) * 100 - 100
     d = stats.min_detectable_effect_size(3)
-    assert arm.power.mde == pytest.approx(d * gaps.std(ddof=1))
-    assert arm.power.underpowered
+    assert power.mde == pytest.approx(d * gaps.std(ddof=1))
+    assert power.underpowered
     md = md_path.read_text()
-    assert f"unresolved (smallest detectable gap {arm.power.mde:.2f}% at 80% power)" in md
+    assert f"unresolved (smallest detectable gap {power.mde:.2f}% at 80% power)" in md
     # A pilot result: the fresh seeds a confirmation needs, from the pilot's paired SD, for the
     # observed gap and for a gap of the margin, with the `oelm confirm plan` call (never "add seeds").
     sd = gaps.std(ddof=1)
@@ -306,7 +306,7 @@ def test_the_tasks_recorded_direction_decides_selection_and_gaps(tmp_path: Path)
     assert group.higher_is_better
     arms = {a.method: a for a in group.arms}
     assert arms["baseline"].lr == 3e-3 and arms["oelm-freeze"].lr == 3e-3  # the higher val_bleu
-    assert arms["oelm-freeze"].gap == pytest.approx((0.70 - 0.66) / 0.71 * 100, rel=0.05)
+    assert group.versus_of("oelm-freeze").gap == pytest.approx((0.70 - 0.66) / 0.71 * 100, rel=0.05)
 
 
 def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
@@ -333,8 +333,8 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
             )
     group = compare(load_runs([tmp_path])).groups[0]
     arms = {a.method: a for a in group.arms}
-    unpaired, paired = arms["baseline"].noise, arms["oelm-freeze"].paired_noise
-    assert paired is not None and paired.test_size == 400 and arms["baseline"].paired_noise is None
+    unpaired, paired = arms["baseline"].noise, group.versus_of("oelm-freeze").paired_noise
+    assert paired is not None and paired.test_size == 400 and group.versus_of("baseline").paired_noise is None
     assert paired.test_se == pytest.approx(0.01 * np.sqrt(2) / np.sqrt(400), rel=0.15)
     assert paired.seed_sd == pytest.approx(0.01, rel=0.3)  # the per-seed shift differs by 0.01
     assert unpaired.test_se > 20 * paired.test_se  # the per-arm SE is dominated by window difficulty
@@ -347,7 +347,7 @@ def test_test_set_noise_of_a_gap_is_paired_by_window(tmp_path: Path) -> None:
     # Runs without stored windows (older records) simply have no paired figure.
     for path in tmp_path.rglob(records.TEST_ITEMS_FILE):
         path.unlink()
-    assert compare(load_runs([tmp_path])).groups[0].arms[1].paired_noise is None
+    assert compare(load_runs([tmp_path])).groups[0].versus_of("oelm-freeze").paired_noise is None
 
 
 def test_reading_says_where_the_validation_curves_cross(tmp_path: Path) -> None:
@@ -546,7 +546,7 @@ def test_four_verdicts_holm_and_the_vocabulary(tmp_path: Path, capsys: pytest.Ca
     _family_sweep(tmp_path)
     md_path, comp = write_report([tmp_path], tmp_path / "out", margin=1.0)
     group = comp.groups[0]
-    verdicts = {a.method: a.decision.verdict for a in group.arms if a.decision}
+    verdicts = {m: v.decision.verdict for m, v in group.versus.items() if v.decision}
     assert verdicts == {
         "oelm-freeze": "worse",
         "oelm-nofreeze": "better",
@@ -555,13 +555,14 @@ def test_four_verdicts_holm_and_the_vocabulary(tmp_path: Path, capsys: pytest.Ca
     }
     assert group.comparisons == 4
     others = [a for a in group.arms if a.method != "baseline"]
-    raw = [a.decision.p for a in others]
+    decisions = [group.versus_of(a.method).decision for a in others]
+    raw = [d.p for d in decisions]
     from statsmodels.stats.multitest import multipletests
 
-    assert [a.decision.holm_p for a in others] == pytest.approx(list(multipletests(raw, method="holm")[1]))
-    for a in others:  # the test is on the interval's quantity: the per-seed % gaps
+    assert [d.holm_p for d in decisions] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    for a, d in zip(others, decisions):  # the test is on the interval's quantity: the per-seed % gaps
         gaps = [(a.by_seed[s] / group.arms[0].by_seed[s] - 1) * 100 for s in sorted(a.by_seed)]
-        assert a.decision.p == pytest.approx(sps.ttest_1samp(gaps, 0.0).pvalue)
+        assert d.p == pytest.approx(sps.ttest_1samp(gaps, 0.0).pvalue)
 
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     g = report["groups"][0]
@@ -571,7 +572,7 @@ def test_four_verdicts_holm_and_the_vocabulary(tmp_path: Path, capsys: pytest.Ca
     assert _arm(report, "oelm-freeze")["decision"]["m"] == 4
 
     md = md_path.read_text()
-    freeze = next(a for a in others if a.method == "oelm-freeze").decision
+    freeze = group.versus_of("oelm-freeze").decision
     assert f"p = {freeze.p:.3g}, Holm p = {freeze.holm_p:.3g} (m = 4)" in md
     assert "Reference: **baseline**" in md
     print_summary(comp)
@@ -589,7 +590,27 @@ def test_four_verdicts_holm_and_the_vocabulary(tmp_path: Path, capsys: pytest.Ca
     assert rows and all(re.fullmatch(VOCABULARY, r[col]) for r in rows)
     # A narrower margin: the tight gaps are still equivalent within it, the wide ones are not.
     _, comp2 = write_report([tmp_path], tmp_path / "out2", margin=0.2)
-    assert {a.method: a.decision.verdict for a in comp2.groups[0].arms if a.decision}["oelm-freeze-q"] == "equivalent"
+    assert comp2.groups[0].versus_of("oelm-freeze-q").decision.verdict == "equivalent"
+
+
+def test_a_comparison_is_a_new_value_and_rebase_changes_nothing_shared(tmp_path: Path) -> None:
+    """Re-referencing a table gives a new Group; the original, its arms and its comparisons stay."""
+    import dataclasses
+
+    _family_sweep(tmp_path)
+    group = compare(load_runs([tmp_path])).groups[0]
+    before = dict(group.versus)
+    moved = rebase(group, "oelm-nofreeze", margin=1.0)
+    assert moved is not group and moved.arms is group.arms  # the arms are shared, never repainted
+    assert group.baseline == "baseline" and group.versus == before and group.margin == stats.MARGIN
+    assert moved.baseline == "oelm-nofreeze" and moved.margin == 1.0
+    assert moved.versus == compare_to(group.arms, "oelm-nofreeze", group.higher_is_better, 1.0)
+    assert moved.versus_of("oelm-nofreeze").gap == 0 and moved.versus_of("oelm-nofreeze").decision is None
+    assert moved.versus_of("baseline").gap > 0 and moved.versus_of("baseline").reference == "oelm-nofreeze"
+    assert rebase(moved, "baseline", margin=stats.MARGIN).versus == before  # nothing hidden carried over
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        group.arms[0].lr = 1.0  # type: ignore[misc]
+    assert compare_to(group.arms, "baseline", group.higher_is_better) == before
 
 
 def test_cli_report_takes_a_margin(tmp_path: Path) -> None:
@@ -686,8 +707,8 @@ def test_classifier_gap_interval_includes_test_set_noise(tmp_path: Path) -> None
         _cls_run(tmp_path / "boot", "baseline", seed, base)
         _cls_run(tmp_path / "boot", "oelm-freeze", seed, worse)
     md_path, comp = write_report([tmp_path / "boot"])
-    arm = comp.groups[0].arms[1]
-    boot = arm.gap_bootstrap
+    vs = comp.groups[0].versus_of("oelm-freeze")
+    boot = vs.gap_bootstrap
     gap = (base.mean() - worse.mean()) / base.mean() * 100
     assert boot is not None and boot.n_seeds == 3 and boot.n_examples == n
     assert boot.mean == pytest.approx(gap) and boot.ci_low < gap < boot.ci_high
@@ -696,19 +717,22 @@ def test_classifier_gap_interval_includes_test_set_noise(tmp_path: Path) -> None
     assert boot.ci_high - boot.ci_low == pytest.approx(2 * 1.96 * se, rel=0.25)
     # The seeds-only interval of identical per-seed gaps has zero width: it claims a certainty the
     # 200-example test set does not give.
-    assert arm.gap_paired.ci_low == pytest.approx(arm.gap_paired.ci_high)
+    assert vs.gap_paired.ci_low == pytest.approx(vs.gap_paired.ci_high)
     md = md_path.read_text()
     assert f"[{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples, bootstrap)" in md
     report = json.loads((tmp_path / "boot" / "report" / "report.json").read_text())
     assert _arm(report, "oelm-freeze")["gap_bootstrap"]["method"].startswith("numpy two-level")
     # The same records give the same interval (fixed resampling seed).
-    assert write_report([tmp_path / "boot"], tmp_path / "again")[1].groups[0].arms[1].gap_bootstrap == boot
+    assert (
+        write_report([tmp_path / "boot"], tmp_path / "again")[1].groups[0].versus_of("oelm-freeze").gap_bootstrap
+        == boot
+    )
     # Records without per-example data keep the seeds-only interval, labelled as such.
     for seed in range(3):
         _cls_run(tmp_path / "old", "baseline", seed, None)
         _cls_run(tmp_path / "old", "oelm-freeze", seed, None)
     md_path, comp = write_report([tmp_path / "old"])
-    assert comp.groups[0].arms[1].gap_bootstrap is None and "(seeds only)" in md_path.read_text()
+    assert comp.groups[0].versus_of("oelm-freeze").gap_bootstrap is None and "(seeds only)" in md_path.read_text()
 
 
 def test_paired_bootstrap_resamples_seeds_too() -> None:

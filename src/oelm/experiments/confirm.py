@@ -36,8 +36,8 @@ from oelm.records.plan import (
 from oelm.records.run import RunRecord
 from oelm.records.sweep import SWEEP_FILE, read_sweep_record
 from oelm.reports import stats
-from oelm.reports.aggregate import Arm, Group, compare
-from oelm.reports.board import build
+from oelm.reports.aggregate import Arm, Group, Versus, compare
+from oelm.reports.board import Entry, build
 from oelm.reports.tables import fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
@@ -84,8 +84,8 @@ def _setting(spec: SweepSpec, arm: Arm) -> tuple[FixedArm, dict[str, Any]]:
     raise UserError(f"{arm.method}'s chosen setting {arm.setting} is not a run of {spec.out / 'sweep.yaml'}")
 
 
-def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | None, every: bool = False) -> list[Arm]:
-    """The arms whose pilot verdict is resolved or equivalent (or the named ones, which must be).
+def _claims(board: dict[str, Entry], reference: str, named: Sequence[str] | None, every: bool = False) -> list[Entry]:
+    """The ranked entries whose pilot verdict is resolved or equivalent (or the named ones, which must be).
 
     `every`: every ranked arm but the reference, whatever its pilot verdict: the final comparison
     of a protocol whose pilot only chose the learning rates (unresolved pilots carry no claim).
@@ -93,15 +93,17 @@ def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | N
     if every:
         if named:
             raise UserError("--all plans every ranked arm; drop --claims (or drop --all to name claims)")
-        return [a for m, a in board_arms.items() if m != reference]
+        return [e for m, e in board.items() if m != reference]
     if not named:
-        arms = [a for m, a in board_arms.items() if m != reference and a.decision is not None]
-        arms = [a for a in arms if a.decision.verdict != stats.UNRESOLVED]
-        if not arms:
+        claims = [e for m, e in board.items() if m != reference and e.versus.decision is not None]
+        claims = [e for e in claims if e.versus.decision.verdict != stats.UNRESOLVED]
+        if not claims:
             needs = [
-                f"{a.method} {n}"
-                for m, a in board_arms.items()
-                if m != reference and a.power is not None and (n := stats.confirmation_seeds(a.power, a.power.observed))
+                f"{m} {n}"
+                for m, e in board.items()
+                if m != reference
+                and (pw := e.versus.power) is not None
+                and (n := stats.confirmation_seeds(pw, pw.observed))
             ]
             detail = (
                 f" (seeds to resolve each observed gap, from the pilot's paired SD: {', '.join(needs)})"
@@ -113,28 +115,27 @@ def _claims(board_arms: dict[str, Arm], reference: str, named: Sequence[str] | N
                 "a pilot with about that many seeds (`oelm sweep SPEC.yaml --seeds ...`) can make a claim for "
                 "`oelm confirm plan` to check on fresh seeds"
             )
-        return arms
+        return claims
     out = []
     for name in dict.fromkeys(named):
         if name == reference:
             raise UserError(f"--claims {name}: that is the board's reference, which every claim is compared with")
-        arm = board_arms.get(name)
-        if arm is None:
-            raise UserError(f"--claims {name}: not a ranked method of the pilot board; ranked: {', '.join(board_arms)}")
-        if arm.decision is None or arm.decision.verdict == stats.UNRESOLVED:
-            raise UserError(
-                f"--claims {name}: its pilot verdict is {verdict_text(arm.decision)}: there is no claim to confirm"
-            )
-        out.append(arm)
+        entry = board.get(name)
+        if entry is None:
+            raise UserError(f"--claims {name}: not a ranked method of the pilot board; ranked: {', '.join(board)}")
+        d = entry.versus.decision
+        if d is None or d.verdict == stats.UNRESOLVED:
+            raise UserError(f"--claims {name}: its pilot verdict is {verdict_text(d)}: there is no claim to confirm")
+        out.append(entry)
     return out
 
 
-def _claim(arm: Arm, group: Group) -> Claim:
+def _claim(entry: Entry, group: Group) -> Claim:
     """One claim as the plan fixes it (its pilot numbers, labelled pilot)."""
-    d = arm.decision
+    d = entry.versus.decision
     assert d is not None and group.baseline is not None
     return Claim(
-        method=arm.method,
+        method=entry.method,
         reference=group.baseline,
         verdict=d.verdict,
         wording=verdict_text(d),
@@ -164,11 +165,13 @@ def make_plan(
     group = boards[0].group
     if group.baseline is None:
         raise UserError(f"{sweep_dir}: the board has no reference with finished runs; nothing can be claimed")
-    ranked = {e.method: e.arm for e in boards[0].ranked}
+    ranked = {e.method: e for e in boards[0].ranked}
     if group.baseline not in ranked:
         raise UserError(f"the reference {group.baseline} is incomplete in {sweep_dir}: finish the pilot first")
     chosen = _claims(ranked, group.baseline, claims, every)
-    settings = {group.baseline: _setting(spec, ranked[group.baseline])} | {a.method: _setting(spec, a) for a in chosen}
+    settings = {group.baseline: _setting(spec, ranked[group.baseline].arm)} | {
+        e.method: _setting(spec, e.arm) for e in chosen
+    }
     extras = {json.dumps(extra, sort_keys=True) for _, extra in settings.values()}
     if len(extras) > 1:
         raise UserError(
@@ -196,7 +199,7 @@ def make_plan(
         ),
         reference=group.baseline,
         margin=margin,
-        claims=[_claim(a, group) for a in chosen],
+        claims=[_claim(e, group) for e in chosen],
         arms={method: arm for method, (arm, _) in settings.items()},
         grid=json.loads(extras.pop()),
         seeds=list(range(start, start + n_seeds)),
@@ -258,6 +261,7 @@ class ClaimResult:
 
     claim: Claim
     arm: Arm | None
+    versus: Versus | None  # the arm against the reference on the fresh seeds
     result: str
     why: str  # why not confirmed ('' when confirmed)
     complete: bool = True  # every planned seed of the claim and the reference finished
@@ -293,16 +297,17 @@ def judge(plan: ConfirmationPlan, runs: Sequence[RunRecord]) -> tuple[Group | No
     for claim in plan.claims:
         arm = arms.get(claim.method)
         short = [m for m, a in ((claim.method, arm), (plan.reference, ref)) if a is None or a.primary.n < len(seeds)]
-        d = arm.decision if arm is not None else None
+        vs = group.versus_of(arm.method) if group is not None and arm is not None else None
+        d = vs.decision if vs is not None else None
         if short:
             why = f"{', '.join(short)}: fewer than the {len(seeds)} planned seeds finished"
-            results.append(ClaimResult(claim, arm, NOT_CONFIRMED, why, complete=False))
+            results.append(ClaimResult(claim, arm, vs, NOT_CONFIRMED, why, complete=False))
         elif not claim.is_claim:
-            results.append(ClaimResult(claim, arm, NO_CLAIM, ""))
+            results.append(ClaimResult(claim, arm, vs, NO_CLAIM, ""))
         elif d is not None and d.verdict == claim.verdict:
-            results.append(ClaimResult(claim, arm, CONFIRMED, ""))
+            results.append(ClaimResult(claim, arm, vs, CONFIRMED, ""))
         else:
-            results.append(ClaimResult(claim, arm, NOT_CONFIRMED, f"fresh verdict: {verdict_text(d)}"))
+            results.append(ClaimResult(claim, arm, vs, NOT_CONFIRMED, f"fresh verdict: {verdict_text(d)}"))
     return group, results
 
 
@@ -380,15 +385,16 @@ def summary_lines(conf: Confirmation) -> list[str]:
 def to_json(conf: Confirmation) -> dict[str, Any]:
     """confirmation.json: the plan's identity, and per claim its pilot claim and fresh numbers."""
 
-    def fresh(arm: Arm | None) -> dict[str, Any] | None:
-        if arm is None:
+    def fresh(c: ClaimResult) -> dict[str, Any] | None:
+        if c.arm is None or c.versus is None:
             return None
+        vs = c.versus
         return {
-            "seeds": sorted(arm.by_seed),
-            "gap_percent": arm.gap,
-            "gap_paired": arm.gap_paired.to_dict() if arm.gap_paired else None,
-            "decision": arm.decision.to_dict() if arm.decision else None,
-            "verdict": verdict_text(arm.decision),
+            "seeds": sorted(c.arm.by_seed),
+            "gap_percent": vs.gap,
+            "gap_paired": vs.gap_paired.to_dict() if vs.gap_paired else None,
+            "decision": vs.decision.to_dict() if vs.decision else None,
+            "verdict": verdict_text(vs.decision),
         }
 
     plan = conf.plan
@@ -403,7 +409,7 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
                 "method": c.claim.method,
                 "lr": plan.arms[c.claim.method].lr,
                 "claim": c.claim.to_dict(),
-                "fresh": fresh(c.arm),
+                "fresh": fresh(c),
                 "result": c.result,
                 "why": c.why or None,
             }

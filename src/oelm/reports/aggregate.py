@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ class LrCell:
         return not any(r.status in (COLLAPSED, INVALID) for r in self.excluded)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Noise:
     """Test-set noise of one arm next to its seed-to-seed spread, in the same units."""
 
@@ -55,9 +55,12 @@ class Noise:
         return None if not self.seed_sd else self.test_se / self.seed_sd
 
 
-@dataclass
+@dataclass(frozen=True)
 class Arm:
-    """One method of a dataset table at its chosen learning rate."""
+    """One method of a dataset table at its chosen setting: its summary, computed once from its runs.
+
+    How it compares with the table's reference is a separate value (`Versus`, in `Group.versus`).
+    """
 
     method: str
     lr: float | None
@@ -71,27 +74,39 @@ class Arm:
     trainable_params: int | None
     frozen_params: int | None
     theoretical_saving: Any = None
-    gap: float | None = None
-    gap_paired: stats.Summary | None = None
-    delta: float | None = None
+    noise: Noise | None = None  # test-set noise next to seed noise
+    study: dict[str, Any] | None = None  # the original study's reported number for this arm
+
+
+@dataclass(frozen=True)
+class Versus:
+    """One arm compared with a reference arm: a value built by `compare_to` / `compare_pairs`, never
+    changed. The reference against itself has gap 0, delta 0, step-time ratio 1 and nothing paired;
+    `Versus()` (no reference) is what an arm of a table without one gets."""
+
+    reference: str | None = None
+    gap: float | None = None  # gap of the means, % of the reference's (+ = worse)
+    gap_paired: stats.Summary | None = None  # the per-seed % gaps (paired by seed) and their interval
+    delta: float | None = None  # difference of the means in the metric's units
     test: stats.PairedTest | None = None
     power: stats.Power | None = None  # MDE of the paired gap (%), at this arm's number of seeds
-    noise: Noise | None = None  # test-set noise next to seed noise
-    # Test-set noise of this arm's difference to the baseline, paired window by window (LMs that
-    # stored per-window test losses), next to the seed spread of that difference.
+    # Test-set noise of the difference, paired item by item (runs that stored per-item test values),
+    # next to the seed spread of that difference.
     paired_noise: Noise | None = None
     step_time_ratio: float | None = None
-    study: dict[str, Any] | None = None
-    # The verdict against the table's reference (Holm-adjusted over the table's comparisons).
-    decision: stats.Decision | None = None
     # Classifiers whose runs stored per-example test correctness: the gap's interval from a paired
     # bootstrap over seeds and test examples (test-set noise included); None: seeds-only interval.
     gap_bootstrap: stats.BootstrapGap | None = None
+    # The verdict (Holm-adjusted over the family of comparisons it was decided in).
+    decision: stats.Decision | None = None
 
 
-@dataclass
+NO_VERSUS = Versus()
+
+
+@dataclass(frozen=True)
 class Group:
-    """One table: runs of one task, dataset, model and primary metric."""
+    """One table: runs of one task, dataset, model and primary metric, its arms and their comparisons."""
 
     task: str
     dataset: str
@@ -99,7 +114,7 @@ class Group:
     primary_metric: str
     selection_metric: str
     arms: list[Arm]
-    baseline: str | None
+    baseline: str | None  # the reference every arm is compared with (None: no finished one)
     direction: bool | None = None  # the task's recorded higher_is_better (None: records predate it)
     warnings: list[str] = field(default_factory=list)
     # Runs of the chosen settings whose held-out numbers look wrong: shown, never used to select.
@@ -109,11 +124,17 @@ class Group:
     splits: dict[str, Any] = field(default_factory=dict)
     # How the task's runs are reported, as they recorded it (None: the task's legacy facts).
     reporting: ReportingFacts | None = None
+    # Each method against `baseline` (compare_to; empty without a reference). Read it by versus_of.
+    versus: dict[str, Versus] = field(default_factory=dict)
+
+    def versus_of(self, method: str) -> Versus:
+        """How a method compares with the table's reference (`NO_VERSUS` without one)."""
+        return self.versus.get(method, NO_VERSUS)
 
     @property
     def comparisons(self) -> int:
         """m: the comparisons against the reference that have a test (the Holm family's size)."""
-        return next((a.decision.m for a in self.arms if a.decision is not None), 0)
+        return next((v.decision.m for v in self.versus.values() if v.decision is not None), 0)
 
     @property
     def higher_is_better(self) -> bool:
@@ -232,14 +253,14 @@ def recorded_direction(runs: Sequence[RunRecord]) -> bool | None:
     return values.pop() if len(values) == 1 else None
 
 
-def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
+def _arm(method: str, runs: list[RunRecord], group_key: tuple, study: StudyNumbers | None = None) -> Arm:
     """Pick the LR on validation and summarize the primary metric of that LR's seeds."""
     primary, selection = group_key[3], group_key[4]
     cells = _lr_cells(runs, selection)
     chosen = choose_lr(cells, metric_direction(recorded_direction(runs), selection))
     chosen_runs = chosen.runs if chosen else []
     by_seed = {r.seed: v for r in chosen_runs if r.seed is not None and (v := _num(r.results.get(primary))) is not None}
-    arm = Arm(
+    return Arm(
         method=method,
         lr=chosen.lr if chosen else None,
         setting=chosen.setting if chosen else None,
@@ -252,9 +273,9 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple) -> Arm:
         trainable_params=_first(chosen_runs, "trainable_params"),
         frozen_params=_first(chosen_runs, "frozen_params"),
         theoretical_saving=_saving(chosen_runs),
+        noise=_noise(chosen_runs),
+        study=None if study is None else study.lookup(group_key[0], group_key[1], group_key[2], method),
     )
-    arm.noise = _noise(chosen_runs)
-    return arm
 
 
 def _noise(runs: list[RunRecord]) -> Noise | None:
@@ -346,61 +367,70 @@ def gap_by_seed(arm: Arm, base: Arm, higher_is_better: bool) -> dict[int, float]
     return {s: g for s, g in sorted(gaps.items()) if math.isfinite(g)}
 
 
-def paired_stats(arm: Arm, base: Arm, higher_is_better: bool) -> None:
-    """Fill the arm's paired interval, test and power, all on the per-seed % gaps to the reference."""
-    gaps = gap_by_seed(arm, base, higher_is_better)
-    arm.gap_paired = stats.summarize(list(gaps.values()))
-    arm.power = stats.power_analysis(list(gaps.values()))
-    # The t-test of the gaps against 0: the same quantity as the interval and the power analysis.
-    arm.test = stats.paired_test(gaps, dict.fromkeys(gaps, 0.0))
-
-
-def assess(group: Group, margin: float = stats.MARGIN) -> None:
-    """Paired statistics and the verdict of every method against the table's reference.
-
-    The family is every method of the table compared with the reference: both its difference
-    tests and its equivalence tests (TOST within ±margin) are Holm-adjusted over it. Reads only
-    the arms' per-seed values (so a stored report.json can be re-assessed).
-    """
-    group.margin = margin
-    base = next((a for a in group.arms if a.method == group.baseline), None)
-    for arm in group.arms:
-        arm.decision = None
-    if base is None:
-        return
-    others = [a for a in group.arms if a is not base]
-    for arm in others:
-        paired_stats(arm, base, group.higher_is_better)
-    gaps = [list(gap_by_seed(a, base, group.higher_is_better).values()) for a in others]
-    for arm, decision in zip(others, stats.decide_family(gaps, margin)):
-        arm.decision = decision
-
-
-def _compare_to_baseline(arm: Arm, base: Arm, higher_is_better: bool) -> None:
-    """Fill the arm's gap of the means, paired noise and step-time ratio against the reference.
-
-    The paired interval, test, power and verdict come from `assess` (over the whole table).
-    """
-    arm.gap = arm.delta = arm.gap_paired = arm.power = arm.test = arm.paired_noise = arm.gap_bootstrap = None
-    arm.step_time_ratio = None
+def compare_arm(arm: Arm, base: Arm, higher_is_better: bool, decision: stats.Decision | None = None) -> Versus:
+    """An arm against one reference arm, as a new value (nothing is changed): the gap of the means,
+    delta and step-time ratio; for another arm also the paired interval, test and power (all on the
+    per-seed % gaps), the paired test-set noise and the bootstrap interval. `decision` is the verdict,
+    which needs the whole family (`compare_pairs`)."""
+    gap = delta = ratio = None
     if arm.primary.mean is not None and base.primary.mean is not None:
-        arm.gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
-        arm.delta = arm.primary.mean - base.primary.mean
-    if arm is not base:
-        arm.paired_noise = _paired_noise(arm.runs, base.runs)
-        arm.gap_bootstrap = bootstrap_gap(arm.runs, base.runs, higher_is_better)
+        gap = stats.relative_gap(arm.primary.mean, base.primary.mean, higher_is_better)
+        delta = arm.primary.mean - base.primary.mean
     if arm.step_time.mean and base.step_time.mean:
-        arm.step_time_ratio = arm.step_time.mean / base.step_time.mean
+        ratio = arm.step_time.mean / base.step_time.mean
+    if arm is base:
+        return Versus(base.method, gap=gap, delta=delta, step_time_ratio=ratio, decision=decision)
+    gaps = gap_by_seed(arm, base, higher_is_better)
+    return Versus(
+        base.method,
+        gap=gap,
+        gap_paired=stats.summarize(list(gaps.values())),
+        delta=delta,
+        # The t-test of the gaps against 0: the same quantity as the interval and the power analysis.
+        test=stats.paired_test(gaps, dict.fromkeys(gaps, 0.0)),
+        power=stats.power_analysis(list(gaps.values())),
+        paired_noise=_paired_noise(arm.runs, base.runs),
+        step_time_ratio=ratio,
+        gap_bootstrap=bootstrap_gap(arm.runs, base.runs, higher_is_better),
+        decision=decision,
+    )
 
 
-def rebase(group: Group, reference: str, margin: float | None = None) -> None:
-    """Compare every arm of a table against another reference method (its gaps, tests, verdicts)."""
-    base = next(a for a in group.arms if a.method == reference)
-    group.baseline = reference
-    group.warnings = [w for w in group.warnings if not w.startswith("no finished '")]
-    for arm in group.arms:
-        _compare_to_baseline(arm, base, group.higher_is_better)
-    assess(group, group.margin if margin is None else margin)
+def compare_pairs(
+    pairs: Sequence[tuple[Arm, Arm]], higher_is_better: bool, margin: float = stats.MARGIN
+) -> list[Versus]:
+    """Each (arm, reference) pair compared (`compare_arm`), with its verdict: the family is every pair, and
+    both its difference tests and its equivalence tests (TOST within ±margin) are Holm-adjusted over
+    it. Reads only the arms' per-seed values and runs; builds new values and changes nothing."""
+    gaps = [list(gap_by_seed(arm, base, higher_is_better).values()) for arm, base in pairs]
+    decisions = stats.decide_family(gaps, margin)
+    return [compare_arm(arm, base, higher_is_better, d) for (arm, base), d in zip(pairs, decisions)]
+
+
+def compare_to(
+    arms: Sequence[Arm], reference: str, higher_is_better: bool, margin: float = stats.MARGIN
+) -> dict[str, Versus]:
+    """Every arm of a table against the reference method, by method: the family of `compare_pairs` is
+    every other arm; the reference gets its comparison with itself. Changes nothing."""
+    base = next((a for a in arms if a.method == reference), None)
+    if base is None:
+        raise ValueError(f"no arm {reference!r} to compare with (arms: {', '.join(a.method for a in arms)})")
+    pairs = [(a, base) for a in arms if a is not base]
+    compared = {a.method: vs for (a, _), vs in zip(pairs, compare_pairs(pairs, higher_is_better, margin))}
+    return {a.method: compare_arm(base, base, higher_is_better) if a is base else compared[a.method] for a in arms}
+
+
+def rebase(group: Group, reference: str, margin: float | None = None) -> Group:
+    """The table compared with another reference method (its gaps, tests, verdicts), as a new Group:
+    `group` and its arms are left as they were."""
+    margin = group.margin if margin is None else margin
+    return replace(
+        group,
+        baseline=reference,
+        warnings=[w for w in group.warnings if not w.startswith("no finished '")],
+        margin=margin,
+        versus=compare_to(group.arms, reference, group.higher_is_better, margin),
+    )
 
 
 def _budget_warnings(arms: list[Arm]) -> list[str]:
@@ -580,32 +610,33 @@ def _group(
     by_method: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
         by_method[run.method or "?"].append(run)
-    arms = [_arm(m, by_method[m], key) for m in _method_order(list(by_method), baseline)]
-    group = Group(key[0], key[1], key[2], key[3], key[4], arms, None, recorded_direction(runs))
-    group.splits = eval_sets([r for a in arms for r in a.runs])
-    group.reporting = facts_of(group.task, (r.results for r in runs))
-    group.warnings = (
+    arms = [_arm(m, by_method[m], key, study) for m in _method_order(list(by_method), baseline)]
+    splits = eval_sets([r for a in arms for r in a.runs])
+    warnings = (
         _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms, extensions) + _prefreeze_warnings(arms)
     )
-    group.heldout_notes = [(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))]
-    group.warnings += _rebuilt_warnings(runs)
-    if group.primary_metric.startswith("val_"):
-        group.warnings.append(
-            f"{metric_label(group.primary_metric, group.splits)} is measured on the validation split that chose the LR (the "
+    warnings += _rebuilt_warnings(runs)
+    if key[3].startswith("val_"):
+        warnings.append(
+            f"{metric_label(key[3], splits)} is measured on the validation split that chose the LR (the "
             "data has no test split): it is optimistic; prepare a test split for a held-out number"
         )
-    base = next((a for a in arms if a.method == baseline and a.primary.n > 0), None)
-    if base is None:
-        group.warnings.append(f"no finished '{baseline}' runs in this table: gaps and tests are not computed")
-    else:
-        group.baseline = baseline
-        for arm in arms:
-            _compare_to_baseline(arm, base, group.higher_is_better)
-    assess(group, margin)
-    if study is not None:
-        for arm in arms:
-            arm.study = study.lookup(group.task, group.dataset, group.model, arm.method)
-    return group
+    direction = recorded_direction(runs)
+    compared = any(a.method == baseline and a.primary.n > 0 for a in arms)
+    if not compared:
+        warnings.append(f"no finished '{baseline}' runs in this table: gaps and tests are not computed")
+    return Group(
+        *key,
+        arms,
+        baseline if compared else None,
+        direction,
+        warnings=warnings,
+        heldout_notes=[(r, note) for a in arms for r in a.runs if (note := heldout_note(r.results))],
+        margin=margin,
+        splits=splits,
+        reporting=facts_of(key[0], (r.results for r in runs)),
+        versus=compare_to(arms, baseline, metric_direction(direction, key[3]), margin) if compared else {},
+    )
 
 
 def _check_same_data(key: tuple, runs: Sequence[RunRecord]) -> None:

@@ -24,7 +24,7 @@ from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
 from oelm.reports import stats
-from oelm.reports.aggregate import BASELINE, Arm, Group, compare, gap_by_seed, rebase
+from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase
 from oelm.reports.tables import fmt_fraction, fmt_holm, fmt_interval, fmt_pct, saving_fraction, verdict_text
 from oelm.utils.errors import UserError
 
@@ -54,17 +54,19 @@ TARGET = Target()  # the issue's target, every board's default
 
 @dataclass
 class Entry:
-    """One method of a leaderboard: its arm from the Comparison plus what the leaderboard adds."""
+    """One method of a leaderboard: its arm and its comparison with the board's reference from the
+    Comparison, plus what the leaderboard adds."""
 
     arm: Arm
+    versus: Versus  # against the board's reference (the group's versus_of this method)
     saving: float | None  # theoretical training-FLOP saving, a fraction of full training
     share: float | None  # saving / the reference method's saving
     added_params: int | None  # parameters a method adds (adapter role of the freeze audit)
     step_ratio: stats.Summary  # per-seed step-time ratio vs the reference (paired by seed)
     rank: int | None = None
-    twin: str | None = None  # the method's same-init trainable twin (core.methods.twin_of), when on the board
-    twin_gap: stats.Summary | None = None  # paired % gap to that twin, where shown
-    twin_decision: stats.Decision | None = None  # its verdict (Holm over the twin comparisons)
+    # Against the method's same-init trainable twin (core.methods.twin_of), when on the board and not
+    # the reference: compare_pairs over every such pair (Holm over the twin comparisons).
+    twin_versus: Versus | None = None
     meets: bool = False
     misses: list[str] = field(default_factory=list)  # target criteria it misses
     incomplete: str = ""  # why it is not ranked ('' when it is)
@@ -82,8 +84,23 @@ class Entry:
     @property
     def upper(self) -> float | None:
         """Upper end of the paired 95% interval of the gap (%)."""
-        paired = self.arm.gap_paired
+        paired = self.versus.gap_paired
         return None if paired is None else paired.ci_high
+
+    @property
+    def twin(self) -> str | None:
+        """The same-init trainable twin it is compared with, where shown."""
+        return None if self.twin_versus is None else self.twin_versus.reference
+
+    @property
+    def twin_gap(self) -> stats.Summary | None:
+        """Paired % gap to that twin, where shown."""
+        return None if self.twin_versus is None else self.twin_versus.gap_paired
+
+    @property
+    def twin_decision(self) -> stats.Decision | None:
+        """Its verdict (Holm over the twin comparisons), where shown."""
+        return None if self.twin_versus is None else self.twin_versus.decision
 
 
 @dataclass
@@ -172,7 +189,7 @@ def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
 
 def _check(entry: Entry, target: Target) -> None:
     """Fill entry.meets and entry.misses against the target."""
-    gap, upper, share = entry.arm.gap, entry.upper, entry.share
+    gap, upper, share = entry.versus.gap, entry.upper, entry.share
     misses = []
     if trainable(entry.arm):  # a control saving by architecture (thin keys) is no frozen variant
         misses.append("freezes nothing: a trainable control, not a frozen variant")
@@ -202,8 +219,8 @@ def _closest(candidates: list[Entry], target: Target) -> Entry | None:
     ]
     if keeps:
         return min(keeps, key=lambda e: (e.upper, e.method))
-    gapped = [e for e in candidates if e.arm.gap is not None]
-    return min(gapped, key=lambda e: (e.arm.gap, e.method)) if gapped else None
+    gapped = [e for e in candidates if e.versus.gap is not None]
+    return min(gapped, key=lambda e: (e.versus.gap, e.method)) if gapped else None
 
 
 def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple[list[str], str | None, str]:
@@ -222,8 +239,8 @@ def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple
         f"**No method meets the target.** Closest: {close.method}, {_entry_numbers(close)}; "
         f"it misses: {'; '.join(close.misses)}."
     )
-    gapped = [e for e in candidates if e.arm.gap is not None]
-    best_gap = min(gapped, key=lambda e: (e.arm.gap, e.method))
+    gapped = [e for e in candidates if e.versus.gap is not None]
+    best_gap = min(gapped, key=lambda e: (e.versus.gap, e.method))
     if best_gap is not close:  # the smallest gap fails on another criterion: say which
         text += (
             f" The smallest gap is {best_gap.method}'s ({_entry_numbers(best_gap)}), which "
@@ -234,10 +251,10 @@ def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple
 
 def _entry_numbers(e: Entry) -> str:
     """Gap, paired interval, p and saving share of one entry in words."""
-    d = e.arm.decision
+    d = e.versus.decision
     p = f"{fmt_holm(d)}; " if d is not None and d.p is not None else ""
     return (
-        f"gap {fmt_pct(e.arm.gap)}{fmt_interval(e.arm.gap_paired)} ({p}{verdict_text(d)}), "
+        f"gap {fmt_pct(e.versus.gap)}{fmt_interval(e.versus.gap_paired)} ({p}{verdict_text(d)}), "
         f"keeps {fmt_fraction(e.share, 0)} of the saving"
     )
 
@@ -305,23 +322,18 @@ def choose_reference(group: Group, complete: set[str]) -> Arm | None:
     return min(pool, key=lambda a: (sign * a.primary.mean, a.method)) if pool else None
 
 
-def _twin_gaps(group: Group, entries: list[Entry], complete: set[str], margin: float) -> bool:
-    """Fill the paired gap of every frozen method to its same-init trainable twin (Holm over them all).
-
-    Returns whether any method got one.
-    """
-    arms = {a.method: a for a in group.arms if a.method in complete}
-    family = []
-    for e in entries:
-        twin = frozen_twin_of(e.method)
-        # A twin that is the reference needs no second column: the main gap is to it.
-        if twin in arms and twin != group.baseline and not e.incomplete:
-            e.twin = twin
-            family.append(e)
-    gaps = [list(gap_by_seed(e.arm, arms[e.twin], group.higher_is_better).values()) for e in family]
-    for e, g, d in zip(family, gaps, stats.decide_family(gaps, margin)):
-        e.twin_gap, e.twin_decision = stats.summarize(g), d
-    return bool(family)
+def twin_comparisons(group: Group, reasons: dict[str, str]) -> dict[str, Versus]:
+    """Every complete frozen method against its same-init trainable twin, by method: compare_pairs
+    over all such pairs (Holm over them all). A twin that is the reference needs no second column:
+    the main gap is to it."""
+    complete = {a.method: a for a in group.arms if not reasons[a.method]}
+    pairs = [
+        (arm, complete[twin])
+        for arm in complete.values()
+        if (twin := frozen_twin_of(arm.method)) in complete and twin != group.baseline
+    ]
+    compared = compare_pairs(pairs, group.higher_is_better, group.margin)
+    return {arm.method: vs for (arm, _), vs in zip(pairs, compared)}
 
 
 def build_board(
@@ -350,7 +362,7 @@ def build_board(
         best = choose_reference(group, complete)
         if best is not None:
             if best.method != group.baseline:
-                rebase(group, best.method)
+                group = rebase(group, best.method)
             rule = "the best-tuned trainable arm: best held-out mean among complete methods freezing nothing"
         else:
             rule = "no complete method freezes nothing: the default reference"
@@ -365,25 +377,26 @@ def rank_board(
 ) -> Board:
     """The board of a table already compared with its reference: `reasons` says why a method is not
     ranked ('' when it is), `rule` how the reference was chosen."""
-    complete = {m for m, why in reasons.items() if not why}
     base = next((a for a in group.arms if a.method == group.baseline), None)
     ref = next((a for a in group.arms if a.method == target.reference), None)
     ref_saving = saving_fraction(ref.theoretical_saving) if ref else None
+    twins = twin_comparisons(group, reasons)
     entries = []
     for arm in group.arms:
         saving = saving_fraction(arm.theoretical_saving)
         share = saving / ref_saving if saving is not None and ref_saving else None
-        entry = Entry(arm, saving, share, added_params(arm.runs), step_ratio(arm, base))
-        entry.incomplete = reasons[arm.method]
+        entry = Entry(arm, group.versus_of(arm.method), saving, share, added_params(arm.runs), step_ratio(arm, base))
+        entry.incomplete, entry.twin_versus = reasons[arm.method], twins.get(arm.method)
         _savings(entry, base)
         entries.append(entry)
-    has_twins = _twin_gaps(group, entries, complete, group.margin)
     sign = -1.0 if group.higher_is_better else 1.0
     ranked = sorted((e for e in entries if not e.incomplete), key=lambda e: (sign * e.arm.primary.mean, e.method))
     for i, e in enumerate(ranked, 1):
         e.rank = i
     unranked = sorted((e for e in entries if e.incomplete), key=lambda e: e.method)
-    points = {e.method: (e.arm.gap, e.saving * 100) for e in ranked if e.arm.gap is not None and e.saving is not None}
+    points = {
+        e.method: (e.versus.gap, e.saving * 100) for e in ranked if e.versus.gap is not None and e.saving is not None
+    }
     passing, closest, verdict = _verdict(ranked, group.baseline, target)
     warnings = list(group.warnings)
     if ref_saving is None:
@@ -393,7 +406,7 @@ def rank_board(
     if base is not None and any(e.method == base.method for e in unranked):
         warnings.append(f"the reference {base.method} is itself incomplete: every gap is provisional")
     board = Board(group, ranked, unranked, pareto_front(points), passing, closest, verdict, warnings)
-    board.reference_rule, board.twin = rule, has_twins
+    board.reference_rule, board.twin = rule, bool(twins)
     return board
 
 

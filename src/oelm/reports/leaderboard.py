@@ -241,7 +241,7 @@ def _summary_json(s: stats.Summary | None) -> dict | None:
 
 def _entry_json(e: Entry) -> dict[str, Any]:
     """One row for leaderboard.json."""
-    a = e.arm
+    a, vs = e.arm, e.versus
     return {
         "rank": e.rank,
         "method": a.method,
@@ -249,12 +249,12 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "setting": a.setting,
         "primary": a.primary.to_dict(),
         "by_seed": {str(k): v for k, v in sorted(a.by_seed.items())},
-        "gap_percent": a.gap,
-        "gap_paired": _summary_json(a.gap_paired),
-        "paired_test": a.test.to_dict() if a.test else None,
-        "power": a.power.to_dict() if a.power else None,
-        "decision": a.decision.to_dict() if a.decision else None,
-        "verdict": None if a.decision is None else verdict_text(a.decision),
+        "gap_percent": vs.gap,
+        "gap_paired": _summary_json(vs.gap_paired),
+        "paired_test": vs.test.to_dict() if vs.test else None,
+        "power": vs.power.to_dict() if vs.power else None,
+        "decision": vs.decision.to_dict() if vs.decision else None,
+        "verdict": None if vs.decision is None else verdict_text(vs.decision),
         "twin_gap": _summary_json(e.twin_gap),
         "twin_decision": e.twin_decision.to_dict() if e.twin_decision else None,
         "twin_verdict": None if e.twin_decision is None else verdict_text(e.twin_decision),
@@ -344,10 +344,10 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
     """One table's scatter with error bars, labels, the Pareto front and the target's lines."""
     ref = next((e for e in board.ranked + board.unranked if e.method == target.reference), None)
     ref_saving = ref.saving if ref else None
-    pts = [e for e in board.ranked if e.arm.gap is not None and e.saving is not None]
+    pts = [e for e in board.ranked if e.versus.gap is not None and e.saving is not None]
     for e in pts:
-        x, y = e.saving * 100, e.arm.gap
-        paired = e.arm.gap_paired
+        x, y = e.saving * 100, e.versus.gap
+        paired = e.versus.gap_paired
         has = paired is not None and paired.ci_low is not None
         err = [[max(0.0, y - paired.ci_low) if has else 0.0], [max(0.0, paired.ci_high - y) if has else 0.0]]
         color = "tab:green" if e.meets else ("black" if e.method == board.group.baseline else "tab:blue")
@@ -357,7 +357,7 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
     if len(front) > 1:
         ax.plot(
             [e.saving * 100 for e in front],
-            [e.arm.gap for e in front],
+            [e.versus.gap for e in front],
             "--",
             color="tab:red",
             alpha=0.7,

@@ -41,23 +41,24 @@ def plot_curves(group: Group, path: Path) -> Path | None:
 
 def plot_gaps(group: Group, path: Path) -> Path | None:
     """Bar per method: gap to the baseline in % (+ = worse) with the paired 95% interval."""
-    arms = [a for a in group.arms if a.method != group.baseline and a.gap is not None]
+    others = ((a.method, group.versus_of(a.method)) for a in group.arms if a.method != group.baseline)
+    arms = [(method, vs) for method, vs in others if vs.gap is not None]
     if not arms:
         return None
     fig, ax = plt.subplots(figsize=(max(3.5, 1.4 * len(arms) + 1.5), 3.8))
     heights, errs = [], [[], []]
-    for arm in arms:
-        paired = arm.gap_paired
-        heights.append(arm.gap)
+    for _, vs in arms:
+        paired = vs.gap_paired
+        heights.append(vs.gap)
         has_ci = paired is not None and paired.ci_low is not None
         # The bar is the gap of the means; the whisker is the paired-by-seed interval.
-        errs[0].append(max(0.0, arm.gap - paired.ci_low) if has_ci else 0.0)
-        errs[1].append(max(0.0, paired.ci_high - arm.gap) if has_ci else 0.0)
+        errs[0].append(max(0.0, vs.gap - paired.ci_low) if has_ci else 0.0)
+        errs[1].append(max(0.0, paired.ci_high - vs.gap) if has_ci else 0.0)
     x = np.arange(len(arms))
     colors = ["tab:red" if h > 0 else "tab:green" for h in heights]
     ax.bar(x, heights, yerr=errs, capsize=4, color=colors, alpha=0.8)
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xticks(x, [a.method for a in arms], rotation=15)
+    ax.set_xticks(x, [method for method, _ in arms], rotation=15)
     ax.set_ylabel(f"gap vs {group.baseline}, % (+ = worse)")
     ax.set_title(f"{group.title}: {group.primary_metric}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from oelm.reports import stats
-from oelm.reports.aggregate import Arm, Comparison, Crossing, Group, Noise, crossing
+from oelm.reports.aggregate import Arm, Comparison, Crossing, Group, Noise, Versus, crossing
 from oelm.reports.tables import fmt_num, fmt_p, fmt_saving, pct_scale, verdict_text
 
 SMALL_NOISE = 0.5  # test SE below half the seed SD: the test set adds little to the seed spread
@@ -27,7 +27,7 @@ def paired_noise_text(group: Group) -> str:
     """Whether the test set's noise in each gap (paired by window) is small next to seed noise."""
     parts = []
     for arm in group.arms:
-        nz = arm.paired_noise
+        nz = group.versus_of(arm.method).paired_noise
         if nz is None:
             continue
         text = (
@@ -102,7 +102,8 @@ def budget(group: Group) -> str:
 
 def _sureness(arm: Arm, group: Group) -> str:
     """How sure, in the fixed vocabulary: the interval, p with its Holm adjustment, the verdict."""
-    paired, pw, d = arm.gap_paired, arm.power, arm.decision
+    vs = group.versus_of(arm.method)
+    paired, pw, d = vs.gap_paired, vs.power, vs.decision
     bits = []
     if paired is not None and paired.ci_low is not None:
         bits.append(f"paired 95% interval {paired.ci_low:+.1f}% to {paired.ci_high:+.1f}%")
@@ -124,15 +125,15 @@ def _sureness(arm: Arm, group: Group) -> str:
     return text
 
 
-def _time(arm: Arm) -> str:
-    """Measured step-time ratio next to the theoretical FLOP saving."""
+def _time(arm: Arm, vs: Versus) -> str:
+    """Measured step-time ratio (to the reference) next to the theoretical FLOP saving."""
     saving = fmt_saving(arm.theoretical_saving)
     theory = (
         f"a theoretical saving of {saving} of training FLOPs" if saving != "n/a" else "no recorded theoretical saving"
     )
-    if arm.step_time_ratio is None:
+    if vs.step_time_ratio is None:
         return f"its step time was not measured against the baseline's ({theory})"
-    r = arm.step_time_ratio
+    r = vs.step_time_ratio
     # Runs of a sweep are timed one after another, often on a shared machine, with no A/A floor
     # and no interval: the ratio is indicative, never a finding (benchmarks/ measures speed).
     return (
@@ -144,13 +145,14 @@ def _time(arm: Arm) -> str:
 
 def _arm_sentence(arm: Arm, base: Arm, group: Group, scale: float, cross: Crossing | None) -> str:
     """One method against the reference."""
-    if arm.gap is None or arm.primary.mean is None:
+    vs = group.versus_of(arm.method)
+    if vs.gap is None or arm.primary.mean is None:
         return f"{arm.method} has no finished runs to compare."
-    direction = "worse" if arm.gap > 0 else "better"
+    direction = "worse" if vs.gap > 0 else "better"
     return (
         f"{arm.method} reached {group.primary_metric} {fmt_num(arm.primary.mean * scale)} against "
-        f"{_ref(base, group)}'s {fmt_num(base.primary.mean * scale)}, {abs(arm.gap):.1f}% {direction}"
-        f"{_sureness(arm, group)}; {_time(arm)}.{_crossing(arm, cross)}"
+        f"{_ref(base, group)}'s {fmt_num(base.primary.mean * scale)}, {abs(vs.gap):.1f}% {direction}"
+        f"{_sureness(arm, group)}; {_time(arm, vs)}.{_crossing(arm, cross)}"
     )
 
 

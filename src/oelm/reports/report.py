@@ -14,7 +14,17 @@ from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
 from oelm.reports import plots
-from oelm.reports.aggregate import BASELINE, Arm, Comparison, Group, compare, crossing, metric_label, split_text
+from oelm.reports.aggregate import (
+    BASELINE,
+    Arm,
+    Comparison,
+    Group,
+    Versus,
+    compare,
+    crossing,
+    metric_label,
+    split_text,
+)
 from oelm.reports.reading import budget, how_to_read, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
 from oelm.reports.study_numbers import StudyNumbers
@@ -74,6 +84,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
     ]
     rows = []
     for arm in group.arms:
+        vs = group.versus_of(arm.method)
         cells = [
             arm.method,
             NA if arm.setting is None else arm.setting,
@@ -81,7 +92,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
             fmt_gap_interval(arm, group),
         ]
         if group.higher_is_better:
-            cells.append(NA if arm.delta is None else f"{arm.delta * scale:+.2f}")
+            cells.append(NA if vs.delta is None else f"{vs.delta * scale:+.2f}")
         cells += [
             fmt_p(arm, group),
             fmt_tost(arm, group),
@@ -89,7 +100,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
             fmt_mde(arm, group),
             fmt_ms(arm.step_time),
             NA if arm.tokens_per_second.mean is None else f"{arm.tokens_per_second.mean:,.0f}",
-            NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.3f}",
+            NA if vs.step_time_ratio is None else f"{vs.step_time_ratio:.3f}",
             fmt_saving(arm.theoretical_saving),
             f"{fmt_int(arm.trainable_params)} / {fmt_int(arm.frozen_params)}",
             _study_cell(arm),
@@ -211,33 +222,33 @@ def render(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _arm_json(arm: Arm) -> dict[str, Any]:
-    """Numbers of one arm for report.json."""
+def _arm_json(arm: Arm, vs: Versus) -> dict[str, Any]:
+    """Numbers of one arm and its comparison with the reference for report.json."""
     return {
         "method": arm.method,
         "lr": arm.lr,
         "setting": arm.setting,
         "primary": arm.primary.to_dict(),
         "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
-        "gap_percent": arm.gap,
-        "gap_paired": arm.gap_paired.to_dict() if arm.gap_paired else None,
-        "gap_bootstrap": arm.gap_bootstrap.to_dict() if arm.gap_bootstrap else None,
-        "delta": arm.delta,
-        "paired_test": arm.test.to_dict() if arm.test else None,
-        "power": arm.power.to_dict() if arm.power else None,
-        "decision": arm.decision.to_dict() if arm.decision else None,
-        "verdict": None if arm.decision is None else verdict_text(arm.decision),
+        "gap_percent": vs.gap,
+        "gap_paired": vs.gap_paired.to_dict() if vs.gap_paired else None,
+        "gap_bootstrap": vs.gap_bootstrap.to_dict() if vs.gap_bootstrap else None,
+        "delta": vs.delta,
+        "paired_test": vs.test.to_dict() if vs.test else None,
+        "power": vs.power.to_dict() if vs.power else None,
+        "decision": vs.decision.to_dict() if vs.decision else None,
+        "verdict": None if vs.decision is None else verdict_text(vs.decision),
         "mean_step_time": arm.step_time.mean,
         "tokens_per_second": arm.tokens_per_second.mean,
-        "step_time_ratio": arm.step_time_ratio,
+        "step_time_ratio": vs.step_time_ratio,
         "theoretical_saving": arm.theoretical_saving,
         "trainable_params": arm.trainable_params,
         "frozen_params": arm.frozen_params,
         "study": arm.study,
         "noise": None if arm.noise is None else {**asdict(arm.noise), "ratio": arm.noise.ratio},
         "paired_noise": None
-        if arm.paired_noise is None
-        else {**asdict(arm.paired_noise), "ratio": arm.paired_noise.ratio},
+        if vs.paired_noise is None
+        else {**asdict(vs.paired_noise), "ratio": vs.paired_noise.ratio},
         "lr_sweep": [
             {
                 "setting": c.setting,
@@ -291,7 +302,7 @@ def to_json(comparison: Comparison, provenance: dict[str, Any] | None = None) ->
                 "warnings": g.warnings,
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
                 "reading": _reading(g),
-                "arms": [_arm_json(a) for a in g.arms],
+                "arms": [_arm_json(a, g.versus_of(a.method)) for a in g.arms],
                 "crossings": _crossings_json(g),
             }
             for g in comparison.groups
@@ -378,7 +389,8 @@ def summary_table(group: Group) -> list[str]:
     ]
     rows = []
     for arm in group.arms:
-        d = arm.decision
+        vs = group.versus_of(arm.method)
+        d = vs.decision
         if d is not None and d.p is not None:
             p = f"{d.holm_p:.2g}"  # the raw p is in the verdict line under the table
         else:
@@ -390,7 +402,7 @@ def summary_table(group: Group) -> list[str]:
                 fmt_summary(arm.primary, scale),
                 fmt_gap(arm, group),
                 p,
-                NA if arm.step_time_ratio is None else f"{arm.step_time_ratio:.2f}",
+                NA if vs.step_time_ratio is None else f"{vs.step_time_ratio:.2f}",
                 fmt_saving(arm.theoretical_saving),
             ]
         )

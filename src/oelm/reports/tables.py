@@ -141,9 +141,10 @@ def fmt_gap(arm: Arm, group: Group) -> str:
     """Gap of the means in %, with the paired-by-seed 95% interval when there is one."""
     if arm.method == group.baseline:
         return "0 (reference)"
-    if arm.gap is None:
+    vs = group.versus_of(arm.method)
+    if vs.gap is None:
         return NA
-    return fmt_pct(arm.gap) + fmt_interval(arm.gap_paired)
+    return fmt_pct(vs.gap) + fmt_interval(vs.gap_paired)
 
 
 def fmt_gap_interval(arm: Arm, group: Group) -> str:
@@ -153,12 +154,13 @@ def fmt_gap_interval(arm: Arm, group: Group) -> str:
     test examples ('seeds + test examples'); other classifier records: the paired-by-seed interval,
     labelled 'seeds only' (the test set's noise is not in it). LMs: fmt_gap (seeds).
     """
-    if arm.method == group.baseline or arm.gap is None:
+    vs = group.versus_of(arm.method)
+    if arm.method == group.baseline or vs.gap is None:
         return fmt_gap(arm, group)
-    boot = arm.gap_bootstrap
+    boot = vs.gap_bootstrap
     if boot is not None:
-        return f"{fmt_pct(arm.gap)}{fmt_interval(boot)} (seeds + test examples, bootstrap)"
-    if group.facts.item_noise_interval and arm.gap_paired is not None and arm.gap_paired.ci_low is not None:
+        return f"{fmt_pct(vs.gap)}{fmt_interval(boot)} (seeds + test examples, bootstrap)"
+    if group.facts.item_noise_interval and vs.gap_paired is not None and vs.gap_paired.ci_low is not None:
         return f"{fmt_gap(arm, group)} (seeds only)"
     return fmt_gap(arm, group)
 
@@ -180,14 +182,15 @@ def fmt_p(arm: Arm, group: Group) -> str:
     """
     if arm.method == group.baseline:
         return "—"
-    d = arm.decision
+    vs = group.versus_of(arm.method)
+    d = vs.decision
     if d is None or d.p is None:
-        n = d.n if d is not None else (arm.gap_paired.n if arm.gap_paired else 0)
+        n = d.n if d is not None else (vs.gap_paired.n if vs.gap_paired else 0)
         why = "identical per-seed gaps" if n >= stats.MIN_PAIRED_SEEDS else f"{n} paired seeds; needs >= 3"
         return f"n/a ({why})"
     text = fmt_holm(d)
-    if arm.test is not None and arm.test.wilcoxon_p is not None:
-        text += f"; Wilcoxon {arm.test.wilcoxon_p:.3g}"
+    if vs.test is not None and vs.test.wilcoxon_p is not None:
+        text += f"; Wilcoxon {vs.test.wilcoxon_p:.3g}"
     return text
 
 
@@ -195,7 +198,7 @@ def fmt_tost(arm: Arm, group: Group) -> str:
     """'TOST p = 0.004, Holm p = 0.012 (m = 4)': the equivalence test within ±margin, raw and adjusted."""
     if arm.method == group.baseline:
         return "—"
-    d = arm.decision
+    d = group.versus_of(arm.method).decision
     if d is None or d.tost_p is None:
         return NA
     return f"TOST p = {_pval(d.tost_p)}, Holm p = {_pval(d.tost_holm_p)} (m = {d.m})"
@@ -227,7 +230,7 @@ def fmt_verdict(arm: Arm, group: Group) -> str:
         return "reference"
     if group.baseline is None:
         return NA
-    return verdict_text(arm.decision)
+    return verdict_text(group.versus_of(arm.method).decision)
 
 
 # The command that plans a confirmation of a pilot on fresh seeds ({seeds}: how many). Sweeps and
@@ -244,7 +247,8 @@ def pilot_text(arm: Arm, group: Group, confirm: str = CONFIRM_PLAN) -> str:
     power 0.8): the seeds that resolve the observed gap and those that resolve a gap of the margin.
     '' without a power analysis (fewer than 2 paired seeds).
     """
-    pw, d = arm.power, arm.decision
+    vs = group.versus_of(arm.method)
+    pw, d = vs.power, vs.decision
     if arm.method == group.baseline or pw is None or pw.sd_diff is None:
         return ""
     n_gap = stats.confirmation_seeds(pw, pw.observed)
@@ -264,9 +268,9 @@ def pilot_text(arm: Arm, group: Group, confirm: str = CONFIRM_PLAN) -> str:
     )
 
 
-def resolved(arm: Arm) -> bool:
+def resolved(arm: Arm, group: Group) -> bool:
     """Whether the Holm-adjusted paired test resolves the gap (verdict worse or better)."""
-    d = arm.decision
+    d = group.versus_of(arm.method).decision
     return d is not None and d.verdict in (stats.WORSE, stats.BETTER)
 
 
@@ -275,7 +279,7 @@ def fmt_mde(arm: Arm, group: Group, with_n: bool = True) -> str:
     number of paired seeds unless `with_n` is False (a table whose n is in another column)."""
     if arm.method == group.baseline:
         return "—"
-    pw = arm.power
+    pw = group.versus_of(arm.method).power
     if pw is None or pw.mde is None:
         return f"n/a ({pw.n if pw else 0} paired seeds)"
     return f"±{pw.mde:.2f}% (n={pw.n})" if with_n else f"±{pw.mde:.2f}%"
@@ -287,7 +291,8 @@ def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:
 
     Never reads an unresolved gap as 'equal': only the equivalence test makes that claim.
     """
-    pw = arm.power
+    vs = group.versus_of(arm.method)
+    pw = vs.power
     if arm.method == group.baseline or pw is None:
         return ""
     head = f"{arm.method}: {fmt_verdict(arm, group)}"
@@ -307,7 +312,7 @@ def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:
         f"the paired t-test (two-sided, alpha {pw.alpha:g}, power {pw.power:g}) detects gaps of "
         f"±{pw.mde:.2f}% or more; observed {pw.observed:+.2f}%."
     )
-    d = arm.decision
+    d = vs.decision
     if d is not None and d.verdict == stats.UNRESOLVED:
         text += (
             f" Unresolved is not evidence of no difference: only the equivalence test (TOST within "

@@ -186,7 +186,10 @@ def render(
     `source` replaces the line saying where the numbers come from (a board re-rendered from stored
     JSON says so there); `pareto` is the figure's file name.
     """
-    built = f"Built from {n_runs} stored run directories (results.json, timing_stats.json, freeze_audit.json) only."
+    built = (
+        f"Built from {n_runs} stored runs (run directories or committed run records) only: their results.json, "
+        "timing_stats.json and freeze_audit.json (a committed record's record.json holds all three)."
+    )
     lines = [
         "# Leaderboard",
         "",

@@ -124,7 +124,7 @@ def _records(folder: Path, by_seed_freeze: dict[int, float]) -> Path:
                 "selection_kept": False, "trainable_params": 100 - frozen, "frozen_params": frozen,
                 "theoretical_saving": saving,
             }  # fmt: skip
-            run = RunRecord(key.path(folder), "complete", results, source="a test's stored table")
+            run = RunRecord(key.path(folder), "complete", results, source="docs/results/x/records/stored-report.json")
             write_record(run, key.path(folder))
     return folder
 
@@ -154,7 +154,10 @@ def test_a_report_of_records_computes_its_verdicts_from_the_per_seed_values(tmp_
     assert freeze["primary"]["n"] == 4 and abs(freeze["gap_percent"] - 5.0) < 0.2
     assert freeze["decision"]["m"] == 2
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "Reference: **baseline**" in md and "records rebuilt from a test's stored table" in md
+    assert (
+        "Reference: **baseline**" in md
+        and "records rebuilt from the stored table docs/results/x/records/stored-report.json" in md
+    )
     assert not OLD_WORDS.search(md)
 
     noisy = {**steady, 1: 3.80}  # one seed now better than the baseline: the gap no longer resolves

@@ -536,9 +536,11 @@ def _rebuilt_warnings(runs: list[RunRecord]) -> list[str]:
         return []
     n = sum(r.source != FROM_RUN for r in runs)
     return [
-        f"{n} of {len(runs)} runs are records rebuilt from {', '.join(sources)}: their run directories were "
-        "not kept, so only each seed's held-out value at the setting validation chose survives (no per-LR "
-        "validation numbers, curves, per-item test values, step times or audits); rerun the sweep for those"
+        f"{n} of {len(runs)} runs are records rebuilt from the stored table {', '.join(sources)}: their run "
+        "directories were not kept, so these records hold only each seed's held-out value at the setting "
+        "validation chose. What else that table stored (per-LR validation means, step times, noise) stays "
+        "in it as its only record and is not recomputed here; curves, per-item test values and audits are "
+        "lost. Rerun the sweep to restore them"
     ]
 
 

@@ -475,3 +475,31 @@ def test_cli_startup_times_every_arm_in_fresh_processes(tmp_path, capsys, load_b
     with pytest.raises(SystemExit):
         bench.main(["--commands", "trian"])
     assert "unknown command(s) trian" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two rounds of two 4-run sweeps in 2 worker processes: ~35 s on 2 cores
+def test_sweep_queue_times_both_dealings_on_the_same_board(tmp_path, capsys, load_benchmark):
+    bench = load_benchmark("sweep_queue")
+    out = tmp_path / "queue.json"
+    argv = ["--rounds", "2", "--seeds", "1", "--steps", "3", "--layers", "1", "--width", "32", "--batch", "2"]
+    assert bench.main([*argv, "--seq", "16", "--workdir", str(tmp_path), "--json", str(out)]) == 0
+    rows = {r["name"]: r for r in json.loads(out.read_text())}
+    assert list(rows) == ["round-robin", "queue", "queue / round-robin"]
+    for name in ("round-robin", "queue"):
+        r = rows[name]
+        assert r["rounds"] == 2 and len(r["wall_times_s"]) == 2 and r["wall_s"]["ci"] == [None, None]
+        assert 0 < r["occupancy"]["median"] <= 1 and r["runs"] == 4 and r["steps"] == [3, 9]
+        trained = [run for worker in r["worker_runs"][-1] for run in worker.split()]
+        assert sorted(trained) == [
+            f"{arm}_steps{steps}/seed0" for arm in ("baseline/lr0.001", "oelm-freeze/lr0.003") for steps in (3, 9)
+        ]
+    ratio = rows["queue / round-robin"]
+    assert len(ratio["round_ratios"]) == 2 and ratio["wall_ratio"]["median"] > 0
+    assert len(ratio["load_average_1min"]) == 2
+    # The old dealing gives worker 1 every long run (the grid is innermost); the queue starts with them.
+    assert rows["round-robin"]["worker_runs"][-1][1].split() == [
+        "baseline/lr0.001_steps9/seed0",
+        "oelm-freeze/lr0.003_steps9/seed0",
+    ]
+    assert "queue / round-robin wall time: " in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == [out]  # the scratch folder is removed

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -21,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from oelm.data.lm import read_meta
+from oelm.experiments.dispatch import RunQueue, WorkerPool, drive
 from oelm.experiments.prepare import data_summary, ensure_lm_data
 from oelm.experiments.sweep import RunSpec, SweepSpec, extend_grids
 from oelm.records.sweep import SWEEP_FILE, read_sweep_record
@@ -87,26 +85,7 @@ def _run_inline(run: RunSpec, progress: bool) -> None:
 
 def _logs(spec: SweepSpec) -> Path:
     """Folder for subprocess output and configs (outside the run directories, which the loop owns)."""
-    logs = spec.out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    return logs
-
-
-def _start_worker(spec: SweepSpec, index: int, runs: list[RunSpec], threads: int) -> subprocess.Popen:
-    """Launch one worker process that trains its share of the runs one after another."""
-    paths = []
-    for run in runs:
-        path = _logs(spec) / f"{run.method}_{run.run_dir.parent.name}_seed{run.seed}.json"
-        path.write_text(json.dumps({**run.config, "progress": False}), encoding="utf-8")
-        paths.append(str(path))
-    env = {**os.environ, "OELM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    log = open(_logs(spec) / f"worker{index}.log", "a", encoding="utf-8")  # noqa: SIM115 (closed by the poller)
-    # One process per worker, not per run: importing torch for every run would dominate tiny runs.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "oelm.experiments.worker", *paths], stdout=log, stderr=subprocess.STDOUT, env=env
-    )
-    proc.log = log  # type: ignore[attr-defined]
-    return proc
+    return spec.out / "logs"
 
 
 def _bar(total: int, done: int, show: bool) -> tqdm:
@@ -158,48 +137,48 @@ def _run_sequential(
 
 
 def _run_parallel(
-    spec: SweepSpec, pending: list[RunSpec], outcome: SweepOutcome, bar: tqdm, parallel: int, threads: int | None
+    spec: SweepSpec,
+    pending: list[RunSpec],
+    outcome: SweepOutcome,
+    bar: tqdm,
+    parallel: int,
+    threads: int | None,
+    grow: Callable[[list[str]], list[RunSpec]],
+    queue_class: type[RunQueue],
 ) -> None:
-    """N worker processes, each on `threads` (default cores // N) threads, runs dealt round-robin."""
+    """N worker processes, each on `threads` (default cores // N) threads, fed from one queue: a
+    worker takes the longest expected pending run when it finishes one (experiments.dispatch). An
+    arm whose runs are all finished extends its grid at once, and the new runs join the queue."""
     threads = threads or max(1, (os.cpu_count() or 1) // parallel)
-    shares = [pending[i::parallel] for i in range(parallel) if pending[i::parallel]]
-    workers = [(share, _start_worker(spec, i, share, threads)) for i, share in enumerate(shares)]
-    waiting, shown = list(pending), ""
-    try:
-        while waiting:
-            time.sleep(0.5)
-            for run in [r for r in waiting if r.finished()]:
-                waiting.remove(run)
-                outcome.trained.append(run)
-                bar.update(1)
-            for share, proc in workers:
-                if proc.poll() is not None:  # a worker ended: its unfinished runs failed
-                    for run in [r for r in share if r in waiting and not r.finished()]:
-                        waiting.remove(run)
-                        outcome.failed.append((run, f"did not finish; see {proc.log.name}"))
-                        bar.update(1)
-            running = [next((r for r in share if r in waiting), None) for share, _ in workers]
-            text = ", ".join(r.label for r in running if r) + f" ({len(waiting)} left)"
-            if text != shown:  # redraw only on change: logs stay readable when piped
-                bar.set_postfix_str(text)
-                shown = text
-    finally:
-        # Interrupted or done: stop only the workers this sweep started. SIGTERM lets each one
-        # finish its step and write a checkpoint; one that does not stop in time is killed.
-        for _, proc in workers:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + WORKER_STOP_S
-        for _, proc in workers:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            proc.log.close()
+    queue = queue_class(pending, finished=[*outcome.skipped, *outcome.trained], slots=parallel)
+    shown = ""
 
+    def on_done(run: RunSpec, error: str | None) -> list[RunSpec]:
+        if error is None and run.finished():
+            outcome.trained.append(run)
+        else:
+            outcome.failed.append((run, error or "ended without a finished results.json"))
+        bar.update(1)
+        if not run.finished():  # failed (a diverged run is finished: its arm may extend)
+            return []
+        before = len(outcome.extended)
+        todo = grow([run.method])
+        if len(outcome.extended) > before:
+            bar.total += len(outcome.extended) - before
+            bar.update(len(outcome.extended) - before - len(todo))  # replayed: finished already
+        return todo
 
-WORKER_STOP_S = 120.0  # how long stopped workers get to write their checkpoint
+    def on_change(running: list[RunSpec]) -> None:
+        nonlocal shown
+        text = ", ".join(r.label for r in running) + f" ({len(queue) + len(running)} left)"
+        if text != shown:  # redraw only on change: logs stay readable when piped
+            bar.set_postfix_str(text)
+            shown = text
+
+    # Interrupted or done, leaving the pool stops only the workers this sweep started: SIGTERM lets
+    # a busy one finish its step and write a checkpoint; one that does not stop in time is killed.
+    with WorkerPool(_logs(spec), parallel, threads) as pool:
+        drive(queue, pool, on_done, on_change)
 
 
 @contextmanager
@@ -234,18 +213,42 @@ def run_sweep(
     on_report: Callable[[Comparison], None] | None = None,
     threads: int | None = None,
     epilogue: Callable[[Comparison], list[str]] | None = None,
+    queue_class: type[RunQueue] = RunQueue,
 ) -> SweepOutcome:
     """Train every unfinished run of the sweep, then write SWEEP/report/report.md.
 
     `threads` sets torch's intra-op threads per run; on a shared, busy machine 1 thread per run
     avoids the oversubscription that otherwise slows every step several-fold. `epilogue` adds
-    closing markdown lines to the report (the quickstart's plain-language reading).
+    closing markdown lines to the report (the quickstart's plain-language reading). With
+    `parallel` > 1, `queue_class` decides which run a free worker takes next (the default:
+    longest expected first; benchmarks/sweep_queue.py passes the old up-front dealing).
     """
     if parallel < 1 or (threads is not None and threads < 1):
         raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
 
     with dir_lock(spec.out, "sweep"), _stop_on_signals():
-        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue)
+        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue, queue_class)
+
+
+def _grow(spec: SweepSpec, known: set[Path], outcome: SweepOutcome, methods: list[str] | None = None) -> list[RunSpec]:
+    """Extend the grids of `methods` (default: every arm trained) while a validation choice sits at
+    an edge (sweep.extend_grids); record the new runs in `outcome` and return those to train.
+
+    Grids extend on the side where a validation choice sits at an edge, until it is interior or
+    max_extend LRs were added on that side. A re-run replays the same extensions: their runs are
+    finished, so the loop goes on to the next extension and nothing trains twice.
+    """
+    todo = []
+    while added := extend_grids(spec, methods):
+        for line in added:
+            log.info(f"grid extension: {line}")
+        _write_spec(spec)
+        new = [r for r in spec.selected_runs() if r.run_dir not in known]
+        known.update(r.run_dir for r in new)
+        outcome.extended += new
+        for run in new:
+            (todo if not run.finished() else outcome.skipped).append(run)
+    return todo
 
 
 def _train(
@@ -258,6 +261,8 @@ def _train(
     progress: bool,
     inner_progress: bool,
     threads: int | None,
+    grow: Callable[[list[str]], list[RunSpec]],
+    queue_class: type[RunQueue],
 ) -> None:
     """Train the pending runs, one at a time in this process or in `parallel` workers."""
     with _bar(total, done, progress) as bar:
@@ -265,7 +270,7 @@ def _train(
             with _torch_threads(threads):
                 _run_sequential(spec, pending, outcome, bar, inner_progress)
         else:
-            _run_parallel(spec, pending, outcome, bar, parallel, threads)
+            _run_parallel(spec, pending, outcome, bar, parallel, threads, grow, queue_class)
 
 
 def _run_locked(
@@ -277,6 +282,7 @@ def _run_locked(
     on_report: Callable[[Comparison], None] | None,
     threads: int | None,
     epilogue: Callable[[Comparison], list[str]] | None = None,
+    queue_class: type[RunQueue] = RunQueue,
 ) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
 
@@ -293,21 +299,26 @@ def _run_locked(
         log.info(
             f"sweep {spec.name}: {len(runs)} runs ({len(outcome.skipped)} finished, {len(pending)} to run) -> {spec.out}"
         )
-    _train(spec, pending, outcome, len(runs), len(outcome.skipped), parallel, progress, inner_progress, threads)
-    # Grids extend on the side where a validation choice sits at an edge, until it is interior or
-    # max_extend LRs were added on that side (a re-run replays the same extensions: their runs are
-    # finished, so nothing trains twice).
-    while added := extend_grids(spec):
-        for line in added:
-            log.info(f"grid extension: {line}")
-        _write_spec(spec)
-        known = {r.run_dir for r in runs}
-        new = [r for r in spec.selected_runs() if r.run_dir not in known]
-        runs += new
-        outcome.extended += new
-        outcome.skipped += [r for r in new if r.finished()]
-        todo = [r for r in new if not r.finished()]
-        _train(spec, todo, outcome, len(new), len(new) - len(todo), parallel, progress, inner_progress, threads)
+    known = {r.run_dir for r in runs}
+
+    def grow(methods: list[str] | None = None) -> list[RunSpec]:
+        return _grow(spec, known, outcome, methods)
+
+    train_args = (parallel, progress, inner_progress, threads, grow, queue_class)
+    if parallel > 1:  # arms finished before this call extend now, so their new runs share the queue
+        pending += grow()
+    total = len(runs) + len(outcome.extended)
+    _train(spec, pending, outcome, total, total - len(pending), *train_args)
+    # One run at a time, grids extend after all runs, then the new runs train (until no arm's
+    # choice sits at an edge). In parallel the queue extends an arm as soon as its runs are
+    # finished, so nothing is left to add here.
+    while True:
+        before = len(outcome.extended)
+        todo = grow()
+        if not todo:
+            break
+        added = len(outcome.extended) - before
+        _train(spec, todo, outcome, added, added - len(todo), *train_args)
     for run, err in outcome.failed:
         log.warning(f"run failed: {run.label}: {err.strip().splitlines()[-1]}")
     if report:

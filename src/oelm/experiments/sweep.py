@@ -211,10 +211,10 @@ def edge_step(grid: list[float], side: str) -> float:
     return grid[-1] / grid[-2] if side == "up" else grid[0] / grid[1]
 
 
-def extend_grids(spec: SweepSpec) -> list[str]:
+def extend_grids(spec: SweepSpec, methods: Sequence[str] | None = None) -> list[str]:
     """Add one LR beyond the edge where an arm's validation choice sits; return what was added.
 
-    For each arm being trained (spec.only, else all) whose runs of the spec's seeds are all
+    For each arm being trained (`methods`, else spec.only, else all) whose runs of the spec's seeds are all
     finished: the setting chosen on validation (the report's rule, reports.aggregate) is found; if
     its LR is the largest (smallest) of the arm's grid and fewer than `max_extend` LRs were added on
     that side, the next LR beyond it joins the arm's grid, at the grid's own geometric step at that
@@ -224,7 +224,7 @@ def extend_grids(spec: SweepSpec) -> list[str]:
     if spec.max_extend <= 0:
         return []
     added = []
-    for method in spec.only or list(spec.methods):
+    for method in methods or spec.only or list(spec.methods):
         arm_runs = [r for r in spec.runs() if r.method == method]
         if not arm_runs or not all(r.finished() for r in arm_runs):
             continue  # a failed or unfinished run: the choice is not settled

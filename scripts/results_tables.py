@@ -28,7 +28,7 @@ RECORD is a path relative to the markdown file's folder: a folder (meaning its r
 METHOD of that table: metric (mean ± 95% CI over seeds), mean, gap (paired interval), p (raw and
 Holm-adjusted with the number of comparisons m), verdict (worse / better (resolved), equivalent
 within ±margin, unresolved (smallest detectable gap X at 80% power)), tost (the equivalence test),
-mde (minimum detectable gap), detectable (its number alone), needed (seeds
+mde (minimum detectable gap of the Holm-adjusted test), detectable (its number alone), needed (seeds
 to detect the observed gap), points (accuracy difference), crossing (validation curves), lr, seeds,
 ratio (step time), saving (theoretical FLOP saving), share (of the reference's saving, boards
 only), state / comm (optimizer-state and all-reduce savings, boards only), twin (the gap to the
@@ -299,6 +299,11 @@ def _noise(noise: Noise | None) -> str:
     return NA if noise is None or noise.ratio is None else f"{noise.ratio:.2g}"
 
 
+def _decision(arm: Arm, table: Table) -> Decision | None:
+    """The verdict of the method against the table's reference (its mde is the Holm-level one)."""
+    return table.group.versus_of(arm.method).decision
+
+
 def _power(arm: Arm, table: Table) -> Power | None:
     """The power analysis of the method's paired gap to the table's reference."""
     return table.group.versus_of(arm.method).power
@@ -312,7 +317,7 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "verdict": lambda a, t: fmt_verdict(a, t.group),
     "tost": lambda a, t: fmt_tost(a, t.group),
     "mde": lambda a, t: fmt_mde(a, t.group),
-    "detectable": lambda a, t: NA if (pw := _power(a, t)) is None or pw.mde is None else f"{pw.mde:.2f}%",
+    "detectable": lambda a, t: NA if (d := _decision(a, t)) is None or d.mde is None else f"{d.mde:.2f}%",
     "needed": lambda a, t: (
         NA if (pw := _power(a, t)) is None or pw.seeds_for_observed is None else str(pw.seeds_for_observed)
     ),

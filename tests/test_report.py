@@ -263,7 +263,7 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
     assert power.mde == pytest.approx(d * gaps.std(ddof=1))
     assert power.underpowered
     md = md_path.read_text()
-    assert f"unresolved (smallest detectable gap {power.mde:.2f}% at 80% power)" in md
+    assert f"unresolved (smallest detectable gap {power.mde:.2f}% at 80% power)" in md  # m = 1: no Holm step
     # A pilot result: the fresh seeds a confirmation needs, from the pilot's paired SD, for the
     # observed gap and for a gap of the margin, with the `oelm confirm plan` call (never "add seeds").
     sd = gaps.std(ddof=1)

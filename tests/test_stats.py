@@ -141,7 +141,30 @@ def test_each_verdict_from_a_constructed_family() -> None:
     assert {d.m for d in decisions} == {4}
     raw = [d.p for d in decisions]
     assert [d.holm_p for d in decisions] == pytest.approx(stats.holm(raw))
-    assert decisions[3].mde == pytest.approx(stats.power_analysis(noisy).mde)
+    assert decisions[3].mde == pytest.approx(stats.power_analysis(noisy, 0.05 / 4).mde)  # at the Holm level
     # Too few seeds: no test, so it is not counted in m and stays unresolved without a detectable gap.
     short = stats.decide_family([worse, [1.0, 2.0]])
     assert short[0].m == 1 and short[1].verdict == stats.UNRESOLVED and short[1].mde is None
+
+
+def test_the_detectable_gap_is_that_of_the_holm_adjusted_test() -> None:
+    """A verdict's detectable gap is computed at Holm's strictest level alpha/m, the level its gap
+    must pass: larger than the unadjusted one as soon as m > 1, equal to it at m = 1."""
+    gaps = [7.1, 3.0, 11.1]
+    alone = stats.decide_family([gaps])[0]
+    assert alone.mde == pytest.approx(stats.power_analysis(gaps).mde) and alone.mde_alpha == 0.05
+    family = stats.decide_family([gaps] + [[0.5, 0.4, 0.6]] * 13)
+    first = family[0]
+    assert first.m == 14 and first.mde_alpha == pytest.approx(0.05 / 14)
+    assert first.mde == pytest.approx(stats.power_analysis(gaps, 0.05 / 14).mde)
+    assert first.mde > 3 * alone.mde  # three seeds at alpha 0.0036: a far weaker test
+    assert first.verdict == stats.UNRESOLVED and abs(first.mean_gap) < first.mde
+
+
+def test_tost_power_is_a_probability_that_grows_with_seeds_and_margin() -> None:
+    powers = [stats.tost_power(1.0, n, 1.0, 0.05) for n in (3, 6, 12, 48)]
+    assert all(0.0 <= p <= 1.0 for p in powers) and powers == sorted(powers) and powers[-1] > 0.9
+    assert stats.tost_power(1.0, 6, 2.0, 0.05) > stats.tost_power(1.0, 6, 1.0, 0.05)
+    assert stats.tost_power(None, 6, 1.0, 0.05) is None and stats.tost_power(0.0, 3, 1.0, 0.05) == 1.0
+    # The twin board's regime (4 seeds, SD ~1.2%, Holm over 12): equivalence within ±1% is out of reach.
+    assert stats.tost_power(1.2, 4, 1.0, 0.05 / 12) < 0.05

@@ -301,9 +301,11 @@ class Decision:
     tost_holm_p: float | None
     m: int
     margin: float
-    mde: float | None
+    mde: float | None  # smallest |gap| the Holm-adjusted test detects with `power` (at mde_alpha)
     alpha: float = ALPHA
     power: float = POWER
+    mde_alpha: float | None = None  # the level mde is computed at: alpha / m, Holm's strictest step
+    tost_power: float | None = None  # chance the Holm-adjusted TOST shows ±margin when the true gap is 0
 
     def to_dict(self) -> dict:
         """Plain dict for JSON output."""
@@ -324,19 +326,41 @@ def decide_family(
     tosts = [tost(g, margin) if p is not None else None for g, p in zip(gaps, ps)]
     holm_ps, holm_tosts = holm(ps), holm(tosts)
     m = sum(p is not None for p in ps)
+    # The detectable gap of the test actually used: Holm's strictest step tests at alpha / m, and
+    # a gap must pass it whatever the others' p-values are (a bound that holds for every row).
+    level = alpha / max(m, 1)
     out = []
     for g, p, hp, tp, htp in zip(gaps, ps, holm_ps, tosts, holm_tosts):
         mean = float(np.mean(g)) if g else None
-        pw = power_analysis(g, alpha, power)
+        pw = power_analysis(g, level, power)
         if hp is not None and hp < alpha and mean is not None and mean != 0:
             verdict = WORSE if mean > 0 else BETTER
         elif htp is not None and htp < alpha:
             verdict = EQUIVALENT
         else:
             verdict = UNRESOLVED
-        mde = pw.mde if p is not None else None  # no test: no detectable gap to state
-        out.append(Decision(verdict, len(g), mean, p, hp, tp, htp, m, margin, mde, alpha, power))
+        tested = p is not None  # no test: no detectable gap or equivalence power to state
+        mde = pw.mde if tested else None
+        eq_power = tost_power(pw.sd_diff, pw.n, margin, level) if tested else None
+        out.append(
+            Decision(
+                verdict, len(g), mean, p, hp, tp, htp, m, margin, mde, alpha, power, level if tested else None, eq_power
+            )
+        )
     return out
+
+
+def tost_power(sd: float | None, n: int, margin: float, alpha: float) -> float | None:
+    """Approximate power of the paired TOST within ±margin at level alpha when the true gap is 0,
+    from the observed SD of the per-seed gaps (central-t approximation: 2 T(margin/se - t_1-a) - 1)."""
+    from scipy.stats import t  # heavy optional dependency: imported on use
+
+    if sd is None or n < 2:
+        return None
+    if sd == 0:
+        return 1.0
+    df, se = n - 1, sd / math.sqrt(n)
+    return max(0.0, 2.0 * float(t.cdf(margin / se - t.ppf(1.0 - alpha, df), df)) - 1.0)
 
 
 # ---- test-set noise: a paired bootstrap over seeds and test examples ------------------------------

@@ -219,7 +219,8 @@ def verdict_text(d: Decision | None) -> str:
         return f"equivalent within ±{d.margin:g}%"
     power = f"{d.power * 100:g}% power"
     if d.mde is not None:
-        return f"unresolved (smallest detectable gap {d.mde:.2f}% at {power})"
+        holm = ", Holm-adjusted" if d.m > 1 else ""
+        return f"unresolved (smallest detectable gap {d.mde:.2f}% at {power}{holm})"
     why = "identical per-seed gaps" if d.n >= stats.MIN_PAIRED_SEEDS else f"{d.n} paired seed(s), a test needs 3"
     return f"unresolved (smallest detectable gap n/a at {power}: {why})"
 
@@ -275,14 +276,16 @@ def resolved(arm: Arm, group: Group) -> bool:
 
 
 def fmt_mde(arm: Arm, group: Group, with_n: bool = True) -> str:
-    """Minimum detectable gap at this number of seeds (paired t, alpha 0.05, power 0.8), with the
-    number of paired seeds unless `with_n` is False (a table whose n is in another column)."""
+    """Minimum detectable gap of the test the verdict uses (paired t at the Holm level alpha/m,
+    power 0.8), with the number of paired seeds unless `with_n` is False (a table whose n is in
+    another column)."""
     if arm.method == group.baseline:
         return "—"
-    pw = group.versus_of(arm.method).power
-    if pw is None or pw.mde is None:
+    vs = group.versus_of(arm.method)
+    pw, d = vs.power, vs.decision
+    if d is None or d.mde is None:
         return f"n/a ({pw.n if pw else 0} paired seeds)"
-    return f"±{pw.mde:.2f}% (n={pw.n})" if with_n else f"±{pw.mde:.2f}%"
+    return f"±{d.mde:.2f}% (n={d.n})" if with_n else f"±{d.mde:.2f}%"
 
 
 def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:
@@ -307,12 +310,23 @@ def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:
             f"{head}; the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} seeds, so "
             f"the t-test is undefined. {pilot}"
         )
+    d = vs.decision
+    mde, level = (d.mde, d.mde_alpha) if d is not None and d.mde is not None else (pw.mde, pw.alpha)
+    holm = (
+        f"alpha {pw.alpha:g}/{d.m} = {level:.3g} for Holm over {d.m}"
+        if d is not None and d.m > 1
+        else f"alpha {level:g}"
+    )
     text = (
         f"{head}; {fmt_p(arm, group)}. With {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), "
-        f"the paired t-test (two-sided, alpha {pw.alpha:g}, power {pw.power:g}) detects gaps of "
-        f"±{pw.mde:.2f}% or more; observed {pw.observed:+.2f}%."
+        f"the paired t-test (two-sided, {holm}, power {pw.power:g}) detects gaps of "
+        f"±{mde:.2f}% or more; observed {pw.observed:+.2f}%."
     )
-    d = vs.decision
+    if d is not None and d.tost_power is not None and d.verdict in (stats.UNRESOLVED, stats.EQUIVALENT):
+        text += (
+            f" The equivalence test (TOST within ±{d.margin:g}%, at that level) had {d.tost_power:.0%} power "
+            "to show equivalence had the true gap been 0."
+        )
     if d is not None and d.verdict == stats.UNRESOLVED:
         text += (
             f" Unresolved is not evidence of no difference: only the equivalence test (TOST within "

@@ -212,6 +212,26 @@ def test_seeds_restrict_the_board_to_the_seeds_every_method_has(tmp_path: Path) 
         write_leaderboard([tmp_path], tmp_path / "none", seeds=[7])
 
 
+def test_the_reference_is_chosen_on_validation_never_on_test(tmp_path: Path) -> None:
+    """A trainable arm with the best test perplexity but a worse validation loss is not the
+    reference: held-out numbers are what the board reports, never what chooses it."""
+    _sweep(tmp_path)
+    for seed, ppl in enumerate(BASE):
+        make_run(
+            tmp_path,
+            "oelm-nofreeze",
+            3e-3,
+            seed,
+            test_perplexity=ppl * 0.8,  # far better on test ...
+            best_val_loss=9.0,  # ... but worse on validation than every other arm
+            theoretical_saving=0.0,
+            frozen_params=0,
+        )
+    write_leaderboard([tmp_path], tmp_path / "lb")
+    table = _read(tmp_path / "lb")["tables"][0]
+    assert table["reference"] == "baseline" and "validation" in table["reference_rule"]
+
+
 def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Path) -> None:
     _sweep(tmp_path)
     for seed, ppl in enumerate(BASE):  # the orthogonal init left trainable: better than the baseline
@@ -221,7 +241,7 @@ def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Pa
             3e-3,
             seed,
             test_perplexity=ppl * (1 - 0.05 - 0.002 * seed),
-            best_val_loss=1.6,
+            best_val_loss=1.4,  # better on validation too: the best-tuned trainable arm
             theoretical_saving=0.0,
             frozen_params=0,
         )
@@ -234,7 +254,7 @@ def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Pa
     assert {e["decision"]["m"] for e in table["ranked"] if e["decision"]} == {5}
     assert ranked["baseline"]["verdict"] == "worse (resolved)"
     md = md_path.read_text()
-    assert "Reference: **oelm-nofreeze** (the best-tuned trainable arm: best held-out mean" in md
+    assert "Reference: **oelm-nofreeze** (the best-tuned trainable arm: best validation mean" in md
     assert "(m = 5)" in md and "verdict vs oelm-nofreeze" in md
     assert table["twin"] is False  # the twin is the reference: no second column
     # A named reference keeps the baseline; the twin column then shows the gap to oelm-nofreeze.

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--baseline",
         default=None,
         help="the reference row every method is compared with (default: the best-tuned trainable arm, "
-        "the best held-out mean among complete methods that freeze nothing)",
+        "the best validation mean among complete methods that freeze nothing)",
     )
     p.add_argument(
         "--seeds",

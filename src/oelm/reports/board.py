@@ -4,8 +4,8 @@ against the target, with its Pareto front. `oelm.reports.leaderboard` writes the
 Built only from stored run records through the same Comparison as `oelm report` (LR chosen on
 validation per method, test metric over seeds, paired gap to the reference with its interval, p
 (Holm-adjusted over the board), minimum detectable gap and the verdict in the reports' vocabulary).
-The reference row is the best-tuned trainable arm: the best held-out mean among the complete
-methods that freeze nothing (baseline, oelm-nofreeze, ...), unless `--baseline` names one. Adds
+The reference row is the best-tuned trainable arm: the best validation mean (never a held-out
+number) among the complete methods that freeze nothing (baseline, oelm-nofreeze, ...), unless `--baseline` names one. Adds
 what the question "which frozen-attention variant keeps the quality while keeping the saving?"
 needs: the theoretical saving and the share of the reference method's (oelm-freeze) saving a
 method keeps, added adapter parameters, a verdict against the target, and the Pareto front of gap
@@ -315,11 +315,19 @@ def _savings(entry: Entry, ref: Arm | None) -> None:
     entry.comm_saving = None if avg is None else 1 - avg / full
 
 
+def validation_score(arm: Arm) -> float | None:
+    """The mean validation selection metric of the arm's chosen setting (None when not kept)."""
+    cell = next((c for c in arm.cells if c.setting == arm.setting), None)
+    return cell.selection.mean if cell is not None else None
+
+
 def choose_reference(group: Group, complete: set[str]) -> Arm | None:
-    """The best-tuned trainable arm: the best held-out mean among complete methods freezing nothing."""
-    pool = [a for a in group.arms if a.method in complete and a.primary.mean is not None and trainable(a)]
+    """The best-tuned trainable arm: the best mean *validation* score among complete methods
+    freezing nothing. Held-out numbers are what the board reports, so they never choose its
+    reference; None when no such arm kept a validation score (then name one with --baseline)."""
+    pool = [a for a in group.arms if a.method in complete and trainable(a) and validation_score(a) is not None]
     sign = -1.0 if group.higher_is_better else 1.0
-    return min(pool, key=lambda a: (sign * a.primary.mean, a.method)) if pool else None
+    return min(pool, key=lambda a: (sign * validation_score(a), a.method)) if pool else None
 
 
 def twin_comparisons(group: Group, reasons: dict[str, str]) -> dict[str, Versus]:
@@ -363,9 +371,9 @@ def build_board(
         if best is not None:
             if best.method != group.baseline:
                 group = rebase(group, best.method)
-            rule = "the best-tuned trainable arm: best held-out mean among complete methods freezing nothing"
+            rule = "the best-tuned trainable arm: best validation mean among complete methods freezing nothing"
         else:
-            rule = "no complete method freezes nothing: the default reference"
+            rule = "no complete method that freezes nothing kept a validation score: the default reference"
     return rank_board(group, reasons, rule, target)
 
 

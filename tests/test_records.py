@@ -123,3 +123,14 @@ def test_a_record_from_a_newer_oelm_is_refused(tmp_path: Path) -> None:
     (tmp_path / RECORD_FILE).write_text(json.dumps({"format": "something else", "version": 1}))
     with pytest.raises(UserError, match="not an oelm run record"):
         read_record(tmp_path)
+
+
+def test_a_copied_run_directory_is_refused_not_counted_twice(tiny_sweep: Path, tmp_path: Path) -> None:
+    """A copy of a run left beside the originals (same method, setting and seed) would be a fourth
+    seed of a three-seed arm: the comparison refuses it, naming both paths."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_sweep / "runs", copy / "runs")
+    with pytest.raises(UserError, match=r"baseline lr0\.003 seed 0: .* each seed counts once"):
+        compare(load_runs([tiny_sweep, copy]))

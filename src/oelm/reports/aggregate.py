@@ -657,6 +657,21 @@ def _check_same_data(key: tuple, runs: Sequence[RunRecord]) -> None:
         )
 
 
+def _check_once(key: tuple, runs: Sequence[RunRecord]) -> None:
+    """Refuse a (method, setting, seed) that two runs claim (a copied run directory, or one sweep
+    passed twice): it would be counted as two seeds of one arm."""
+    seen: dict[tuple, RunRecord] = {}
+    for run in runs:
+        ident = (run.method, run.setting, run.seed)
+        if ident in seen:
+            raise UserError(
+                f"two runs of {' / '.join(map(str, key))} are {run.method} {run.setting} seed {run.seed}: "
+                f"{seen[ident].path} and {run.path}; each seed counts once. Remove the copy, or pass each "
+                "sweep directory once"
+            )
+        seen[ident] = run
+
+
 def compare(
     runs: Sequence[RunRecord],
     baseline: str = BASELINE,
@@ -677,6 +692,7 @@ def compare(
         grouped[_group_key(run)].append(run)
     for key, members in grouped.items():
         _check_same_data(key, members)
+        _check_once(key, members)
     groups = [_group(k, grouped[k], baseline, study, margin, extensions) for k in sorted(grouped)]
     return Comparison(
         groups=groups,

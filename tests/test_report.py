@@ -251,6 +251,19 @@ def test_budget_warning_compares_arms_seed_by_seed(tmp_path: Path) -> None:
     assert "seed 0" in warning and "seed 1" not in warning
 
 
+def test_a_warning_that_changes_a_verdict_reaches_the_terminal(tmp_path: Path, capsys) -> None:
+    """Unequal budgets are printed by `oelm report` and `oelm leaderboard`, not only written to the file."""
+    for method, tokens in (("baseline", 1000), ("oelm-freeze", 900)):
+        for seed in range(3):
+            make_run(
+                tmp_path, method, 1e-3, seed, test_perplexity=5.0 + seed / 10, best_val_loss=1.6, tokens_seen=tokens
+            )
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "r")]) == 0
+    assert "unequal budgets" in capsys.readouterr().out
+    assert main(["leaderboard", str(tmp_path), "--out", str(tmp_path / "b"), "--baseline", "baseline"]) == 0
+    assert "  warning: " in (out := capsys.readouterr().out) and "unequal budgets" in out
+
+
 def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> None:
     ppl = {"baseline": [10.0, 10.4, 9.8], "oelm-freeze": [10.3, 10.1, 10.2]}  # gaps +3%, -2.9%, +4.1%
     for method, values in ppl.items():

@@ -55,4 +55,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(boards)} table(s) -> {path}")
     for board in boards:
         print(f"{board.group.title}: {board.verdict.replace('**', '')}")
+        for warning in board.warnings:  # what changes a verdict's meaning shows here, not only in the file
+            print(f"  warning: {warning}")
     return 0

@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         args.paths, args.out, args.baseline or "baseline", args.study_numbers, margin=margin
     )
     print(f"{len(comparison.groups)} table(s) from {comparison.n_runs} run(s) -> {path}")
+    for group in comparison.groups:  # what changes a verdict's meaning shows here, not only in the file
+        for warning in group.warnings:
+            print(f"warning ({group.title}): {warning}")
     if comparison.incomplete:
         print(f"{len(comparison.incomplete)} incomplete run(s) listed, not averaged")
     return 0

@@ -761,3 +761,20 @@ def test_paired_bootstrap_resamples_seeds_too() -> None:
     assert wide.ci_high - wide.ci_low > narrow.ci_high - narrow.ci_low
     with pytest.raises(ValueError, match="seeds, examples"):
         stats.paired_bootstrap_gap(ref[0], ref[0], True)
+
+
+def test_lm_tables_show_bits_per_byte_where_the_runs_recorded_it(tmp_path: Path) -> None:
+    """Bits per byte (comparable across tokenizers, where perplexity is not) sits beside the
+    perplexity when the runs recorded it, and the column is absent when none did."""
+    for method, bpb in (("baseline", 1.20), ("oelm-freeze", 1.25)):
+        for seed in range(3):
+            make_run(tmp_path / "a", method, 1e-3, seed, test_perplexity=5.0 + seed / 10, best_val_loss=1.6)
+            make_run(
+                tmp_path / "b", method, 1e-3, seed, test_perplexity=5.0 + seed / 10, best_val_loss=1.6,
+                test_bits_per_byte=bpb + seed / 100,
+            )  # fmt: skip
+    md_a, _ = write_report([tmp_path / "a"], tmp_path / "ra")
+    md_b, _ = write_report([tmp_path / "b"], tmp_path / "rb")
+    assert "bits per byte" not in md_a.read_text()
+    text = md_b.read_text()
+    assert "test bits per byte: mean ± 95% CI (n)" in text and "| 1.260 ± " in text

@@ -13,7 +13,7 @@ from typing import Any
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.sweep import read_sweep_record
-from oelm.reports import plots
+from oelm.reports import plots, stats
 from oelm.reports.aggregate import (
     BASELINE,
     Arm,
@@ -57,14 +57,26 @@ def _study_cell(arm: Arm) -> str:
     return f"{arm.study['value']} {arm.study.get('unit', '')} ({arm.study['id']})".replace("  ", " ")
 
 
+BPB = "test_bits_per_byte"  # loss per byte of text: one scale across tokenizers (LM records)
+
+
+def _bits_per_byte(arm: Arm) -> stats.Summary:
+    """The arm's test bits per byte over its chosen setting's seeds (n = 0 where not recorded)."""
+    values = [r.results.get(BPB) for r in arm.runs]
+    return stats.summarize([float(v) for v in values if isinstance(v, (int, float))])
+
+
 def _main_table(group: Group, scale: float) -> list[str]:
-    """Markdown rows of a dataset's main table."""
+    """Markdown rows of a dataset's main table (with test bits per byte where the runs recorded it:
+    perplexities of different tokenizers are not comparable, bits per byte are)."""
     unit = " (%)" if scale == 100.0 else ""
+    bpb = any(_bits_per_byte(a).n for a in group.arms)
     sel_dir = "higher" if group.higher_is_better else "lower"  # one direction per task
     head = [
         "method",
         f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
         f"{metric_label(group.primary_metric, group.splits)}{unit}: mean ± 95% CI (n seeds)",
+        *(["test bits per byte: mean ± 95% CI (n)"] if bpb else []),
         f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI"
         + (": what noise it includes]" if group.facts.item_noise_interval else "]"),
     ]
@@ -74,7 +86,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
         "p (paired t of the per-seed gaps), Holm-adjusted",
         f"equivalence (TOST within ±{group.margin:g}%), Holm-adjusted",
         "verdict",
-        "min. detectable gap (paired t, α=0.05, power 0.8)",
+        "min. detectable gap (paired t at the Holm level α/m, power 0.8)",
         "step time (ms)",
         "tokens/s",
         "step-time ratio vs reference (measured)",
@@ -89,6 +101,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
             arm.method,
             NA if arm.setting is None else arm.setting,
             fmt_summary(arm.primary, scale),
+            *([fmt_summary(_bits_per_byte(arm))] if bpb else []),
             fmt_gap_interval(arm, group),
         ]
         if group.higher_is_better:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -19,6 +22,17 @@ def load_benchmark():
     """load_benchmark("vs_reference"): the module benchmarks.vs_reference (the repository root is on
     pytest's pythonpath, as it is on sys.path for `python -m benchmarks.vs_reference`)."""
     return lambda name: importlib.import_module(f"benchmarks.{name}")
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/NAME.py imported as a module (scripts/ is not a package; registered in sys.modules,
+    where dataclasses look their module up while the file runs)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

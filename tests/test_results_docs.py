@@ -7,14 +7,14 @@ fail when a record changed (or a template was edited) without rerunning it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -22,12 +22,8 @@ RESULTS = ROOT / "docs" / "results"
 
 @pytest.fixture(scope="module")
 def results_tables():
-    """scripts/results_tables.py imported as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    """scripts/results_tables.py as a module."""
+    return load_script("results_tables")
 
 
 def test_results_docs_are_current(results_tables, capsys):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import load_script
 from oelm.records.compact import RECORD_FILE, read_record
 from oelm.records.load import load_runs
 from oelm.utils.io import load_yaml_text
@@ -20,12 +19,8 @@ RESULTS = ROOT / "docs" / "results"
 
 @pytest.fixture(scope="module")
 def regen():
-    """scripts/regenerate_results.py imported as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("regenerate_results", ROOT / "scripts" / "regenerate_results.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """scripts/regenerate_results.py as a module."""
+    return load_script("regenerate_results")
 
 
 def _pages() -> list[dict]:

@@ -15,9 +15,10 @@ grid innermost, so with two workers the old dealing gives every long run to the 
 which is what any 2-valued innermost grid did with `--parallel 2`. Each round runs both arms, in
 a carryover-balanced order; the figure is the median over rounds of the within-round ratio
 queue / round-robin with its distribution-free 95% interval (6 rounds or more), beside each
-arm's median wall time and its worker occupancy (the runs' own training time over N x wall).
+arm's median wall time, its workers' CPU time (the same work in both arms, whatever the load) and
+its worker occupancy (the runs' own training time over N x wall).
 
-    python -m benchmarks.sweep_queue                              # 6 rounds, a few minutes on 2 cores
+    python -m benchmarks.sweep_queue                              # 6 rounds, about 7 minutes on 2 cores
     python -m benchmarks.sweep_queue --rounds 8 --json out.json   # docs/results/sweep-queue
 """
 
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import sys
 import tempfile
@@ -109,6 +111,7 @@ class Arm:
     def __init__(self, name: str) -> None:
         self.name = name
         self.wall: list[float] = []
+        self.cpu: list[float] = []  # the workers' CPU seconds (user + system): the work, whatever the load
         self.occupancy: list[float] = []
         self.order: list[list[str]] = []  # per round, the runs each worker trained, in order
 
@@ -116,6 +119,7 @@ class Arm:
         out = root / f"sweep-{self.name}"
         shutil.rmtree(out, ignore_errors=True)
         spec = spec_from_dict(board(data, out, args))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         outcome = run_sweep(
             spec,
@@ -126,6 +130,8 @@ class Arm:
             queue_class=QUEUES[self.name],
         )
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the sweep waited for its workers
+        self.cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
         if outcome.failed or len(outcome.trained) != len(spec.runs()):
             raise SystemExit(f"{self.name}: {len(outcome.failed)} run(s) failed: {outcome.failed[:1]}")
         busy = sum(json.loads((r.run_dir / "results.json").read_text())["total_wall_time"] for r in outcome.trained)
@@ -183,6 +189,7 @@ def rows_of(arms: list[Arm], rounds: int, args: argparse.Namespace, load: list[f
             "rounds": rounds,
             "wall_s": summary(a.wall),
             "wall_times_s": a.wall,
+            "cpu_s": summary(a.cpu),
             "occupancy": summary(a.occupancy),
             "worker_runs": a.order,
             **shape,
@@ -251,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for row in rows[:-1]:
-        print(f"{row['name']:<12} wall s {fmt(row['wall_s'])}   worker occupancy {fmt(row['occupancy'])}")
+        print(
+            f"{row['name']:<12} wall s {fmt(row['wall_s'])}   workers' CPU s {fmt(row['cpu_s'])}   "
+            f"worker occupancy {fmt(row['occupancy'])}"
+        )
         print(f"{'':<12} workers' runs (last round): {' | '.join(row['worker_runs'][-1])}")
     ratio = rows[-1]["wall_ratio"]
     print(

@@ -489,6 +489,7 @@ def test_sweep_queue_times_both_dealings_on_the_same_board(tmp_path, capsys, loa
         r = rows[name]
         assert r["rounds"] == 2 and len(r["wall_times_s"]) == 2 and r["wall_s"]["ci"] == [None, None]
         assert 0 < r["occupancy"]["median"] <= 1 and r["runs"] == 4 and r["steps"] == [3, 9]
+        assert r["cpu_s"]["median"] > 0
         trained = [run for worker in r["worker_runs"][-1] for run in worker.split()]
         assert sorted(trained) == [
             f"{arm}_steps{steps}/seed0" for arm in ("baseline/lr0.001", "oelm-freeze/lr0.003") for steps in (3, 9)

@@ -49,13 +49,13 @@ def test_every_results_page_regenerates_from_its_records(regen) -> None:
 
 @pytest.mark.slow
 def test_an_edited_record_changes_its_page(regen, tmp_path: Path) -> None:
-    """The check is not vacuous: one held-out value edited in a record shows up as a stale page."""
+    """The check is not vacuous: held-out values edited in the records show up as a stale page."""
     for part in ("docs", "scripts", "configs"):
         shutil.copytree(ROOT / part, tmp_path / part)
     shutil.copy2(ROOT / "README.md", tmp_path / "README.md")
-    record = next((tmp_path / "docs" / "results" / "agnews-cpu" / "records").rglob(RECORD_FILE))
-    raw = json.loads(record.read_text())
-    raw["results"][raw["results"]["primary_metric"]] += 0.01
-    record.write_text(json.dumps(raw, indent=1))
+    for record in (tmp_path / "docs" / "results" / "agnews-cpu" / "records").rglob(RECORD_FILE):
+        raw = json.loads(record.read_text())  # every seed of every setting: the chosen ones among them
+        raw["results"][raw["results"]["primary_metric"]] += 0.01
+        record.write_text(json.dumps(raw, indent=1))
     diff = regen.check(tmp_path, only={"agnews-cpu"})
     assert "docs/results/agnews-cpu/report.md" in diff and "docs/results/agnews-cpu/report.json" in diff

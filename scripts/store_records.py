@@ -31,8 +31,11 @@ def store(src: Path, dst: Path) -> int:
     for name in TOP_FILES:
         if (src / name).is_file():
             # A spec run from another checkout records its config paths absolutely: keep them
-            # repository-relative (from configs/ on) so the records name no machine's folders.
+            # repository-relative (from configs/ on), and paths under the sweep directory relative
+            # to it (as the run records write them), so the records name no machine's folders.
             text = (src / name).read_text(encoding="utf-8")
+            for root in {src.as_posix(), src.resolve().as_posix()}:
+                text = text.replace(root + "/", "")
             (dst / name).write_text(re.sub(r"/\S*?/(configs/)", r"\1", text), encoding="utf-8")
     runs = [r for r in load_runs([src / RUNS]) if r.finished]
     for run in runs:

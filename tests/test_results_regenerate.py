@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def test_every_stored_page_has_committed_records_without_machine_paths() -> None
             text = path.read_text()
             assert "/tmp/" not in text and "/work/" not in text and "/home/" not in text, path
             assert read_record(path.parent).finished
+        for other in folder.glob("*.*"):  # sweep.yaml, plan.json, confirmation.*, stored tables
+            assert not re.search(r"(?<![\w.])/(tmp|work|home|root)/", other.read_text()), other
         runs = load_runs([folder])
         assert len(runs) == len(records)  # a record folder loads exactly as run directories do
 

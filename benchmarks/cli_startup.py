@@ -29,7 +29,7 @@ from typing import Any
 from oelm import __version__
 from oelm.cli import COMMANDS
 
-from .harness import balanced_orders, median_ci, write_rows
+from .harness import balanced_orders, machine, median_ci, write_rows
 
 # Packages whose import alone takes a large share of the target or more (pydantic ~0.25 s on 2 cores);
 # none is needed to build the parser.
@@ -93,22 +93,6 @@ def arms(commands: list[str]) -> list[Arm]:
 def summary(values: list[float]) -> dict[str, Any]:
     med, lo, hi = median_ci(values)
     return {"median": med, "ci": [lo, hi]}
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = [x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "oelm": __version__,
-    }
 
 
 def rows_of(items: list[Arm], rounds_done: int, target: float, load: list[float]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import statistics
 import time
 from collections.abc import Iterator
@@ -107,6 +108,25 @@ def interleaved_rounds(timed: list[Timed], rounds: int, steps: int, cuda: bool) 
         for t in timed:
             t.collect()
         yield r + 1
+
+
+def machine() -> dict[str, Any]:
+    """The CPU (its model name where /proc/cpuinfo has one), core count, OS, Python and oelm version."""
+    from oelm import __version__
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "oelm": __version__,
+    }
 
 
 def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float | None, float | None, float | None]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import sys
@@ -43,7 +42,7 @@ from oelm.experiments.prepare import ensure_lm_data
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import RunSpec, spec_from_dict
 
-from .harness import balanced_orders, median_ci, paired_ratio, write_rows
+from .harness import balanced_orders, machine, median_ci, paired_ratio, write_rows
 
 ARMS = ("round-robin", "queue")
 
@@ -155,23 +154,6 @@ def summary(values: list[float]) -> dict[str, Any]:
     return {"median": med, "ci": [lo, hi]}
 
 
-def machine(load: list[float]) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = [x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "oelm": __version__,
-        "load_average_1min": load,  # at the start and after the last round
-    }
-
-
 def rows_of(arms: list[Arm], rounds: int, args: argparse.Namespace, load: list[float]) -> list[dict[str, Any]]:
     by = {a.name: a for a in arms}
     ratio, lo, hi = paired_ratio(by["queue"].wall, by["round-robin"].wall)
@@ -193,7 +175,8 @@ def rows_of(arms: list[Arm], rounds: int, args: argparse.Namespace, load: list[f
             "occupancy": summary(a.occupancy),
             "worker_runs": a.order,
             **shape,
-            **machine(load),
+            **machine(),
+            "load_average_1min": load,  # at the start and after the last round
         }
         for a in arms
     ]
@@ -204,7 +187,8 @@ def rows_of(arms: list[Arm], rounds: int, args: argparse.Namespace, load: list[f
             "wall_ratio": {"median": ratio, "ci": [lo, hi]},
             "round_ratios": [q / r for q, r in zip(by["queue"].wall, by["round-robin"].wall)],
             **shape,
-            **machine(load),
+            **machine(),
+            "load_average_1min": load,  # at the start and after the last round
         }
     )
     return rows

@@ -87,3 +87,33 @@ def test_key_value_overrides_use_the_strict_loader_and_fail_in_one_line(override
     assert main(["train", "data=x", f"out={tmp_path / 'run'}", override]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "is not valid YAML" in err and "Traceback" not in err
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 4), st.sampled_from(["[{}]", "{{k: {}}}", "[1, {{k: [{}]}}]"]))
+def test_a_recursive_alias_at_any_depth_is_refused_and_a_shared_one_is_not(depth: int, shape: str) -> None:
+    inner = "*x"
+    for _ in range(depth):
+        inner = shape.format(inner)
+    with pytest.raises(yaml.YAMLError, match="recursive alias"):
+        load_yaml_text(f"top: &x [{inner}]\n")
+    shared = f"top: &x [1]\nother: {shape.format('*x')}\n"  # the same alias beside its anchor is fine
+    assert load_yaml_text(shared)["top"] == [1]
+
+
+def test_oelm_train_refuses_a_recursive_alias_config_in_one_line(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"data: builtin:tales\nout: {tmp_path / 'run'}\nmethod_options: &o {{rank: *o}}\n")
+    assert main(["train", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "recursive alias" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_config_saved_as_windows_1252_is_one_line_naming_the_file_and_the_fix(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_bytes(f"data: builtin:tales\nout: {tmp_path / 'run'}\nnotes: caf\xe9\n".encode("cp1252"))
+    assert main(["train", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "run.yaml" in err and "not UTF-8" in err and "line 3" in err
+    assert "re-save it as UTF-8" in err and not (tmp_path / "run").exists()

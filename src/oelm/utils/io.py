@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -14,15 +16,56 @@ from oelm.utils.errors import UserError
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write bytes through a temp file + fsync + os.replace: readers never see half a file."""
+    """Write bytes through a temp file + fsync + os.replace: readers never see half a file.
+
+    A failed write (full disk, read-only file system, no permission) removes its temp file, leaves
+    any previous `path` as it was and raises one UserError naming the file and the fix.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise write_error(path, err) from None
+
+
+# What to do about an OSError while writing, by errno; others get the generic fix.
+_WRITE_FIXES = {
+    errno.ENOSPC: "free space on that disk (or write elsewhere) and run the command again",
+    errno.EDQUOT: "free space within your quota (or write elsewhere) and run the command again",
+    errno.EROFS: "the file system is read-only: write to a writable folder",
+    errno.EACCES: "you may not write there: fix the folder's permissions or write elsewhere",
+    errno.EPERM: "you may not write there: fix the folder's permissions or write elsewhere",
+}
+
+
+def write_error(path: str | os.PathLike, err: OSError) -> UserError:
+    """One UserError for a failed write of `path`: the file, the system's reason and the fix."""
+    reason = err.strerror or type(err).__name__
+    fix = _WRITE_FIXES.get(err.errno, "check the disk and the folder, then run the command again")
+    return UserError(f"could not write {str(path)!r} ({reason}); nothing was half-written; {fix}")
+
+
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """A text file's contents as UTF-8; other bytes (a file saved as Windows-1252 or Latin-1) are one
+    UserError naming the file, the first bad byte's line and the fix."""
+    p = Path(path)
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise UserError(
+            f"{what} {str(p)!r} is not UTF-8 (byte 0x{data[err.start]:02x} on line {line}, e.g. a file saved as "
+            "Windows-1252 or Latin-1); re-save it as UTF-8 (e.g. `iconv -f cp1252 -t utf-8`)"
+        ) from None
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -110,11 +153,19 @@ class StrictLoader(yaml.SafeLoader):
 def _check_expansion(root: yaml.Node) -> None:
     """Count alias references and the node count after expanding them; raise past the bounds."""
     sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # nodes whose children are still being walked
     aliases = 0
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
         if id(node) in sizes and not done:
+            if id(node) in open_nodes:  # an alias inside its own anchor: a value that contains itself
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    "an alias refers to a value that holds it (a recursive alias); write the values out",
+                    node.start_mark,
+                )
             aliases += 1  # the composer hands an alias back as the anchored node itself
             if aliases > MAX_YAML_ALIASES:
                 raise yaml.composer.ComposerError(
@@ -127,10 +178,12 @@ def _check_expansion(root: yaml.Node) -> None:
             else (node.value if isinstance(node, yaml.SequenceNode) else [])
         )
         if not done:
-            sizes[id(node)] = 0  # in progress: a reference back to it counts as an alias
+            sizes[id(node)] = 0
+            open_nodes.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children)
             continue
+        open_nodes.discard(id(node))
         sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
         if sizes[id(node)] > MAX_YAML_NODES:
             raise yaml.composer.ComposerError(
@@ -152,9 +205,10 @@ def read_yaml(path: str | os.PathLike, what: str = "config file") -> dict[str, A
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{what} {str(p)!r} not found (the file does not exist); check the path")
+    text = read_text(p, what)
     try:
-        data = load_yaml_text(p.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        data = load_yaml_text(text) or {}
+    except yaml.YAMLError as err:
         detail = " ".join(str(err).split())[:200] or type(err).__name__  # one line, however YAML words it
         raise UserError(f"{what} {str(p)!r} is not valid YAML ({detail}); fix the file") from None
     if not isinstance(data, dict):

@@ -1,0 +1,72 @@
+"""Files and environments: full disks, read-only folders and non-UTF-8 files end in one line."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from oelm.utils import io
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_json, atomic_write_text, read_text
+
+ROOT = os.geteuid() == 0
+
+
+def _full_disk(monkeypatch: pytest.MonkeyPatch, at: str, code: int = errno.ENOSPC) -> None:
+    """Make the write fail with `code` (a full disk by default) at `at` ("fsync" or "replace")."""
+
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(io.os, at, fail)
+
+
+@pytest.mark.parametrize("at", ["fsync", "replace"])
+@pytest.mark.parametrize(
+    "code,words", [(errno.ENOSPC, ("No space left", "free space")), (errno.EROFS, ("Read-only", "writable folder"))]
+)
+def test_a_full_disk_leaves_the_old_file_and_no_temp_file(at: str, code, words, tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "results.json"
+    atomic_write_json(path, {"step": 1})
+    with monkeypatch.context() as m:
+        _full_disk(m, at, code)
+        with pytest.raises(UserError) as err:
+            atomic_write_json(path, {"step": 2})
+    msg = str(err.value)
+    assert "results.json" in msg and all(w in msg for w in words) and "\n" not in msg
+    assert path.read_text() == '{\n  "step": 1\n}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+@pytest.mark.skipif(ROOT, reason="root writes into read-only folders; run the test as a normal user")
+def test_a_read_only_folder_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(UserError, match=r"could not write .*x\.txt.*(permission|read-only)"):
+            atomic_write_text(folder / "x.txt", "hello")
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o755)
+
+
+def test_other_write_errors_name_the_file_too(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UserError, match=r"could not write .*file/sub/x\.txt"):
+        atomic_write_text(blocker / "sub" / "x.txt", "hello")  # a file where a folder must be
+
+
+def test_a_non_utf8_file_names_the_file_line_byte_and_fix(tmp_path: Path) -> None:
+    path = tmp_path / "notes.csv"
+    path.write_bytes("text,label\nok,1\ncafé \u2013 naïve,0\n".encode("cp1252"))
+    with pytest.raises(UserError) as err:
+        read_text(path, "data file")
+    msg = str(err.value)
+    assert "notes.csv" in msg and "line 3" in msg and "0xe9" in msg and "re-save it as UTF-8" in msg
+    path.write_text("text,label\ncafé,1\n", encoding="utf-8")
+    assert read_text(path) == "text,label\ncafé,1\n"

@@ -19,6 +19,7 @@ from oelm.core.adapters import iter_adapters
 from oelm.core.methods import get_method
 from oelm.core.state import method_state
 from oelm.core.targets import find_targets, unwrap
+from oelm.core.tuning import tuning_flops_per_token
 
 
 def _output_head_numel(model: nn.Module) -> int:
@@ -30,12 +31,16 @@ def _output_head_numel(model: nn.Module) -> int:
 
 
 def adapter_flops_per_token(model: nn.Module) -> float:
-    """Forward matmul FLOPs per token of the adapters a method added (e.g. a low-rank update)."""
+    """Forward matmul FLOPs per token of the adapters a method added (e.g. a low-rank update, LoRA)."""
+    base = unwrap(model)
+    return float(
+        sum(a.flops_per_token() for _, a in iter_adapters(base))
+    ) + tuning_flops_per_token(base)
 
-    return float(sum(a.flops_per_token() for _, a in iter_adapters(unwrap(model))))
 
-
-def forward_flops_per_token(model: nn.Module, seq_len: int, adapters: bool = True) -> float:
+def forward_flops_per_token(
+    model: nn.Module, seq_len: int, adapters: bool = True
+) -> float:
     """Forward matmul FLOPs per token: layer projections, attention core, output head (+ adapters)."""
     total = 0.0
     for layer in find_targets(model).layers:
@@ -77,7 +82,9 @@ def frozen_weight_grad_flops_per_token(model: nn.Module) -> float:
 
 def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
     """Theoretical forward+backward FLOPs per token under the method (adapters and schedule included)."""
-    return 3 * forward_flops_per_token(model, seq_len) - frozen_weight_grad_flops_per_token(model)
+    return 3 * forward_flops_per_token(
+        model, seq_len
+    ) - frozen_weight_grad_flops_per_token(model)
 
 
 def _thin_qk_extra(model: nn.Module, seq_len: int) -> float:
@@ -88,7 +95,10 @@ def _thin_qk_extra(model: nn.Module, seq_len: int) -> float:
         return 0.0
     extra = 0.0
     for layer in find_targets(model).layers:
-        extra += 2 * (layer.q.weight.numel() + layer.k.weight.numel()) + 2 * seq_len * layer.q.shape_out_in[0]
+        extra += (
+            2 * (layer.q.weight.numel() + layer.k.weight.numel())
+            + 2 * seq_len * layer.q.shape_out_in[0]
+        )
     return extra * (1.0 / ratio - 1.0)
 
 
@@ -99,7 +109,10 @@ def theoretical_saving(model: nn.Module, seq_len: int) -> float:
     update lowers the saving; a schedule's saving is averaged over the steps. A thin-keys method
     is measured against the full-width model, so its narrower Q/K and scores count as saving.
     """
-    full = 3 * (forward_flops_per_token(model, seq_len, adapters=False) + _thin_qk_extra(model, seq_len))
+    full = 3 * (
+        forward_flops_per_token(model, seq_len, adapters=False)
+        + _thin_qk_extra(model, seq_len)
+    )
     return 1.0 - training_flops_per_token(model, seq_len) / full
 
 
@@ -126,22 +139,31 @@ PEAK_FLOPS = {
 }
 
 
-def _peak_and_note(device: torch.device | str, dtype: torch.dtype | None) -> tuple[float | None, str | None]:
+def _peak_and_note(
+    device: torch.device | str, dtype: torch.dtype | None
+) -> tuple[float | None, str | None]:
     """(peak FLOP/s, None), or (None, why no peak is given)."""
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return None, "no peak FLOP/s assumed on CPU: MFU not given"
     if dtype not in (torch.bfloat16, torch.float16):
-        return None, "float32 compute: MFU is given against the bf16/fp16 tensor-core peak only (train with dtype bf16)"
+        return (
+            None,
+            "float32 compute: MFU is given against the bf16/fp16 tensor-core peak only (train with dtype bf16)",
+        )
     name = torch.cuda.get_device_name(device)
     peak = next((v for key, v in PEAK_FLOPS.items() if key in name), None)
     return (
         peak,
-        None if peak else "no known peak FLOP/s for this GPU (add it to oelm.core.flops.PEAK_FLOPS): MFU not given",
+        None
+        if peak
+        else "no known peak FLOP/s for this GPU (add it to oelm.core.flops.PEAK_FLOPS): MFU not given",
     )
 
 
-def device_peak_flops(device: torch.device | str, dtype: torch.dtype | None = torch.bfloat16) -> float | None:
+def device_peak_flops(
+    device: torch.device | str, dtype: torch.dtype | None = torch.bfloat16
+) -> float | None:
     """Dense bf16/fp16 tensor-core peak FLOP/s of a CUDA device if known, for a run computing in `dtype`.
 
     None on CPU, on unlisted devices, and for float32 compute (dtype float32 or None): the table
@@ -150,6 +172,8 @@ def device_peak_flops(device: torch.device | str, dtype: torch.dtype | None = to
     return _peak_and_note(device, dtype)[0]
 
 
-def peak_flops_note(device: torch.device | str, dtype: torch.dtype | None) -> str | None:
+def peak_flops_note(
+    device: torch.device | str, dtype: torch.dtype | None
+) -> str | None:
     """Why `device_peak_flops` gave no peak (None when it gave one)."""
     return _peak_and_note(device, dtype)[1]

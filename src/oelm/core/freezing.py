@@ -14,7 +14,13 @@ from torch import nn
 
 from oelm.core import orthogonal as ortho
 from oelm.core.adapters import adapter_class, iter_adapters, make_adapter
-from oelm.core.methods import PRETRAINED_QK, Method, get_method, select_layers, validate_method_options
+from oelm.core.methods import (
+    PRETRAINED_QK,
+    Method,
+    get_method,
+    select_layers,
+    validate_method_options,
+)
 from oelm.core.record import install_save_hook
 from oelm.core.state import STATE_ATTR, MethodState
 from oelm.core.targets import (
@@ -26,11 +32,17 @@ from oelm.core.targets import (
     layer_depths,
     unwrap,
 )
+from oelm.core.tuning import apply_tuning
 from oelm.utils.errors import UserError
 
 
 def _new_qk(
-    method: Method, layer: LayerTargets, role: str, proj: Proj, seed: int, qk_init: str | None
+    method: Method,
+    layer: LayerTargets,
+    role: str,
+    proj: Proj,
+    seed: int,
+    qk_init: str | None,
 ) -> tuple[torch.Tensor | None, str]:
     """The new [out, in] weight for Q or K (None = keep) and the name of the init used."""
     n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
@@ -39,15 +51,23 @@ def _new_qk(
         return None, "pretrained"
     if qk_init == "orthogonalize":
         if method.qk_init == "global-orthogonal":
-            return ortho.orthogonalize_pretrained(proj.get(), 1), "orthogonalized-pretrained-global"
-        return ortho.orthogonalize_pretrained(proj.get(), n_heads), "orthogonalized-pretrained"
+            return ortho.orthogonalize_pretrained(
+                proj.get(), 1
+            ), "orthogonalized-pretrained-global"
+        return ortho.orthogonalize_pretrained(
+            proj.get(), n_heads
+        ), "orthogonalized-pretrained"
     gen = ortho.make_generator(seed, layer.index, role, method.qk_init)
     if method.qk_init == "headwise-orthogonal":
-        return ortho.headwise_orthogonal(n_heads, n_rows // n_heads, d_in, gen), method.qk_init
+        return ortho.headwise_orthogonal(
+            n_heads, n_rows // n_heads, d_in, gen
+        ), method.qk_init
     if method.qk_init == "global-orthogonal":
         return ortho.global_orthogonal(n_rows, d_in, gen), method.qk_init
     if method.qk_init == "normal":
-        return ortho.normal(n_rows, d_in, gen, method.normal_std), f"normal(std={method.normal_std})"
+        return ortho.normal(
+            n_rows, d_in, gen, method.normal_std
+        ), f"normal(std={method.normal_std})"
     if method.qk_init == "torch-default":
         return ortho.torch_default(n_rows, d_in, gen), method.qk_init
     if method.qk_init == "identity":
@@ -72,16 +92,21 @@ def _check_qk_init(method: Method, qk_init: str | None) -> None:
     # can set it for every arm.
     if qk_init in (None, "reinit") or not method.changes_qk:
         return
-    if qk_init == "orthogonalize" and method.qk_init not in ("headwise-orthogonal", "global-orthogonal"):
+    if qk_init == "orthogonalize" and method.qk_init not in (
+        "headwise-orthogonal",
+        "global-orthogonal",
+    ):
         raise UserError(
             f"qk_init='orthogonalize' needs an orthogonal method, but {method.name!r} uses "
             f"{method.qk_init!r}; use qk_init='reinit' or 'keep'"
         )
 
 
-def freeze_projection(proj: Proj) -> None:
-    """Take a projection's weight and bias out of the optimization."""
-    for _, p in proj.params():
+def freeze_projection(proj: Proj, bias: bool = True) -> None:
+    """Take a projection's weight (and, unless bias=False, its bias) out of the optimization."""
+    for name, p in proj.params():
+        if not bias and name.endswith("bias"):
+            continue
         p.requires_grad_(False)
         p.grad = None
 
@@ -92,7 +117,9 @@ def unfreeze_projection(proj: Proj) -> None:
         p.requires_grad_(True)
 
 
-def _init_qk(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None) -> None:
+def _init_qk(
+    m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None
+) -> None:
     for role, proj in (("q", layer.q), ("k", layer.k)):
         if role not in m.init:
             continue
@@ -109,7 +136,9 @@ def _init_qk(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_i
                 state.meta_orthogonality[proj.name] = err
 
 
-def _attach_adapters(m: Method, layer: LayerTargets, state: MethodState, seed: int) -> None:
+def _attach_adapters(
+    m: Method, layer: LayerTargets, state: MethodState, seed: int
+) -> None:
 
     roles = adapter_class(m.adapter).roles
     extra = {k: v for k, v in state.options.items() if k not in ("qk_init", "layers")}
@@ -119,11 +148,15 @@ def _attach_adapters(m: Method, layer: LayerTargets, state: MethodState, seed: i
         n_heads = layer.n_heads if role == "q" else layer.n_kv_heads
         n_rows, d_in = proj.shape_out_in
         gen = ortho.make_generator(seed, layer.index, role, m.adapter)
-        adapter = make_adapter(m.adapter, n_heads, n_rows // n_heads, d_in, proj.weight, gen, extra)
+        adapter = make_adapter(
+            m.adapter, n_heads, n_rows // n_heads, d_in, proj.weight, gen, extra
+        )
         attach_adapter(proj, adapter)
 
 
-def _apply_to_layer(m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None) -> None:
+def _apply_to_layer(
+    m: Method, layer: LayerTargets, state: MethodState, seed: int, qk_init: str | None
+) -> None:
     if layer.kind == "cross" and not m.cross_attention:
         return  # the method leaves cross attention alone
     if m.changes_qk:
@@ -139,7 +172,7 @@ def _apply_to_layer(m: Method, layer: LayerTargets, state: MethodState, seed: in
         if m.schedule is not None:
             state.scheduled.append(proj.name)
         if m.schedule != "late-freeze":  # late-freeze starts trainable
-            freeze_projection(proj)
+            freeze_projection(proj, bias=not m.bias_trainable)
     if m.adapter is not None:
         _attach_adapters(m, layer, state, seed)
 
@@ -148,7 +181,14 @@ def _check_ffn(m: Method, targets: ModelTargets, layers: list[int]) -> None:
     """A method acting on the FFN refuses a family whose FFN is not [out, in] weights (never freezes nothing)."""
     if not (m.freeze_ffn or m.ffn_init != "default"):
         return
-    note = next((layer.ffn_note for layer in targets.layers if layer.index in layers and layer.ffn_note), None)
+    note = next(
+        (
+            layer.ffn_note
+            for layer in targets.layers
+            if layer.index in layers and layer.ffn_note
+        ),
+        None,
+    )
     if note:
         raise UserError(
             f"method {m.name!r} initializes or freezes the FFN, but in this {targets.family} model {note}; "
@@ -166,7 +206,10 @@ def _check_qk_width(m: Method, targets: ModelTargets) -> None:
             f"GPT can be built that way, not a {targets.family} model"
         )
     for layer in targets.layers:
-        qk, v = layer.q.shape_out_in[0], layer.v.shape_out_in[0] * layer.n_heads // layer.n_kv_heads
+        qk, v = (
+            layer.q.shape_out_in[0],
+            layer.v.shape_out_in[0] * layer.n_heads // layer.n_kv_heads,
+        )
         if qk != round(v * m.qk_ratio):
             raise UserError(
                 f"method {m.name!r} needs Q/K at {m.qk_ratio:g} x the value width ({v}), but this model's Q "
@@ -176,7 +219,11 @@ def _check_qk_width(m: Method, targets: ModelTargets) -> None:
 
 
 def apply_method(
-    model: nn.Module, method: str | Method, seed: int = 0, qk_init: str | None = None, **options: Any
+    model: nn.Module,
+    method: str | Method,
+    seed: int = 0,
+    qk_init: str | None = None,
+    **options: Any,
 ) -> MethodState:
     """Initialize, freeze and extend `model` in place as `method` says (options: method_options).
 
@@ -191,7 +238,9 @@ def apply_method(
     _check_qk_init(m, qk_init)
     base = unwrap(model)
     if hasattr(base, STATE_ATTR):
-        raise UserError("a method was already applied to this model; build a fresh model first")
+        raise UserError(
+            "a method was already applied to this model; build a fresh model first"
+        )
     targets = find_targets(base)
     layers = select_layers(opts["layers"], len(targets.layers))
     _check_ffn(m, targets, layers)
@@ -205,9 +254,16 @@ def apply_method(
             _apply_to_layer(m, layer, state, seed, qk_init)
     # Key inits by the real parameter names (GPT-2's split Q is `c_attn.q_weight`, not `c_attn.q.weight`).
     names = {id(p): n for n, p in base.named_parameters()}
-    real = {f"{proj.name}.weight": names[id(proj.weight)] for layer in targets.layers for _, proj in layer.by_role()}
+    real = {
+        f"{proj.name}.weight": names[id(proj.weight)]
+        for layer in targets.layers
+        for _, proj in layer.by_role()
+    }
     state.inits = {real.get(k, k): v for k, v in state.inits.items()}
     state.targets = targets
+    if m.tune is not None:
+        tune_opts = {k: v for k, v in opts.items() if k not in ("qk_init", "layers")}
+        state.tuning = apply_tuning(base, m.tune, targets, tune_opts)
     setattr(base, STATE_ATTR, state)
     install_save_hook(base)  # HF save_pretrained then writes oelm_method.json too
     return state
@@ -253,7 +309,9 @@ def decays(name: str, module: nn.Module, adapter: bool = False) -> bool:
 def decay_by_id(model: nn.Module) -> dict[int, bool]:
     """Parameter id -> `decays` for every parameter of the model."""
     base = unwrap(model)
-    inside = {id(p) for _, a in iter_adapters(base) for p in a.parameters()}  # nested modules included
+    inside = {
+        id(p) for _, a in iter_adapters(base) for p in a.parameters()
+    }  # nested modules included
     params = dict(base.named_parameters())
     return {
         id(params[name]): decays(name, module, adapter=id(params[name]) in inside)
@@ -261,7 +319,9 @@ def decay_by_id(model: nn.Module) -> dict[int, bool]:
     }
 
 
-def optimizer_groups(model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0) -> list[dict]:
+def optimizer_groups(
+    model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0
+) -> list[dict]:
     """AdamW groups: decay on trainable tensors whose role decays (`decays`), none on the rest;
     frozen tensors excluded (never given to the optimizer).
 
@@ -274,10 +334,19 @@ def optimizer_groups(model: nn.Module, weight_decay: float, layer_lr_decay: floa
     if layer_lr_decay == 1.0:
         return [
             {
-                "params": [p for p in model.parameters() if p.requires_grad and decay[id(p)]],
+                "params": [
+                    p for p in model.parameters() if p.requires_grad and decay[id(p)]
+                ],
                 "weight_decay": weight_decay,
             },
-            {"params": [p for p in model.parameters() if p.requires_grad and not decay[id(p)]], "weight_decay": 0.0},
+            {
+                "params": [
+                    p
+                    for p in model.parameters()
+                    if p.requires_grad and not decay[id(p)]
+                ],
+                "weight_decay": 0.0,
+            },
         ]
     depths, n = layer_depths(model)
     groups: dict[tuple[int, bool], dict] = {}
@@ -324,12 +393,17 @@ def scale_group_lrs(groups: list[dict], lr: float) -> list[dict]:
 
 
 def sync_optimizer(
-    optimizer: torch.optim.Optimizer, model: nn.Module, weight_decay: float, layer_lr_decay: float = 1.0
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
+    weight_decay: float,
+    layer_lr_decay: float = 1.0,
 ) -> None:
     """Refill the optimizer's groups with the currently trainable parameters; drop others' state."""
     fresh = optimizer_groups(model, weight_decay, layer_lr_decay)
     if len(fresh) != len(optimizer.param_groups):
-        raise RuntimeError("optimizer groups changed structure; build them with optimizer_groups")
+        raise RuntimeError(
+            "optimizer groups changed structure; build them with optimizer_groups"
+        )
     for group, new in zip(optimizer.param_groups, fresh):
         group["params"] = new["params"]
     held = {id(p) for g in fresh for p in g["params"]}

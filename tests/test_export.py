@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 import oelm
 from oelm.cli import main
 from oelm.core.audit import audit_model
-from oelm.hf.export import export_hf, hf_tokenizer, max_logit_diff, to_gpt2
+from oelm.hf.export import MARKER, export_hf, hf_tokenizer, max_logit_diff, to_gpt2
 from oelm.models.gpt import GPT, GPTClassifier, gpt_config
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
@@ -98,16 +99,16 @@ def test_gpt2_bpe_tokenizer_is_written_exactly(tmp_path):
 
 def test_export_overwrite_and_a_killed_exports_leftovers(lm_run, tmp_path, monkeypatch):
     out = tmp_path / "x"
-    out.mkdir()
-    (out / "keep.txt").write_text("old")
     stale = tmp_path / ".x.tmp-999999999"  # a killed export's hidden folder (dead pid)
     stale.mkdir()
     (stale / "config.json").write_text("{}")
+    assert main(["export", str(lm_run), "--to", "hf", str(out)]) == 0
+    assert (out / MARKER).is_file() and not stale.exists()
     assert main(["export", str(lm_run), "--to", "hf", str(out), "--overwrite"]) == 0
-    assert not (out / "keep.txt").exists() and (out / "config.json").is_file() and not stale.exists()
+    assert (out / "config.json").is_file() and (out / MARKER).is_file()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
-    # A failure while writing leaves the previous export whole and no partial folder.
+    # A failure while writing leaves the previous export whole, no partial folder and one line.
     import transformers
 
     def broken(self, *args, **kwargs):
@@ -115,10 +116,64 @@ def test_export_overwrite_and_a_killed_exports_leftovers(lm_run, tmp_path, monke
 
     before = sorted(p.name for p in out.iterdir())
     monkeypatch.setattr(transformers.GPT2LMHeadModel, "save_pretrained", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(UserError, match=r"could not write .*x'.*No space left.*free space"):
         export_hf(lm_run, out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("case", ["not-an-export", "export-plus-a-file", "export-plus-a-folder", "forged-marker"])
+def test_overwrite_replaces_only_a_previous_export_and_nothing_else(case, lm_run, tmp_path, capsys):
+    out = tmp_path / "x"
+    if case == "not-an-export":
+        out.mkdir()
+        (out / "thesis.tex").write_text("years of work")
+    else:
+        export_hf(lm_run, out)
+        if case == "export-plus-a-file":
+            (out / "notes.txt").write_text("mine")
+        elif case == "export-plus-a-folder":
+            (out / "plots").mkdir()
+        else:  # a marker that lists a file the export never wrote
+            marker = json.loads((out / MARKER).read_text())
+            (out / MARKER).write_text(json.dumps({**marker, "files": "*"}))
+    before = {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.rglob("*")}
+    capsys.readouterr()  # the first export's progress bars
+    assert main(["export", str(lm_run), "--to", "hf", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ("removes nothing else" in err or "previous `oelm export`" in err)
+    assert {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_overwrite_never_follows_a_link_out_of_the_target(lm_run, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data.bin").write_text("precious")
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UserError, match="is a link"):
+        export_hf(lm_run, link, overwrite=True)
+    out = tmp_path / "x"
+    export_hf(lm_run, out)
+    (out / "inside").symlink_to(elsewhere, target_is_directory=True)  # a link planted in an export
+    with pytest.raises(UserError, match="did not write .*'inside'"):
+        export_hf(lm_run, out, overwrite=True)
+    marker = json.loads((out / MARKER).read_text())  # even when the marker lists the link
+    (out / MARKER).write_text(json.dumps({**marker, "files": [*marker["files"], "inside"]}))
+    export_hf(lm_run, out, overwrite=True)
+    assert not (out / "inside").exists() and (elsewhere / "data.bin").read_text() == "precious"
+
+
+def test_weights_holding_nan_are_refused_naming_the_tensor(tmp_path):
+    model = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16, n_layer=2)).eval()
+    with torch.no_grad():
+        model.transformer.h[1].mlp.fc_in.weight[3, 5] = float("nan")
+    with pytest.raises(UserError, match=r"'transformer\.h\.1\.mlp\.fc_in\.weight' holds 1 non-finite"):
+        to_gpt2(model)
+    with torch.no_grad():
+        model.transformer.h[1].mlp.fc_in.weight[3, 5] = float("inf")
+    with pytest.raises(UserError, match="non-finite"):
+        to_gpt2(model)
 
 
 def test_export_says_the_context_it_trained_at_and_writes_a_model_card(tmp_path):

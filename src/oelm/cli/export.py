@@ -12,7 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--to", choices=["hf"], required=True, help="target format (hf: GPT2LMHeadModel)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="new (or empty) folder to write")
     p.add_argument("--checkpoint", default="best", help="best, latest, or a step number")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR when it is not empty")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT_DIR when it holds a previous oelm export (and nothing else)",
+    )
     p.set_defaults(func=run)
 
 

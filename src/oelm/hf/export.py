@@ -29,11 +29,26 @@ from oelm.models.gpt import GPT, GPTClassifier
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
-from oelm.utils.io import follow_umask, read_json, read_yaml
+from oelm.utils.io import atomic_write_json, follow_umask, read_json, read_yaml, write_error
 from oelm.utils.lock import pid_alive
+
+# Written into every export, listing its files: `--overwrite` replaces only a folder holding it,
+# and only when the folder holds nothing else.
+MARKER = "oelm_export.json"
 
 # Text the exported tokenizer must encode exactly as the run's tokenizer did.
 _PROBE = "Hello world! Once upon a time, 12 cats\u2014naïve, 日本語—sat.\n\n  <|endoftext|> end"
+
+
+def check_finite(model: nn.Module) -> None:
+    """Raise naming the first tensor holding NaN or inf: such an export cannot be a faithful copy."""
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise UserError(
+                f"tensor {name!r} holds {bad} non-finite value(s) (NaN or inf) of {t.numel()}; the run diverged "
+                "at this checkpoint: export an earlier one (--checkpoint best or a step number)"
+            )
 
 
 def _check_maps(model: nn.Module) -> None:
@@ -52,6 +67,11 @@ def _check_maps(model: nn.Module) -> None:
         raise UserError(
             f"this GPT has thin keys (qk_dim={model.config.qk_width} < d_model={model.config.d_model}); GPT-2's "
             "c_attn has Q, K and V at one width, so it cannot be exported exactly; sample it with `oelm sample`"
+        )
+    if model.config.q_identity or model.config.attn_scale != 1.0:
+        raise UserError(
+            f"this GPT has W_Q = I without a Q projection (q_identity={model.config.q_identity}) or an attention "
+            f"scale x{model.config.attn_scale}; its export to GPT-2 is not written yet; sample it with `oelm sample`"
         )
     sd = model.state_dict()
     added = sorted({k.split(".oelm_adapter")[0] for k in sd if "oelm_adapter" in k})
@@ -145,6 +165,7 @@ def to_gpt2(model: nn.Module, eot_id: int | None = None, n_positions: int | None
     import transformers  # heavy optional dependency: imported on use
 
     _check_maps(model)
+    check_finite(model)
     if n_positions is not None and not 0 < n_positions <= model.config.block_size:
         raise UserError(f"n_positions {n_positions} must be in 1..{model.config.block_size} (the block size)")
     hf = transformers.GPT2LMHeadModel(gpt2_config(model, eot_id, n_positions))
@@ -177,13 +198,8 @@ def export_hf(
     export leaves no folder that looks complete; the next export clears such leftovers.
     """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output {str(out)!r} is a file; choose a folder")
+    check_target(out, Path(run_dir), overwrite)
     source = Path(run_dir).resolve()
-    if out.resolve() == source or out.resolve() in source.parents:
-        raise UserError(f"output {str(out)!r} is the run directory or holds it; choose a folder outside the run")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder or pass --overwrite")
     checkpoint = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)
     spec = run_tokenizer_spec(run_dir, read_metadata(checkpoint))
     model = load_model(run_dir, which)
@@ -192,7 +208,7 @@ def export_hf(
     tok, note = hf_tokenizer(spec)
     hf = to_gpt2(model, tok.eos_token_id if tok is not None else None, n_positions=context)
     diff = max_logit_diff(model, hf)
-    if diff > tolerance:
+    if not diff <= tolerance:  # a NaN difference is no match either
         raise UserError(
             f"exported logits differ by {diff:.2e} (> {tolerance:g}); not writing a folder that is not exact"
         )
@@ -207,8 +223,13 @@ def export_hf(
             _portable_tokenizer_class(tmp / "tokenizer_config.json")
         card = model_card(Path(run_dir), config, context, which, note)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir())
+        marker = {"format": 1, "oelm_version": __version__, "run": source.name, "checkpoint": which}
+        atomic_write_json(tmp / MARKER, {**marker, "files": sorted([*files, MARKER])})
         follow_umask(tmp)
         _replace_folder(tmp, out)
+    except OSError as err:  # a full disk, a read-only folder: nothing half-written stays
+        raise write_error(out, err) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {
@@ -293,6 +314,41 @@ def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, 
     return "\n".join(lines)
 
 
+def check_target(out: Path, run_dir: Path, overwrite: bool) -> None:
+    """Refuse an output folder that export may not write: a file, a link, the run or a folder above
+    it, a non-empty folder without `overwrite`, and with it any folder that is not a previous export
+    (no MARKER) or that holds anything the previous export did not write."""
+    if out.is_symlink():
+        raise UserError(f"output {str(out)!r} is a link; export writes a real folder: pass the folder it points to")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output {str(out)!r} is a file; choose a folder")
+    source = run_dir.resolve()
+    if out.resolve() == source or out.resolve() in source.parents:
+        raise UserError(f"output {str(out)!r} is the run directory or holds it; choose a folder outside the run")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise UserError(f"output folder {str(out)!r} is not empty; choose a new folder or pass --overwrite")
+    marker = out / MARKER
+    listed = read_json(marker) if marker.is_file() and not marker.is_symlink() else None
+    if not isinstance(listed, dict) or not isinstance(listed.get("files"), list):
+        raise UserError(
+            f"--overwrite replaces only a previous `oelm export` (a folder with its {MARKER}); {str(out)!r} has "
+            "none and is not empty: choose a new folder, or empty this one yourself"
+        )
+    files = {str(f) for f in listed["files"]}
+    allowed = files | {str(d) for f in files for d in Path(f).parents if str(d) != "."}
+    present = set()
+    for root, dirs, names in os.walk(out):  # links are entries, never followed: rmtree removes a link only
+        present.update(os.path.relpath(os.path.join(root, n), out) for n in [*dirs, *names])
+    others = sorted(present - allowed)
+    if others:
+        raise UserError(
+            f"{str(out)!r} is a previous export but also holds {len(others)} file(s) it did not write "
+            f"(e.g. {others[0]!r}); --overwrite removes nothing else: move them out or choose a new folder"
+        )
+
+
 def _clear_stale_exports(out: Path) -> None:
     """Remove hidden temp folders that killed exports to `out` left behind (their pid is gone)."""
     for tmp in out.parent.glob(f".{out.name}.tmp-*"):
@@ -306,7 +362,11 @@ def _replace_folder(new: Path, out: Path) -> None:
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         os.replace(out, old)
-        os.replace(new, out)
+        try:
+            os.replace(new, out)
+        except OSError:
+            os.replace(old, out)  # the previous export stays where it was
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(new, out)

@@ -13,7 +13,7 @@ from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.records.load import load_run
 from oelm.records.run import run_finished
-from oelm.records.sweep import PlannedRun, SweepRecord
+from oelm.records.sweep import LR_RULES, ROBUST, PlannedRun, SweepRecord
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
 
@@ -37,6 +37,7 @@ SPEC_KEYS = {
     "baseline",
     "prepare",
     "max_extend",
+    "lr_rule",
     "extended",  # written by the sweep (its automatic grid extensions): read back, never set by hand
 }
 MAX_EXTEND = 2  # default of `max_extend`: automatic LR-grid extensions per side of each arm's grid
@@ -189,9 +190,20 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
         study_numbers=raw.get("study_numbers"),
         baseline=str(raw.get("baseline", "baseline")),
         max_extend=_max_extend(raw.get("max_extend", MAX_EXTEND)),
+        lr_rule=_lr_rule(raw.get("lr_rule", ROBUST)),
     )
     validate(spec)
     return spec
+
+
+def _lr_rule(value: Any) -> str:
+    """The spec's `lr_rule`, one of LR_RULES."""
+    if value not in LR_RULES:
+        raise UserError(
+            f"lr_rule must be one of {', '.join(LR_RULES)} (robust: stable settings only; best-mean: the "
+            f"earlier rule), got {value!r}"
+        )
+    return str(value)
 
 
 def _max_extend(value: Any) -> int:
@@ -228,7 +240,7 @@ def extend_grids(spec: SweepSpec, methods: Sequence[str] | None = None) -> list[
         arm_runs = [r for r in spec.runs() if r.method == method]
         if not arm_runs or not all(r.finished() for r in arm_runs):
             continue  # a failed or unfinished run: the choice is not settled
-        chosen = chosen_setting([load_run(r.run_dir) for r in arm_runs])
+        chosen = chosen_setting([load_run(r.run_dir) for r in arm_runs], spec.lr_rule)
         if chosen is None:
             continue
         grid = sorted(spec.methods[method]["lr"])

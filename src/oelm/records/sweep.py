@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,10 @@ from oelm.utils.errors import UserError
 from oelm.utils.io import read_yaml
 
 SWEEP_FILE = "sweep.yaml"
+# The rules that choose each arm's learning rate on validation (`lr_rule`; reports.aggregate applies
+# them and states them in words): robust (stable settings only) and the earlier best-mean.
+ROBUST, BEST_MEAN = "robust", "best-mean"
+LR_RULES = (ROBUST, BEST_MEAN)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class SweepRecord:
     # What the extension added, per method: [{"lr", "side": "up" | "down", "chosen": the lr that sat
     # at the edge}].
     extended: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    lr_rule: str = ROBUST  # how each arm's setting is chosen on validation (LR_RULES)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as SWEEP/sweep.yaml holds it."""
@@ -74,6 +80,7 @@ class SweepRecord:
             "baseline": self.baseline,
             "max_extend": self.max_extend,
             "extended": self.extended,
+            "lr_rule": self.lr_rule,
         }
 
     def planned(self) -> list[PlannedRun]:
@@ -156,9 +163,21 @@ def _parse(raw: dict[str, Any], folder: Path, path: Path) -> SweepRecord:
             baseline=str(raw.get("baseline") or "baseline"),
             max_extend=int(raw.get("max_extend") or 0),
             extended={str(k): list(v) for k, v in (raw.get("extended") or {}).items()},
+            # Records written before the key chose by the best mean: read as that rule.
+            lr_rule=str(raw.get("lr_rule") or BEST_MEAN),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise UserError(
             f"{path} is not a sweep record ({type(err).__name__}: {err}); pass the directory `oelm sweep` "
             "wrote, or remove the stray sweep.yaml"
         ) from err
+
+
+def declared_lr_rule(paths: Iterable[str | Path]) -> str:
+    """The LR rule the first sweep record under `paths` declares (records written before the key:
+    best-mean); ROBUST where no path is a sweep directory."""
+    for path in paths:
+        record = read_sweep_record(path)
+        if record is not None:
+            return record.lr_rule
+    return ROBUST

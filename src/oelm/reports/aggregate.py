@@ -14,12 +14,41 @@ from oelm.core.methods import get_method
 from oelm.core.schedules import saved_before_switch, switch_step
 from oelm.records.compact import FROM_RUN
 from oelm.records.facts import ReportingFacts, facts_of
+from oelm.records.layout import setting_lr
 from oelm.records.run import COLLAPSED, COMPLETE, INVALID, RunRecord, heldout_note
+from oelm.records.stability import Instability, instability, selects_on_loss
+from oelm.records.sweep import BEST_MEAN, LR_RULES, ROBUST
 from oelm.reports import stats
 from oelm.reports.study_numbers import StudyNumbers
 from oelm.utils.errors import UserError
 
 BASELINE = "baseline"
+
+# How flagged runs (records.stability) enter the statistics: fixed here, before any run, for every arm.
+INSTABILITY_POLICY = (
+    "Unstable runs are kept and counted per arm and per learning rate. A finite unstable run (a spike) "
+    "enters every mean, interval and test with its value at the checkpoint validation chose, like any "
+    "other run of every arm; a non-finite one (diverged) has no value to average: it is listed and counted, "
+    "and its setting is chosen only where every setting has one"
+)
+
+MAX_SPREAD = 0.10  # seeds scatter when (max - min) / |mean| of their validation selection values exceeds this
+
+
+def lr_rule_text(rule: str) -> str:
+    """The rule in words, as every report states it."""
+    if rule == BEST_MEAN:
+        return (
+            "LR rule `best-mean`: each arm's setting is the one with the best mean validation selection "
+            "metric (settings without a collapsed, diverged or invalid seed first)"
+        )
+    return (
+        "LR rule `robust`: a setting is stable when none of its runs is unstable, its seeds do not scatter "
+        f"((max - min) / |mean| of their validation selection values at most {MAX_SPREAD:.0%}) and the "
+        "next larger learning rate of the arm's grid holds no unstable run; each arm's setting is the best "
+        "mean validation selection metric among its stable settings (every setting unstable: the best mean "
+        "of all, with a warning)"
+    )
 
 
 @dataclass
@@ -31,12 +60,36 @@ class LrCell:
     runs: list[RunRecord]
     excluded: list[RunRecord]
     selection: stats.Summary
+    # Finished runs (kept or excluded) that the stability rule flags, with what it found.
+    unstable: list[tuple[RunRecord, Instability]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> int:
+        """Finished runs at this setting (kept and excluded)."""
+        return len(self.runs) + len(self.excluded)
 
     @property
     def eligible(self) -> bool:
         """A setting where a seed collapsed, diverged or failed its freeze check is chosen only
         if every setting has such a seed (all decided on validation and the audit)."""
         return not any(r.status in (COLLAPSED, INVALID) for r in self.excluded)
+
+    @property
+    def spread(self) -> float | None:
+        """(max - min) / |mean| of the kept seeds' validation selection values (None below 2 seeds)."""
+        values = [v for r in self.runs if (v := _num(r.results.get(_selection_key(r)))) is not None]
+        if len(values) < 2 or not np.mean(values):
+            return None
+        return float((max(values) - min(values)) / abs(np.mean(values)))
+
+    def unstable_text(self) -> str:
+        """'1 of 4 (1 diverged)': flagged runs of the finished ones, by kind."""
+        n = len(self.unstable)
+        if not n:
+            return f"0 of {self.finished}"
+        kinds = [i.kind for _, i in self.unstable]
+        parts = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+        return f"{n} of {self.finished} ({parts})"
 
 
 @dataclass(frozen=True)
@@ -76,6 +129,26 @@ class Arm:
     theoretical_saving: Any = None
     noise: Noise | None = None  # test-set noise next to seed noise
     study: dict[str, Any] | None = None  # the original study's reported number for this arm
+    lr_rule: str = BEST_MEAN  # the rule that chose `setting` (LR_RULES)
+    # Under the robust rule: why each setting failed its stability check ('' where it passed).
+    rejected: dict[str, str] = field(default_factory=dict)
+    # LR sensitivity (stats.lr_sensitivity) over the arm's grid; None below two LRs or without losses.
+    sensitivity: float | None = None
+
+    @property
+    def chosen_cell(self) -> LrCell | None:
+        """The cell of the chosen setting."""
+        return next((c for c in self.cells if c.setting == self.setting), None)
+
+    @property
+    def unstable_choice(self) -> str:
+        """Why the chosen setting fails the robust rule's stability check ('' where it passes): under
+        the robust rule, no setting passed; under best-mean, the robust rule would choose another."""
+        return (self.rejected.get(self.setting) or "") if self.setting is not None else ""
+
+    def unstable_count(self) -> tuple[int, int]:
+        """(unstable, finished) runs over every setting of the arm."""
+        return sum(len(c.unstable) for c in self.cells), sum(c.finished for c in self.cells)
 
 
 @dataclass(frozen=True)
@@ -126,6 +199,8 @@ class Group:
     reporting: ReportingFacts | None = None
     # Each method against `baseline` (compare_to; empty without a reference). Read it by versus_of.
     versus: dict[str, Versus] = field(default_factory=dict)
+    lr_rule: str = BEST_MEAN  # the rule that chose every arm's setting (LR_RULES)
+    loss_cap: float | None = None  # L0 of the arms' LR sensitivity (loss_cap)
 
     def versus_of(self, method: str) -> Versus:
         """How a method compares with the table's reference (`NO_VERSUS` without one)."""
@@ -182,8 +257,13 @@ def _group_key(run: RunRecord) -> tuple[str, str, str, str, str]:
     )
 
 
+def _selection_key(run: RunRecord) -> str:
+    return str(run.results.get("selection_metric") or "?")
+
+
 def _lr_cells(runs: list[RunRecord], selection_metric: str) -> list[LrCell]:
-    """Runs of one method split by setting, with the mean validation selection metric."""
+    """Runs of one method split by setting, with the mean validation selection metric and the runs
+    the stability rule flags."""
     by_setting: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
         by_setting[run.setting].append(run)
@@ -193,34 +273,73 @@ def _lr_cells(runs: list[RunRecord], selection_metric: str) -> list[LrCell]:
         bad = [r for r in members if r.status != COMPLETE]
         sel = stats.summarize([_num(r.results.get(selection_metric)) for r in good])
         lr = members[0].lr if members[0].lr is not None else math.nan
-        cells.append(LrCell(setting, lr, good, bad, sel))
+        flagged = [(r, f) for r in members if r.finished and (f := instability(r)) is not None]
+        cells.append(LrCell(setting, lr, good, bad, sel, flagged))
     return sorted(cells, key=lambda c: (c.lr, c.setting))
 
 
-def choose_lr(cells: Sequence[LrCell], higher_is_better: bool) -> LrCell | None:
-    """The LR cell with the best mean validation selection metric (collapse-free cells first).
+def _other_fields(setting: str) -> str:
+    """A setting's name without its LR: the settings of one LR grid share it."""
+    lr = setting_lr(setting)
+    return setting.split("_", 1)[1] if lr is not None and "_" in setting else ("" if lr is not None else setting)
 
-    A single setting with runs is the choice whether or not its selection value was kept: there
-    is nothing to choose between (a confirmation's fixed arm, a record rebuilt from a stored table).
+
+def stability_check(cells: Sequence[LrCell]) -> dict[str, str]:
+    """Why the robust rule rejects each setting ('' where it passes): an unstable run, seeds that
+    scatter, or an unstable run at the next larger LR of the same grid (the other swept fields equal)."""
+    reasons = {}
+    for cell in cells:
+        if cell.unstable:
+            run, flag = cell.unstable[0]
+            reasons[cell.setting] = f"seed {run.seed} unstable ({flag.kind}: {flag.reason})"
+            continue
+        spread = cell.spread
+        if spread is not None and spread > MAX_SPREAD:
+            reasons[cell.setting] = f"seeds scatter ({spread:.1%} > {MAX_SPREAD:.0%})"
+            continue
+        larger = sorted(
+            (c for c in cells if _other_fields(c.setting) == _other_fields(cell.setting) and c.lr > cell.lr),
+            key=lambda c: c.lr,
+        )
+        if larger and larger[0].unstable:
+            reasons[cell.setting] = f"its next larger lr {larger[0].lr:g} holds an unstable run"
+            continue
+        reasons[cell.setting] = ""
+    return reasons
+
+
+def choose_lr(cells: Sequence[LrCell], higher_is_better: bool, rule: str = BEST_MEAN) -> LrCell | None:
+    """The LR cell the rule chooses on validation (LR_RULES; lr_rule_text says each in words).
+
+    best-mean: the best mean validation selection metric (collapse-free cells first). robust: the
+    same among the cells stability_check passes (none: among all, as best-mean). A single setting with runs is the
+    choice whether or not its selection value was kept: there is nothing to choose between (a
+    confirmation's fixed arm, a record rebuilt from a stored table).
     """
+    if rule not in LR_RULES:
+        raise UserError(f"lr_rule {rule!r} is not a rule; use one of {', '.join(LR_RULES)}")
     if len(cells) == 1 and cells[0].runs:
         return cells[0]
     scored = [c for c in cells if c.selection.mean is not None]
     pool = [c for c in scored if c.eligible] or scored
+    if rule == ROBUST:
+        rejected = stability_check(cells)
+        pool = [c for c in pool if not rejected[c.setting]] or pool
     if not pool:
         return None
     sign = -1.0 if higher_is_better else 1.0
     return min(pool, key=lambda c: (sign * c.selection.mean, c.lr, c.setting))
 
 
-def chosen_setting(runs: Sequence[RunRecord]) -> LrCell | None:
+def chosen_setting(runs: Sequence[RunRecord], rule: str = BEST_MEAN) -> LrCell | None:
     """The setting one method's runs choose on validation (the report's rule: choose_lr over their
     settings, by the selection metric and direction the runs recorded); None when none is scored."""
     finished = [r for r in runs if r.finished]
     if not finished:
         return None
     selection = str(finished[0].results.get("selection_metric") or "?")
-    return choose_lr(_lr_cells(finished, selection), metric_direction(recorded_direction(finished), selection))
+    direction = metric_direction(recorded_direction(finished), selection)
+    return choose_lr(_lr_cells(finished, selection), direction, rule)
 
 
 def _first(runs: list[RunRecord], key: str) -> Any:
@@ -253,11 +372,67 @@ def recorded_direction(runs: Sequence[RunRecord]) -> bool | None:
     return values.pop() if len(values) == 1 else None
 
 
-def _arm(method: str, runs: list[RunRecord], group_key: tuple, study: StudyNumbers | None = None) -> Arm:
-    """Pick the LR on validation and summarize the primary metric of that LR's seeds."""
+def final_val_loss(run: RunRecord) -> float | None:
+    """The run's final validation loss: its last validation eval line's `loss` (nan when non-finite),
+    else results' final_val_loss, else its selection metric where that is a loss; None without one.
+    A run stopped as diverged has nan."""
+    if run.results.get("status") == "diverged":
+        return math.nan
+    lines = [
+        x["loss"] for x in run.metrics if x.get("kind") == "eval" and x.get("split", "val") == "val" and "loss" in x
+    ]
+    for value in (lines[-1] if lines else None, run.results.get("final_val_loss")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    selection = _selection_key(run)
+    if selects_on_loss(run.results) and "loss" in selection and isinstance(run.results.get(selection), (int, float)):
+        return float(run.results[selection])
+    return None
+
+
+def loss_cap(runs: Sequence[RunRecord]) -> float | None:
+    """L0 of the LR sensitivity: the highest first validation loss (the first eval line) among a
+    table's runs, the loss early in training that a diverged learning rate is counted at; None
+    where no run stored a validation curve."""
+    first = []
+    for run in runs:
+        lines = [
+            x["loss"] for x in run.metrics if x.get("kind") == "eval" and x.get("split", "val") == "val" and "loss" in x
+        ]
+        if lines and isinstance(lines[0], (int, float)) and math.isfinite(lines[0]):
+            first.append(float(lines[0]))
+    return max(first) if first else None
+
+
+def arm_sensitivity(cells: Sequence[LrCell], chosen: LrCell | None, cap: float | None) -> float | None:
+    """stats.lr_sensitivity over the LRs of the chosen setting's grid (the other swept fields equal):
+    each LR's loss is the mean over its finished seeds of min(final validation loss, L0)."""
+    if chosen is None or cap is None:
+        return None
+    losses = []
+    for cell in cells:
+        if _other_fields(cell.setting) != _other_fields(chosen.setting):
+            continue
+        values = [final_val_loss(r) for r in [*cell.runs, *cell.excluded]]
+        values = [cap if not math.isfinite(v) else min(v, cap) for v in values if v is not None]
+        if values:
+            losses.append(float(np.mean(values)))
+    return stats.lr_sensitivity(losses, cap)
+
+
+def _arm(
+    method: str,
+    runs: list[RunRecord],
+    group_key: tuple,
+    study: StudyNumbers | None = None,
+    rule: str = BEST_MEAN,
+    cap: float | None = None,
+) -> Arm:
+    """Pick the LR on validation by the rule and summarize the primary metric of that LR's seeds."""
     primary, selection = group_key[3], group_key[4]
     cells = _lr_cells(runs, selection)
-    chosen = choose_lr(cells, metric_direction(recorded_direction(runs), selection))
+    chosen = choose_lr(cells, metric_direction(recorded_direction(runs), selection), rule)
+    rejected = stability_check(cells) if len(cells) > 1 else {}  # shown under either rule
     chosen_runs = chosen.runs if chosen else []
     by_seed = {r.seed: v for r in chosen_runs if r.seed is not None and (v := _num(r.results.get(primary))) is not None}
     return Arm(
@@ -275,6 +450,9 @@ def _arm(method: str, runs: list[RunRecord], group_key: tuple, study: StudyNumbe
         theoretical_saving=_saving(chosen_runs),
         noise=_noise(chosen_runs),
         study=None if study is None else study.lookup(group_key[0], group_key[1], group_key[2], method),
+        lr_rule=rule,
+        rejected=rejected,
+        sensitivity=arm_sensitivity(cells, chosen, cap),
     )
 
 
@@ -529,6 +707,32 @@ def _prefreeze_warnings(arms: list[Arm]) -> list[str]:
     return warnings
 
 
+def _stability_warnings(arms: list[Arm]) -> list[str]:
+    """Name every arm whose chosen setting holds an unstable run, or whose robust choice found no
+    stable setting: its numbers come from a setting at the edge of stability."""
+    warnings = []
+    for arm in arms:
+        cell = arm.chosen_cell
+        if cell is not None and cell.unstable:
+            shown = "; ".join(f"seed {r.seed}: {f.kind}, {f.reason}" for r, f in cell.unstable)
+            warnings.append(
+                f"{arm.method}: {cell.unstable_text()} runs at its chosen setting {cell.setting} are unstable ({shown}); "
+                "they enter its statistics as the stated policy says"
+            )
+        if arm.unstable_choice and arm.lr_rule == ROBUST:
+            warnings.append(
+                f"{arm.method}: no setting passed the robust LR rule's stability check (chosen {arm.setting}: "
+                f"{arm.unstable_choice}); its choice is the best mean of all, at the edge of stability: "
+                "rerun it with a wider or lower grid"
+            )
+        elif arm.unstable_choice:
+            warnings.append(
+                f"{arm.method}: its setting {arm.setting}, chosen by the best-mean rule, fails the robust rule's "
+                f"stability check ({arm.unstable_choice}); the robust rule would choose another"
+            )
+    return warnings
+
+
 def _rebuilt_warnings(runs: list[RunRecord]) -> list[str]:
     """Say which runs are compact records rebuilt from a stored table (their run directories lost)."""
     sources = sorted({r.source for r in runs if r.source != FROM_RUN})
@@ -607,17 +811,19 @@ def _group(
     study: StudyNumbers | None,
     margin: float = stats.MARGIN,
     extensions: dict[str, Any] | None = None,
+    lr_rule: str = ROBUST,
 ) -> Group:
     """Build one dataset table."""
     by_method: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
         by_method[run.method or "?"].append(run)
-    arms = [_arm(m, by_method[m], key, study) for m in _method_order(list(by_method), baseline)]
+    cap = loss_cap(runs)
+    arms = [_arm(m, by_method[m], key, study, lr_rule, cap) for m in _method_order(list(by_method), baseline)]
     splits = eval_sets([r for a in arms for r in a.runs])
     warnings = (
         _invalid_warnings(runs) + _budget_warnings(arms) + _edge_warnings(arms, extensions) + _prefreeze_warnings(arms)
     )
-    warnings += _rebuilt_warnings(runs)
+    warnings += _rebuilt_warnings(runs) + _stability_warnings(arms)
     if key[3].startswith("val_"):
         warnings.append(
             f"{metric_label(key[3], splits)} is measured on the validation split that chose the LR (the "
@@ -638,6 +844,8 @@ def _group(
         splits=splits,
         reporting=facts_of(key[0], (r.results for r in runs)),
         versus=compare_to(arms, baseline, metric_direction(direction, key[3]), margin) if compared else {},
+        lr_rule=lr_rule,
+        loss_cap=cap,
     )
 
 
@@ -678,10 +886,12 @@ def compare(
     study: StudyNumbers | None = None,
     margin: float = stats.MARGIN,
     extensions: dict[str, Any] | None = None,
+    lr_rule: str = ROBUST,
 ) -> Comparison:
     """Group finished runs into dataset tables; list incomplete and excluded runs apart.
 
-    `extensions`: the sweep record's automatic grid extensions (see _edge_warnings).
+    `extensions`: the sweep record's automatic grid extensions (see _edge_warnings). `lr_rule`: how
+    each arm's setting is chosen on validation (LR_RULES).
 
     Every method of a table is compared with the reference `baseline` (Holm-adjusted over the
     table's comparisons; equivalence by TOST within ±`margin` % of the reference's metric).
@@ -693,7 +903,9 @@ def compare(
     for key, members in grouped.items():
         _check_same_data(key, members)
         _check_once(key, members)
-    groups = [_group(k, grouped[k], baseline, study, margin, extensions) for k in sorted(grouped)]
+    if lr_rule not in LR_RULES:
+        raise UserError(f"lr_rule {lr_rule!r} is not a rule; use one of {', '.join(LR_RULES)}")
+    groups = [_group(k, grouped[k], baseline, study, margin, extensions, lr_rule) for k in sorted(grouped)]
     return Comparison(
         groups=groups,
         incomplete=[r for r in runs if not r.finished],

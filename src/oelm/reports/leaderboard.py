@@ -30,11 +30,14 @@ from oelm.reports.tables import (
     fmt_mean_pm,
     fmt_p,
     fmt_pct,
+    fmt_sensitivity,
     fmt_summary,
+    fmt_unstable,
     fmt_verdict,
     md_table,
     pct_scale,
     pilot_text,
+    protocol_lines,
     verdict_text,
 )
 from oelm.utils.errors import UserError
@@ -94,6 +97,8 @@ def _table(board: Board) -> list[str]:
         "p (paired t), Holm-adjusted",
         f"verdict vs {g.baseline or BASELINE}",
         "min. detectable gap",
+        "unstable runs (chosen lr; all LRs)",
+        "LR sensitivity",
     ]
     if board.twin:
         head.append("gap vs its same-init trainable twin [paired 95% CI]: verdict")
@@ -120,6 +125,8 @@ def _table(board: Board) -> list[str]:
                 fmt_p(e.arm, g) if not is_base else "—",
                 fmt_verdict(e.arm, g),
                 fmt_mde(e.arm, g, with_n=False),
+                fmt_unstable(e.arm),
+                fmt_sensitivity(e.arm),
                 *([_twin_cell(e)] if board.twin else []),
                 _params(e),
                 fmt_fraction(e.saving),
@@ -220,6 +227,8 @@ def render(
             "",
             f"Target: {board.verdict}",
             "",
+            *protocol_lines(g),
+            "",
         ]
         if board.warnings:
             lines += [*(f"- **Warning:** {w}" for w in board.warnings), ""]
@@ -258,6 +267,9 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "power": vs.power.to_dict() if vs.power else None,
         "decision": vs.decision.to_dict() if vs.decision else None,
         "verdict": None if vs.decision is None else verdict_text(vs.decision),
+        "lr_rule": a.lr_rule,
+        "lr_sensitivity": a.sensitivity,
+        "unstable": dict(zip(("flagged", "finished"), a.unstable_count())),
         "twin_gap": _summary_json(e.twin_gap),
         "twin_decision": e.twin_decision.to_dict() if e.twin_decision else None,
         "twin_verdict": None if e.twin_decision is None else verdict_text(e.twin_decision),

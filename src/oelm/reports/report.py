@@ -12,16 +12,19 @@ from typing import Any
 
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
-from oelm.records.sweep import read_sweep_record
+from oelm.records.stability import RULE as STABILITY_RULE
+from oelm.records.sweep import declared_lr_rule, read_sweep_record
 from oelm.reports import plots, stats
 from oelm.reports.aggregate import (
     BASELINE,
+    INSTABILITY_POLICY,
     Arm,
     Comparison,
     Group,
     Versus,
     compare,
     crossing,
+    lr_rule_text,
     metric_label,
     split_text,
 )
@@ -34,16 +37,20 @@ from oelm.reports.tables import (
     fmt_gap,
     fmt_gap_interval,
     fmt_int,
+    fmt_lr_check,
     fmt_mde,
     fmt_ms,
     fmt_p,
     fmt_saving,
+    fmt_sensitivity,
     fmt_summary,
     fmt_tost,
+    fmt_unstable,
     fmt_verdict,
     md_table,
     pct_scale,
     power_text,
+    protocol_lines,
     text_table,
     verdict_text,
 )
@@ -74,7 +81,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
     sel_dir = "higher" if group.higher_is_better else "lower"  # one direction per task
     head = [
         "method",
-        f"setting chosen on val (best mean {group.selection_metric}, {sel_dir} is better)",
+        f"setting chosen on val ({group.lr_rule} rule on {group.selection_metric}, {sel_dir} is better)",
         f"{metric_label(group.primary_metric, group.splits)}{unit}: mean ± 95% CI (n seeds)",
         *(["test bits per byte: mean ± 95% CI (n)"] if bpb else []),
         f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI"
@@ -87,6 +94,8 @@ def _main_table(group: Group, scale: float) -> list[str]:
         f"equivalence (TOST within ±{group.margin:g}%), Holm-adjusted",
         "verdict",
         "min. detectable gap (paired t at the Holm level α/m, power 0.8)",
+        "unstable runs (chosen setting; all LRs)",
+        "LR sensitivity",
         "step time (ms)",
         "tokens/s",
         "step-time ratio vs reference (measured)",
@@ -111,6 +120,8 @@ def _main_table(group: Group, scale: float) -> list[str]:
             fmt_tost(arm, group),
             fmt_verdict(arm, group),
             fmt_mde(arm, group),
+            fmt_unstable(arm),
+            fmt_sensitivity(arm),
             fmt_ms(arm.step_time),
             NA if arm.tokens_per_second.mean is None else f"{arm.tokens_per_second.mean:,.0f}",
             NA if vs.step_time_ratio is None else f"{vs.step_time_ratio:.3f}",
@@ -124,13 +135,34 @@ def _main_table(group: Group, scale: float) -> list[str]:
 
 def _lr_table(group: Group) -> list[str]:
     """Markdown rows of the learning-rate sweep on validation (the selection evidence)."""
-    head = ["method", "setting", f"{group.selection_metric} (val): mean ± 95% CI (n)", "excluded runs", "chosen"]
+    head = [
+        "method",
+        "setting",
+        f"{group.selection_metric} (val): mean ± 95% CI (n)",
+        "seed spread (range / mean)",
+        "unstable runs",
+        "excluded runs",
+        "robust rule's stability check",
+        "chosen",
+    ]
     rows = []
     for arm in group.arms:
         for cell in arm.cells:
             excluded = ", ".join(f"seed {r.seed}: {r.status}" for r in cell.excluded) or "—"
             chosen = "**yes**" if cell.setting == arm.setting else ""
-            rows.append([arm.method, cell.setting, fmt_summary(cell.selection), excluded, chosen])
+            spread = NA if cell.spread is None else f"{cell.spread:.1%}"
+            rows.append(
+                [
+                    arm.method,
+                    cell.setting,
+                    fmt_summary(cell.selection),
+                    spread,
+                    cell.unstable_text(),
+                    excluded,
+                    fmt_lr_check(cell, arm),
+                    chosen,
+                ]
+            )
     return md_table(head, rows)
 
 
@@ -157,12 +189,12 @@ def _group_section(group: Group, out: Path, index: int, extend: str = CONFIRM_PL
     lines = [f"## {group.title}", ""]
     lines.append(
         f"Primary metric `{group.primary_metric}` (held-out split where the data has one). "
-        f"Each method's LR is the one whose mean `{group.selection_metric}` over seeds is best "
-        "on validation; the primary metric is then reported for that LR only."
+        f"Each method's LR is chosen on validation (`{group.selection_metric}`) by the rule below; "
+        "the primary metric is then reported for that LR only."
     )
     if splits := split_text(group.splits):
         lines[-1] += " " + splits
-    lines.append("")
+    lines += ["", *protocol_lines(group), ""]
     if ref := reference_line(group):
         lines += [ref, ""]
     lines += [f"> **Warning:** {w}" for w in group.warnings]
@@ -183,7 +215,10 @@ def _group_section(group: Group, out: Path, index: int, extend: str = CONFIRM_PL
     slug = f"{index:02d}-{_slug(group.title)}"
     curves = plots.plot_curves(group, out / f"curves-{slug}.png")
     gaps = plots.plot_gaps(group, out / f"gaps-{slug}.png")
+    sensitivity = plots.plot_lr_sensitivity(group, out / f"lr-{slug}.png")
     lines.append("")
+    if sensitivity:
+        lines.append(f"![validation metric against learning rate, every seed]({sensitivity.name})")
     if curves:
         lines.append(f"![validation curves]({curves.name})")
     if gaps:
@@ -264,13 +299,19 @@ def _arm_json(arm: Arm, vs: Versus) -> dict[str, Any]:
         "paired_noise": None
         if vs.paired_noise is None
         else {**asdict(vs.paired_noise), "ratio": vs.paired_noise.ratio},
+        "lr_rule": arm.lr_rule,
+        "lr_sensitivity": arm.sensitivity,
+        "unstable": dict(zip(("flagged", "finished"), arm.unstable_count())),
         "lr_sweep": [
             {
                 "setting": c.setting,
                 "lr": c.lr,
                 "selection": c.selection.to_dict(),
+                "seed_spread": c.spread,
                 "runs": [str(r.path) for r in c.runs],
                 "excluded": [str(r.path) for r in c.excluded],
+                "unstable": [{"path": str(r.path), "kind": f.kind, "reason": f.reason} for r, f in c.unstable],
+                "stability_check": arm.rejected.get(c.setting),
             }
             for c in arm.cells
         ],
@@ -313,6 +354,11 @@ def to_json(comparison: Comparison, provenance: dict[str, Any] | None = None) ->
                 "margin_percent": g.margin,
                 "splits": g.splits,
                 "comparisons": g.comparisons,
+                "lr_rule": g.lr_rule,
+                "lr_rule_text": lr_rule_text(g.lr_rule),
+                "stability_rule": STABILITY_RULE,
+                "instability_policy": INSTABILITY_POLICY,
+                "loss_cap": g.loss_cap,
                 "budget": budget(g),
                 "warnings": g.warnings,
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
@@ -348,8 +394,11 @@ def write_report(
     extend: str = CONFIRM_PLAN,
     epilogue: Callable[[Comparison], list[str]] | None = None,
     margin: float = MARGIN,
+    lr_rule: str | None = None,
 ) -> tuple[Path, Comparison]:
     """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both.
+
+    `lr_rule`: how each arm's setting is chosen (None: the sweep record's, else robust).
 
     `extend` is the command that adds seeds (quoted by the power section); `epilogue` returns
     lines appended at the very end of report.md (computed from the same comparison; default: the
@@ -361,7 +410,14 @@ def write_report(
     runs = load_runs(paths)
     out_dir = Path(out) if out else Path(paths[0]) / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    comparison = compare(runs, baseline=baseline, study=study, margin=margin, extensions=sweep_extensions(paths))
+    comparison = compare(
+        runs,
+        baseline=baseline,
+        study=study,
+        margin=margin,
+        extensions=sweep_extensions(paths),
+        lr_rule=lr_rule or declared_lr_rule(paths),
+    )
     text = render(comparison, out_dir, [str(p) for p in paths], extend)
     if epilogue is not None:
         text = text.rstrip() + "\n\n" + "\n".join(epilogue(comparison)).rstrip() + "\n"

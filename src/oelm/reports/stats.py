@@ -226,6 +226,22 @@ def confirmation_seeds(pw: Power, gap: float | None) -> int | None:
     return None if n is None else max(MIN_CONFIRM_SEEDS, n)
 
 
+# ---- learning-rate sensitivity -------------------------------------------------------------------
+
+
+def lr_sensitivity(losses: Sequence[float | None], cap: float) -> float | None:
+    """LR sensitivity as Wortsman et al. 2023 ("Small-scale proxies for large-scale Transformer
+    training instabilities", sec. 3.1) define it: E_lr[min(L(lr), L0) - L*], the expected excess of
+    the final loss over the best one across the grid's learning rates (equally weighted; the grids
+    are geometric), each loss capped at L0 (`cap`) and a non-finite or missing loss (a diverged
+    learning rate) counted as L0; L* = the smallest capped loss. None below two learning rates."""
+    if len(losses) < 2 or not math.isfinite(cap):
+        return None
+    capped = [min(float(v), cap) if v is not None and math.isfinite(float(v)) else cap for v in losses]
+    best = min(capped)
+    return float(np.mean([v - best for v in capped]))
+
+
 # ---- multiplicity and equivalence ---------------------------------------------------------------
 MARGIN = 1.0  # default equivalence margin of the TOST, in % of the reference's metric
 

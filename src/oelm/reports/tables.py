@@ -11,8 +11,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from oelm.records.stability import RULE as STABILITY_RULE
 from oelm.reports import stats
-from oelm.reports.aggregate import Arm, Group
+from oelm.reports.aggregate import INSTABILITY_POLICY, Arm, Group, LrCell, lr_rule_text
 from oelm.reports.stats import Decision, Summary
 
 NA = "n/a"
@@ -370,3 +371,38 @@ def fmt_int(x: Any) -> str:
 def fmt_ms(s: Summary) -> str:
     """Mean step time in milliseconds."""
     return NA if s.mean is None else f"{s.mean * 1000:.1f}"
+
+
+def fmt_unstable(arm: Arm) -> str:
+    """'1 of 4 (1 spiked); 3 of 12 over all LRs': unstable runs at the chosen setting, then over every setting."""
+    cell = arm.chosen_cell
+    here = NA if cell is None else cell.unstable_text()
+    flagged, finished = arm.unstable_count()
+    return f"{here}; {flagged} of {finished} over all LRs" if len(arm.cells) > 1 else here
+
+
+def fmt_sensitivity(arm: Arm) -> str:
+    """The arm's LR sensitivity (loss units) over its grid, or why there is none."""
+    if arm.sensitivity is not None:
+        return f"{arm.sensitivity:.3f} ({len(arm.cells)} LRs)"
+    return f"{NA} (one LR)" if len(arm.cells) < 2 else f"{NA} (no validation losses)"
+
+
+def fmt_lr_check(cell: LrCell, arm: Arm) -> str:
+    """Whether the robust LR rule's stability check passes a setting, or why not (shown under either
+    rule; '—' for a single setting)."""
+    if not arm.rejected:
+        return "—"
+    return arm.rejected.get(cell.setting) or "passes"
+
+
+def protocol_lines(group: Group) -> list[str]:
+    """The rules a table's numbers were chosen and counted by, stated in every report and board."""
+    cap = f"{group.loss_cap:.4g}" if group.loss_cap is not None else "not stored (no validation curves)"
+    return [
+        f"- {lr_rule_text(group.lr_rule)}.",
+        f"- Stability rule: {STABILITY_RULE}. {INSTABILITY_POLICY}.",
+        "- LR sensitivity (Wortsman et al. 2023): E over the arm's LRs of min(L(lr), L0) - L*, with L(lr) the "
+        "mean final validation loss of its seeds, L0 the highest first validation loss of the table's runs "
+        f"(here {cap}; a diverged run counts as L0) and L* the smallest of them; 0 = insensitive.",
+    ]

@@ -1,0 +1,154 @@
+"""The decisive protocol: instability flagged and counted, the robust LR rule, LR sensitivity,
+the declared primary family and the conservative seed plan."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from oelm.experiments.sweep import spec_from_dict
+from oelm.records.load import load_run, load_runs
+from oelm.records.stability import DIVERGED_KIND, SPIKED, instability
+from oelm.records.sweep import BEST_MEAN, ROBUST
+from oelm.reports import stats
+from oelm.reports.aggregate import compare
+from oelm.reports.report import write_report
+from oelm.utils.errors import UserError
+from test_report import make_run
+from test_sweep import TINY
+
+
+def _lm(root: Path, method: str, lr: float, seed: int, val: float, curve: list[float] | None = None, **more) -> Path:
+    """An LM run whose best validation loss is `val` (its curve ends there unless given)."""
+    return make_run(
+        root,
+        method,
+        lr,
+        seed,
+        test_perplexity=math.exp(val),
+        best_val_loss=val,
+        higher_is_better=False,
+        curve=curve or [val + 0.5, val],
+        **more,
+    )
+
+
+# ---- instability ----------------------------------------------------------------------------------
+
+
+def test_stability_rule_flags_non_finite_values_and_spikes_only(tmp_path: Path) -> None:
+    stable = load_run(_lm(tmp_path, "baseline", 1e-3, 0, 1.0, curve=[2.0, 1.0, 1.45]))
+    spiked = load_run(_lm(tmp_path, "baseline", 1e-3, 1, 1.0, curve=[2.0, 1.0, 1.6, 1.0]))
+    nan_curve = load_run(_lm(tmp_path, "baseline", 1e-3, 2, 1.0, curve=[2.0, float("nan")]))
+    stopped = load_run(
+        _lm(tmp_path, "baseline", 1e-3, 3, 1.0, status="diverged", diverged_loss="nan", diverged_at_step=7)
+    )
+    assert instability(stable) is None  # 1.45 < 1.5 x 1.0
+    flag = instability(spiked)
+    assert flag is not None and flag.kind == SPIKED and "1.6 at step 60" in flag.reason  # recovered, still flagged
+    assert instability(nan_curve).kind == DIVERGED_KIND
+    assert instability(stopped).kind == DIVERGED_KIND and "step 7" in instability(stopped).reason
+    # A classifier's validation loss rising with overconfidence is not a spike (it selects on accuracy).
+    cls = make_run(
+        tmp_path,
+        "baseline",
+        1e-3,
+        9,
+        task="classification",
+        curve=[0.5, 0.3, 0.9],
+        best_accuracy=0.8,
+        heldout_accuracy=0.8,
+        higher_is_better=True,
+        primary_metric="heldout_accuracy",
+        selection_metric="best_accuracy",
+    )
+    assert instability(load_run(cls)) is None
+
+
+def test_flagged_runs_are_kept_counted_per_lr_and_stated_in_the_report(tmp_path: Path) -> None:
+    for seed, val in enumerate([1.00, 1.01, 1.02]):
+        _lm(tmp_path, "baseline", 1e-3, seed, val)
+        curve = [2.0, val, 1.7] if seed == 0 else None  # seed 0 spikes after its best
+        _lm(tmp_path, "oelm-freeze", 1e-3, seed, val + 0.05, curve=curve)
+    _lm(tmp_path, "oelm-freeze", 2e-3, 0, float("nan"))  # non-finite: excluded, still counted
+    _lm(tmp_path, "oelm-freeze", 2e-3, 1, 1.3)
+    path, comp = write_report([tmp_path], tmp_path / "report")
+    arm = next(a for a in comp.groups[0].arms if a.method == "oelm-freeze")
+    assert arm.setting == "lr0.001" and arm.primary.n == 3  # the spiked run enters with its value
+    assert arm.unstable_count() == (2, 5)
+    text = path.read_text()
+    assert "| 1 of 3 (1 spiked); 2 of 5 over all LRs |" in text  # main table: chosen setting; all LRs
+    assert "| 1 of 2 (1 diverged) |" in text  # the LR table's row of lr 0.002
+    assert "Stability rule:" in text and "enters every mean" in text  # the rule and the policy, stated
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    cells = data["groups"][0]["arms"][1]["lr_sweep"]
+    assert [len(c["unstable"]) for c in cells] == [1, 1]
+
+
+# ---- the LR rule ----------------------------------------------------------------------------------
+
+
+def _choices(root: Path, rule: str) -> dict[str, str]:
+    return {a.method: a.setting for g in compare(load_runs([root]), lr_rule=rule).groups for a in g.arms}
+
+
+def test_robust_rule_skips_scattering_seeds_and_the_neighbour_of_an_unstable_lr(tmp_path: Path) -> None:
+    # baseline: lr 1e-3 has the best mean but its seeds scatter (range 0.3 over mean 0.983 = 30.5%).
+    for seed, val in enumerate([0.85, 0.95, 1.15]):
+        _lm(tmp_path, "baseline", 1e-3, seed, val)
+    for seed, val in enumerate([1.00, 1.01, 1.02]):
+        _lm(tmp_path, "baseline", 5e-4, seed, val)
+    # oelm-freeze: lr 1e-3 is best and tight, but its x2 neighbour has a spiked seed.
+    for seed, val in enumerate([0.90, 0.91, 0.92]):
+        _lm(tmp_path, "oelm-freeze", 1e-3, seed, val)
+        _lm(tmp_path, "oelm-freeze", 5e-4, seed, val + 0.1)
+        _lm(tmp_path, "oelm-freeze", 2e-3, seed, val + 0.2, curve=[3.0, val, 2.0] if seed == 1 else None)
+    assert _choices(tmp_path, BEST_MEAN) == {"baseline": "lr0.001", "oelm-freeze": "lr0.001"}
+    assert _choices(tmp_path, ROBUST) == {"baseline": "lr0.0005", "oelm-freeze": "lr0.0005"}
+    arms = {a.method: a for a in compare(load_runs([tmp_path])).groups[0].arms}
+    assert arms["baseline"].rejected["lr0.001"] == "seeds scatter (30.5% > 10%)"
+    assert arms["oelm-freeze"].rejected["lr0.001"] == "its next larger lr 0.002 holds an unstable run"
+    assert arms["oelm-freeze"].rejected["lr0.0005"] == ""
+
+
+def test_lr_rule_is_a_validated_spec_field_that_reports_follow(tmp_path: Path) -> None:
+    raw = {
+        "config": {**TINY, "data": str(tmp_path / "data")},
+        "methods": {"baseline": {"lr": [1e-3]}},
+        "seeds": [0],
+        "out": str(tmp_path),
+    }
+    assert spec_from_dict(dict(raw)).lr_rule == ROBUST
+    assert spec_from_dict({**raw, "lr_rule": "best-mean"}).to_dict()["lr_rule"] == BEST_MEAN
+    with pytest.raises(UserError, match="lr_rule must be one of robust, best-mean"):
+        spec_from_dict({**raw, "lr_rule": "lowest-loss"})
+    for seed, val in enumerate([0.85, 0.95, 1.15]):
+        _lm(tmp_path, "baseline", 1e-3, seed, val)
+        _lm(tmp_path, "baseline", 5e-4, seed, 1.0 + seed / 100)
+    (tmp_path / "sweep.yaml").write_text(json.dumps({"methods": {"baseline": {"lr": [5e-4, 1e-3]}}, "seeds": [0]}))
+    _, comp = write_report([tmp_path], tmp_path / "report")  # a record without the key: the earlier rule
+    assert comp.groups[0].lr_rule == BEST_MEAN and comp.groups[0].arms[0].setting == "lr0.001"
+    assert "the robust rule would choose another" in " ".join(comp.groups[0].warnings)
+    assert "LR rule `best-mean`" in (tmp_path / "report" / "report.md").read_text()
+    assert (tmp_path / "report" / "lr-00-tinystories-lm-gpt-tiny.png").stat().st_size > 0
+
+
+def test_lr_sensitivity_is_the_mean_capped_excess_over_the_best_lr() -> None:
+    # Losses over a grid: best 1.0; 2.0 is 1.0 above; a diverged LR (nan) and 9.0 count as the cap 3.0.
+    assert stats.lr_sensitivity([1.0, 2.0, float("nan"), 9.0], cap=3.0) == pytest.approx((0 + 1 + 2 + 2) / 4)
+    assert stats.lr_sensitivity([1.5, 1.5], cap=3.0) == 0.0
+    assert stats.lr_sensitivity([1.0], cap=3.0) is None  # one LR: no range
+
+
+def test_arm_sensitivity_reads_final_validation_losses_capped_at_the_first(tmp_path: Path) -> None:
+    for seed in range(2):
+        _lm(tmp_path, "baseline", 1e-3, seed, 1.0, curve=[4.0, 1.0])
+        _lm(tmp_path, "baseline", 2e-3, seed, 1.2, curve=[3.0, 1.2, 1.4])  # final 1.4, not its best
+    _lm(tmp_path, "baseline", 4e-3, 0, float("nan"), status="diverged", diverged_loss="nan", diverged_at_step=3)
+    group = compare(load_runs([tmp_path])).groups[0]
+    assert group.loss_cap == 4.0  # the highest first validation loss
+    # L = 1.0, 1.4, 4.0 (diverged: the cap); L* = 1.0.
+    assert group.arms[0].sensitivity == pytest.approx((0 + 0.4 + 3.0) / 3)

@@ -289,3 +289,40 @@ def test_saving_into_a_folder_leaves_its_other_files_modes_alone(tmp_path: Path)
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def _trained(family: str, method: str):
+    model = make(family).eval()  # the same initial weights and method seed for every method
+    oelm.apply_method(model, method, seed=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.01)
+    return model
+
+
+@pytest.mark.parametrize("family", ["oelm-gpt", "gpt2", "bert"])
+@pytest.mark.parametrize("other", ["baseline", "oelm-freeze-q", "oelm-lower-half"])
+def test_a_record_copied_from_a_model_that_froze_less_is_refused(family, other, tmp_path: Path) -> None:
+    """Its frozen tensors match these weights (same seed, same init), so only the Q/K it left
+    trainable can tell: before, the weights loaded with their frozen Q/K trainable."""
+    oelm.save_pretrained(_trained(family, "oelm-freeze"), tmp_path / "frozen")
+    oelm.save_pretrained(_trained(family, other), tmp_path / "other")
+    assert oelm.from_pretrained(tmp_path / "other") is not None  # each record fits its own weights
+    (tmp_path / "frozen" / RECORD_FILE).write_bytes((tmp_path / "other" / RECORD_FILE).read_bytes())
+    with pytest.raises(UserError, match=rf"record \('{other}'\) does not describe these weights: Q/K tensors"):
+        oelm.from_pretrained(tmp_path / "frozen")
+
+
+def test_a_record_written_before_qk_fingerprints_still_loads(tmp_path: Path) -> None:
+    oelm.save_pretrained(_trained("oelm-gpt", "oelm-freeze"), tmp_path)
+    path = tmp_path / RECORD_FILE
+    record = json.loads(path.read_text())
+    del record["qk_tensors"], record["identity"]["qk_tensors"]
+    path.write_text(json.dumps(record))
+    assert _frozen(oelm.from_pretrained(tmp_path)) == set(record["frozen"])
+    del record["identity"]  # the field removed but its digest kept is an edit
+    record["identity"] = json.loads(path.read_text())["identity"] | {"qk_tensors": "0" * 16}
+    path.write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"field\(s\) qk_tensors differ"):
+        oelm.from_pretrained(tmp_path)

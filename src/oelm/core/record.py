@@ -50,9 +50,29 @@ def method_record(model: nn.Module) -> dict[str, Any]:
         "inits": dict(state.inits),
         "orthogonal_heads": dict(state.orthogonal_heads),
         "frozen": frozen,
+        "qk_tensors": {n: fingerprint(p) for n, p in qk_tensors(model).items() if n not in frozen},
     }
-    record["identity"] = {field: _digest(record[field]) for field in IDENTITY_FIELDS}
+    record["identity"] = {field: _digest(record[field]) for field in _identity_fields(record, {})}
     return record
+
+
+def qk_tensors(model: nn.Module) -> dict[str, nn.Parameter]:
+    """Every Q and K projection tensor of the model, in every layer, frozen or not, by plain name.
+
+    The record fingerprints the ones it does not list as frozen too, so that a record copied from
+    another model's folder (one that froze fewer tensors, e.g. a baseline's) is refused on loading
+    instead of leaving the tensors these weights had frozen trainable.
+    """
+    base = unwrap(model)
+    state = method_state(base)
+    ids = {
+        id(p)
+        for layer in ((state and state.targets) or find_targets(base)).layers
+        for role, proj in layer.by_role()
+        if role in ("q", "k")
+        for _, p in proj.params()
+    }
+    return {plain_name(n): p for n, p in base.named_parameters() if id(p) in ids}
 
 
 # PEFT's tuner layers hold the module they wrap as `base_layer`; the record names tensors as in
@@ -103,7 +123,8 @@ IDENTITY_FIELDS = (
 )
 # Identity fields some records carry: `base_tensors`, the fingerprints of a PEFT adapter's base
 # model tensors (oelm.hf.peft), which the adapter needs to be loaded onto unchanged.
-OPTIONAL_IDENTITY_FIELDS = ("base_tensors",)
+# `qk_tensors`, the fingerprints of the Q/K tensors not in `frozen` (records since issue 40).
+OPTIONAL_IDENTITY_FIELDS = ("base_tensors", "qk_tensors")
 
 
 def _identity_fields(record: dict[str, Any], digests: dict[str, Any]) -> tuple[str, ...]:
@@ -141,13 +162,25 @@ def frozen_mismatches(model: nn.Module, record: dict[str, Any]) -> list[str]:
 
 
 def check_frozen(model: nn.Module, record: dict[str, Any]) -> None:
-    """Raise unless every recorded frozen tensor is bit-identical to its saved fingerprint."""
+    """Raise unless every recorded frozen tensor is bit-identical to its saved fingerprint and the
+    other Q/K tensors are those the record was written with (records that carry them)."""
 
     changed = frozen_mismatches(model, record)
     if changed:
         raise UserError(
             f"frozen tensors whose bytes differ from the saved fingerprints: {changed[:5]}; the folder "
             "was edited or mixes two models (loaded in another dtype than saved? then pass verify=False)"
+        )
+    params = {plain_name(n): p for n, p in unwrap(model).named_parameters()}
+    other = sorted(
+        n for n, fp in (record.get("qk_tensors") or {}).items() if n not in params or fingerprint(params[n]) != fp
+    )
+    if other:
+        raise UserError(
+            f"the method record ({record.get('method')!r}) does not describe these weights: Q/K tensors {other[:3]} "
+            "differ from its fingerprints (the record was copied from another model's folder, or the weights were "
+            "replaced after saving); re-save the model with oelm.save_pretrained, or load the weights with "
+            "transformers and call oelm.apply_method"
         )
 
 

@@ -48,7 +48,14 @@ CASES = [
     ("oelm-identity-q", {}, L * QK, L * H),
     ("oelm-mimetic", {}, 2 * L * QK, 0),
     ("oelm-mimetic-nofreeze", {}, 0, 0),
+    ("identity-q", {}, 0, 0),
+    ("identity-q", {"attn_scale": 1.0, "weight_decay": 0.1}, 0, 0),
+    ("frozen-qk", {}, 2 * L * QK, 0),
+    ("frozen-qk", {"qk_std": 0.02}, 2 * L * QK, 0),
+    ("frozen-qk-nofreeze", {}, 0, 0),
 ]
+# Parameters a method removes from the model (W_Q = I: no Q projection at all).
+REMOVED = {"identity-q": L * QK}
 
 
 def train_steps(model: GPT, steps: int = 6, lr: float = 1e-2):
@@ -75,7 +82,7 @@ def test_variant_trains_frozen_stays_added_moves_counts_exact(method, options, f
     audit = audit_model(model)
     t = audit.totals
     assert t["frozen"] == frozen
-    assert t["trainable"] == base_total + added - frozen
+    assert t["trainable"] == base_total + added - frozen - REMOVED.get(method, 0)
     assert t["by_role"].get("adapter", {"trainable": 0})["trainable"] == added
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     audit, opt = train_steps(model)

@@ -124,6 +124,9 @@ class Audit:
             f"total {t['total']:,}  trainable {t['trainable']:,}  frozen {t['frozen']:,} "
             f"({100 * t['frozen_fraction']:.1f}%)  max orthogonality error {t['max_orthogonality_error']:.2e}"
         )
+        if "q_identity" in t:
+            n, absent = t["q_identity"]["layers"], t["q_identity"]["absent"]
+            lines.append(f"W_Q = I in {n} layers: no Q projection, {absent:,} Q parameters absent (not counted above)")
         return "\n".join(lines)
 
 
@@ -194,7 +197,19 @@ def _totals(rows: list[AuditRow], model: nn.Module, state) -> dict:
         "frozen_fraction": frozen / total if total else 0.0,
         "max_orthogonality_error": max_orthogonality_error(model),
         "by_role": _by_role(rows),
+        **_identity_q(model),
     }
+
+
+def _identity_q(model: nn.Module) -> dict:
+    """{"q_identity": {layers, absent}} for a model with W_Q = I (no Q projection, not a parameter), else {}."""
+    try:
+        layers = [layer for layer in find_targets(model).layers if layer.q is None]
+    except UserError:
+        return {}
+    if not layers:
+        return {}
+    return {"q_identity": {"layers": len(layers), "absent": sum(a * b for a, b in (x.q_shape for x in layers))}}
 
 
 def _by_role(rows: list[AuditRow]) -> dict[str, dict[str, int]]:
@@ -213,7 +228,7 @@ def max_orthogonality_error(model: nn.Module) -> float:
         return 0.0
     worst = 0.0
     for layer in find_targets(base).layers:
-        for proj in (layer.q, layer.k):
+        for proj in (p for p in (layer.q, layer.k) if p is not None):
             n_heads = state.orthogonal_heads.get(proj.name)
             if n_heads is None:
                 continue

@@ -33,21 +33,17 @@ def _output_head_numel(model: nn.Module) -> int:
 def adapter_flops_per_token(model: nn.Module) -> float:
     """Forward matmul FLOPs per token of the adapters a method added (e.g. a low-rank update, LoRA)."""
     base = unwrap(model)
-    return float(
-        sum(a.flops_per_token() for _, a in iter_adapters(base))
-    ) + tuning_flops_per_token(base)
+    return float(sum(a.flops_per_token() for _, a in iter_adapters(base))) + tuning_flops_per_token(base)
 
 
-def forward_flops_per_token(
-    model: nn.Module, seq_len: int, adapters: bool = True
-) -> float:
+def forward_flops_per_token(model: nn.Module, seq_len: int, adapters: bool = True) -> float:
     """Forward matmul FLOPs per token: layer projections, attention core, output head (+ adapters)."""
     total = 0.0
     for layer in find_targets(model).layers:
         for _, proj in layer.by_role():
             total += 2 * proj.weight.numel()
         # Q K^T in the query width, A V in the value width of every query head (grouped K/V shared).
-        d_scores = layer.q.shape_out_in[0]
+        d_scores = layer.q_shape[0]  # W_Q = I (no Q projection): scores still in the identity's width
         d_values = layer.v.shape_out_in[0] * layer.n_heads // layer.n_kv_heads
         total += 2 * seq_len * (d_scores + d_values)
     total += adapter_flops_per_token(model) if adapters else 0.0
@@ -82,9 +78,7 @@ def frozen_weight_grad_flops_per_token(model: nn.Module) -> float:
 
 def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
     """Theoretical forward+backward FLOPs per token under the method (adapters and schedule included)."""
-    return 3 * forward_flops_per_token(
-        model, seq_len
-    ) - frozen_weight_grad_flops_per_token(model)
+    return 3 * forward_flops_per_token(model, seq_len) - frozen_weight_grad_flops_per_token(model)
 
 
 def _thin_qk_extra(model: nn.Module, seq_len: int) -> float:
@@ -95,11 +89,15 @@ def _thin_qk_extra(model: nn.Module, seq_len: int) -> float:
         return 0.0
     extra = 0.0
     for layer in find_targets(model).layers:
-        extra += (
-            2 * (layer.q.weight.numel() + layer.k.weight.numel())
-            + 2 * seq_len * layer.q.shape_out_in[0]
-        )
+        extra += 2 * (layer.q_shape[0] * layer.q_shape[1] + layer.k.weight.numel()) + 2 * seq_len * layer.q_shape[0]
     return extra * (1.0 / ratio - 1.0)
+
+
+def _identity_q_extra(model: nn.Module) -> float:
+    """Forward FLOPs per token of the Q projections a model with W_Q = I does not run (none otherwise)."""
+    return float(
+        sum(2 * layer.q_shape[0] * layer.q_shape[1] for layer in find_targets(model).layers if layer.q is None)
+    )
 
 
 def theoretical_saving(model: nn.Module, seq_len: int) -> float:
@@ -107,12 +105,12 @@ def theoretical_saving(model: nn.Module, seq_len: int) -> float:
 
     Added adapters count as extra cost (forward, input and weight gradients), so a low-rank
     update lowers the saving; a schedule's saving is averaged over the steps. A thin-keys method
-    is measured against the full-width model, so its narrower Q/K and scores count as saving.
+    is measured against the full-width model, so its narrower Q/K and scores count as saving; W_Q = I
+    (identity-q) against the model with its Q projection, so the removed matmul (forward, input and
+    weight gradient) counts as saving.
     """
-    full = 3 * (
-        forward_flops_per_token(model, seq_len, adapters=False)
-        + _thin_qk_extra(model, seq_len)
-    )
+    removed = _thin_qk_extra(model, seq_len) + _identity_q_extra(model)
+    full = 3 * (forward_flops_per_token(model, seq_len, adapters=False) + removed)
     return 1.0 - training_flops_per_token(model, seq_len) / full
 
 
@@ -139,31 +137,22 @@ PEAK_FLOPS = {
 }
 
 
-def _peak_and_note(
-    device: torch.device | str, dtype: torch.dtype | None
-) -> tuple[float | None, str | None]:
+def _peak_and_note(device: torch.device | str, dtype: torch.dtype | None) -> tuple[float | None, str | None]:
     """(peak FLOP/s, None), or (None, why no peak is given)."""
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return None, "no peak FLOP/s assumed on CPU: MFU not given"
     if dtype not in (torch.bfloat16, torch.float16):
-        return (
-            None,
-            "float32 compute: MFU is given against the bf16/fp16 tensor-core peak only (train with dtype bf16)",
-        )
+        return None, "float32 compute: MFU is given against the bf16/fp16 tensor-core peak only (train with dtype bf16)"
     name = torch.cuda.get_device_name(device)
     peak = next((v for key, v in PEAK_FLOPS.items() if key in name), None)
     return (
         peak,
-        None
-        if peak
-        else "no known peak FLOP/s for this GPU (add it to oelm.core.flops.PEAK_FLOPS): MFU not given",
+        None if peak else "no known peak FLOP/s for this GPU (add it to oelm.core.flops.PEAK_FLOPS): MFU not given",
     )
 
 
-def device_peak_flops(
-    device: torch.device | str, dtype: torch.dtype | None = torch.bfloat16
-) -> float | None:
+def device_peak_flops(device: torch.device | str, dtype: torch.dtype | None = torch.bfloat16) -> float | None:
     """Dense bf16/fp16 tensor-core peak FLOP/s of a CUDA device if known, for a run computing in `dtype`.
 
     None on CPU, on unlisted devices, and for float32 compute (dtype float32 or None): the table
@@ -172,8 +161,6 @@ def device_peak_flops(
     return _peak_and_note(device, dtype)[0]
 
 
-def peak_flops_note(
-    device: torch.device | str, dtype: torch.dtype | None
-) -> str | None:
+def peak_flops_note(device: torch.device | str, dtype: torch.dtype | None) -> str | None:
     """Why `device_peak_flops` gave no peak (None when it gave one)."""
     return _peak_and_note(device, dtype)[1]

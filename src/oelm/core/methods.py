@@ -23,6 +23,7 @@ QK_INITS = (
     "torch-default",
     "identity",
     "mimetic",
+    "fan-in-normal",  # N(0, qk_std^2), qk_std defaulting to 1/sqrt(fan_in): width-scaled
 )
 FFN_INITS = ("default", "orthogonal")
 ROLES = ("q", "k", "v", "o", "ffn")
@@ -63,15 +64,9 @@ class Option:
             raise UserError(f"{where} must be {self.kind}, got {value!r} ({self.help})")
         value = float(value) if self.kind == "float" else value
         if self.choices is not None and value not in self.choices:
-            raise UserError(
-                f"{where} must be one of {list(self.choices)}, got {value!r}"
-            )
-        if (self.low is not None and value < self.low) or (
-            self.high is not None and value > self.high
-        ):
-            raise UserError(
-                f"{where} must lie in [{self.low}, {self.high}], got {value!r}"
-            )
+            raise UserError(f"{where} must be one of {list(self.choices)}, got {value!r}")
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise UserError(f"{where} must lie in [{self.low}, {self.high}], got {value!r}")
         return value
 
 
@@ -85,35 +80,17 @@ def _coerce_layers(where: str, value: Any) -> str | list[int]:
         and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
     ):
         return sorted(set(value))
-    raise UserError(
-        f"{where} must be one of {list(LAYER_SELECTIONS)} or a list of layer indices, got {value!r}"
-    )
+    raise UserError(f"{where} must be one of {list(LAYER_SELECTIONS)} or a list of layer indices, got {value!r}")
 
 
 # Options every method takes.
 COMMON_OPTIONS = (
+    Option("qk_init", None, "str", "pretrained models: how their Q/K meet the method's init", PRETRAINED_QK),
     Option(
-        "qk_init",
-        None,
-        "str",
-        "pretrained models: how their Q/K meet the method's init",
-        PRETRAINED_QK,
-    ),
-    Option(
-        "layers",
-        "all",
-        "layers",
-        "the layers the method touches: all, lower-half, upper-half, every-other or [i, ...]",
+        "layers", "all", "layers", "the layers the method touches: all, lower-half, upper-half, every-other or [i, ...]"
     ),
 )
-F_OPTION = Option(
-    "f",
-    0.5,
-    "float",
-    "fraction of the steps at which the schedule switches",
-    low=0.0,
-    high=1.0,
-)
+F_OPTION = Option("f", 0.5, "float", "fraction of the steps at which the schedule switches", low=0.0, high=1.0)
 ON_FREEZE_OPTION = Option(
     "on_freeze",
     "keep",
@@ -121,34 +98,27 @@ ON_FREEZE_OPTION = Option(
     "at the freeze step: keep the learned Q/K or re-orthogonalize each head",
     ("keep", "reorthogonalize"),
 )
-RANK_OPTION = Option(
-    "rank", 8, "int", "rank r of the trainable update x A^T B^T", low=1
+RANK_OPTION = Option("rank", 8, "int", "rank r of the trainable update x A^T B^T", low=1)
+# Options of the published identity-Q recipe (Karbevski & Mijoski 2025): the attention scale halved
+# and weight decay lowered from 0.1 to 0.03 for that arm.
+ATTN_SCALE_OPTION = Option(
+    "attn_scale", 0.5, "float", "multiplier on the attention scale 1/sqrt(head_dim)", low=1e-3, high=1e3
+)
+WEIGHT_DECAY_OPTION = Option(
+    "weight_decay", 0.03, "float", "AdamW weight decay of this arm, in place of the run's weight_decay", low=0.0
+)
+QK_STD_OPTION = Option(
+    "qk_std", None, "float", "std of the random Q/K entries (default 1/sqrt(fan_in) = 1/sqrt(d_model))", low=1e-6
 )
 # LoRA as Hu et al. 2021 ran it on RoBERTa-base (GLUE): r = 8 on W_q and W_v, alpha = r.
 LORA_OPTIONS = (
     Option("rank", 8, "int", "LoRA rank r", low=1),
-    Option(
-        "alpha", 8.0, "float", "LoRA alpha (the update is scaled by alpha / r)", low=0.0
-    ),
-    Option(
-        "dropout", 0.0, "float", "dropout on the LoRA branch's input", low=0.0, high=1.0
-    ),
-    Option(
-        "targets",
-        "q,v",
-        "str",
-        "comma-separated roles that get LoRA: q, k, v, o, ffn, ffn-down",
-    ),
+    Option("alpha", 8.0, "float", "LoRA alpha (the update is scaled by alpha / r)", low=0.0),
+    Option("dropout", 0.0, "float", "dropout on the LoRA branch's input", low=0.0, high=1.0),
+    Option("targets", "q,v", "str", "comma-separated roles that get LoRA: q, k, v, o, ffn, ffn-down"),
 )
 # (IA)^3 as Liu et al. 2022 place it: rescale keys, values and the FFN's inner activations.
-IA3_OPTIONS = (
-    Option(
-        "targets",
-        "k,v,ffn-down",
-        "str",
-        "comma-separated roles that get (IA)^3 vectors",
-    ),
-)
+IA3_OPTIONS = (Option("targets", "k,v,ffn-down", "str", "comma-separated roles that get (IA)^3 vectors"),)
 
 
 @dataclass(frozen=True)
@@ -158,15 +128,11 @@ class Method:
     name: str
     summary: str
     qk_init: str = "default"
-    freeze: frozenset[str] = (
-        frozenset()
-    )  # roles out of the optimization (q, k, v, o, ffn)
+    freeze: frozenset[str] = frozenset()  # roles out of the optimization (q, k, v, o, ffn)
     init: frozenset[str] = frozenset({"q", "k"})  # the roles qk_init re-initializes
     ffn_init: str = "default"
     layers: str | tuple[int, ...] = "all"  # default of the `layers` option
-    adapter: str | None = (
-        None  # an adapter kind of oelm.core.adapters, on the projections its class names
-    )
+    adapter: str | None = None  # an adapter kind of oelm.core.adapters, on the projections its class names
     schedule: str | None = None  # kind in SCHEDULES, acting on the roles in `freeze`
     options: tuple[Option, ...] = ()  # method-specific options (beyond COMMON_OPTIONS)
     normal_std: float = 0.02
@@ -176,6 +142,9 @@ class Method:
     # Encoder-decoders: whether the roles act on the decoder's cross attention too (Q/K, V, O); with
     # False its cross attention keeps its default init and trains, and the roles act on self attention.
     cross_attention: bool = True
+    # W_Q = I with the Q projection removed (no weight, no matmul): switched on through the model's
+    # `q_identity` config flag (oelm.core.freezing); changes the architecture, like qk_ratio.
+    q_identity: bool = False
     # A fine-tuning method of the field (TUNES): it sets every requires_grad itself (see oelm.core.tuning).
     tune: str | None = None
     # Frozen roles keep their biases trainable (only the weights leave the optimization).
@@ -184,33 +153,19 @@ class Method:
     def __post_init__(self) -> None:
         checks = [
             (self.qk_init in QK_INITS, f"qk_init {self.qk_init!r} not in {QK_INITS}"),
-            (
-                self.ffn_init in FFN_INITS,
-                f"ffn_init {self.ffn_init!r} not in {FFN_INITS}",
-            ),
-            (
-                set(self.freeze) <= set(ROLES),
-                f"freeze {sorted(self.freeze)} not within {ROLES}",
-            ),
-            (
-                set(self.init) <= {"q", "k"},
-                f"init {sorted(self.init)} not within ('q', 'k')",
-            ),
-            (
-                self.schedule in (None, *SCHEDULES),
-                f"schedule {self.schedule!r} not in {SCHEDULES}",
-            ),
-            (
-                not self.schedule or self.freeze,
-                "a schedule needs roles in `freeze` to act on",
-            ),
+            (self.ffn_init in FFN_INITS, f"ffn_init {self.ffn_init!r} not in {FFN_INITS}"),
+            (set(self.freeze) <= set(ROLES), f"freeze {sorted(self.freeze)} not within {ROLES}"),
+            (set(self.init) <= {"q", "k"}, f"init {sorted(self.init)} not within ('q', 'k')"),
+            (self.schedule in (None, *SCHEDULES), f"schedule {self.schedule!r} not in {SCHEDULES}"),
+            (not self.schedule or self.freeze, "a schedule needs roles in `freeze` to act on"),
             (0.0 < self.qk_ratio <= 1.0, f"qk_ratio {self.qk_ratio} not in (0, 1]"),
+            (
+                not self.q_identity or ("q" not in self.freeze and not (self.changes_qk and "q" in self.init)),
+                "q_identity removes Q: nothing to initialize or freeze there",
+            ),
             (self.tune in (None, *TUNES), f"tune {self.tune!r} not in {TUNES}"),
             (
-                not self.tune
-                or not (
-                    self.freeze or self.changes_qk or self.adapter or self.schedule
-                ),
+                not self.tune or not (self.freeze or self.changes_qk or self.adapter or self.schedule),
                 "a fine-tuning method (tune) chooses its trainable tensors itself: no freeze, init, adapter or schedule",
             ),
         ]
@@ -236,12 +191,7 @@ class Method:
     def all_options(self) -> tuple[Option, ...]:
         """Every option this method takes: the common ones (with this record's defaults), then its own."""
         common = tuple(
-            Option(
-                o.name,
-                list(self.layers) if isinstance(self.layers, tuple) else self.layers,
-                o.kind,
-                o.help,
-            )
+            Option(o.name, list(self.layers) if isinstance(self.layers, tuple) else self.layers, o.kind, o.help)
             if o.name == "layers"
             else o
             for o in COMMON_OPTIONS
@@ -272,24 +222,14 @@ for _m in (
     # The study's methods.
     Method("baseline", "full training: default init, everything trainable"),
     Method("oelm-freeze", "head-wise orthogonal Q/K, frozen", HW, QK),
-    Method(
-        "oelm-random",
-        "random normal N(0, 0.02) Q/K, frozen (the study's ablation)",
-        "normal",
-        QK,
-    ),
+    Method("oelm-random", "random normal N(0, 0.02) Q/K, frozen (the study's ablation)", "normal", QK),
     Method(
         "oelm-random-scaled",
         "unit-norm random rows for Q/K, frozen: same scale as orthogonal, no orthogonality",
         "scaled-random",
         QK,
     ),
-    Method(
-        "oelm-global",
-        "globally orthogonal Q/K (one QR per matrix), frozen",
-        "global-orthogonal",
-        QK,
-    ),
+    Method("oelm-global", "globally orthogonal Q/K (one QR per matrix), frozen", "global-orthogonal", QK),
     Method("oelm-nofreeze", "head-wise orthogonal Q/K init, trainable", HW),
     # Trainable baselines at other Q/K inits (the controls a frozen init is compared against).
     Method(
@@ -297,11 +237,7 @@ for _m in (
         "unit-norm random Q/K rows (the orthogonal init's scale), trainable: the scale-matched baseline",
         "scaled-random",
     ),
-    Method(
-        "baseline-torch",
-        "Q/K at PyTorch's nn.Linear default U(+-1/sqrt(d)), trainable",
-        "torch-default",
-    ),
+    Method("baseline-torch", "Q/K at PyTorch's nn.Linear default U(+-1/sqrt(d)), trainable", "torch-default"),
     Method(
         "oelm-qk-ffn",
         "head-wise orthogonal Q/K and orthogonal FFN, all frozen",
@@ -309,48 +245,16 @@ for _m in (
         QK | {"ffn"},
         ffn_init="orthogonal",
     ),
-    Method(
-        "ffn-only",
-        "FFN frozen at its default init, Q/K trainable",
-        freeze=frozenset({"ffn"}),
-    ),
+    Method("ffn-only", "FFN frozen at its default init, Q/K trainable", freeze=frozenset({"ffn"})),
     # Role subsets.
-    Method(
-        "oelm-freeze-q",
-        "head-wise orthogonal Q, frozen; K default init, trainable",
-        HW,
-        {"q"},
-        {"q"},
-    ),
-    Method(
-        "oelm-freeze-k",
-        "head-wise orthogonal K, frozen; Q default init, trainable",
-        HW,
-        {"k"},
-        {"k"},
-    ),
+    Method("oelm-freeze-q", "head-wise orthogonal Q, frozen; K default init, trainable", HW, {"q"}, {"q"}),
+    Method("oelm-freeze-k", "head-wise orthogonal K, frozen; Q default init, trainable", HW, {"k"}, {"k"}),
     # Trainable additions on frozen orthogonal Q/K.
     Method(
-        "oelm-temp",
-        "oelm-freeze + a trainable logit temperature per head (n_head per layer)",
-        HW,
-        QK,
-        adapter="temp",
+        "oelm-temp", "oelm-freeze + a trainable logit temperature per head (n_head per layer)", HW, QK, adapter="temp"
     ),
-    Method(
-        "oelm-gain",
-        "oelm-freeze + a trainable gain per Q dimension (d_model per layer)",
-        HW,
-        QK,
-        adapter="gain",
-    ),
-    Method(
-        "oelm-qknorm",
-        "oelm-freeze + per-head RMSNorm on q and k with trainable gains",
-        HW,
-        QK,
-        adapter="qknorm",
-    ),
+    Method("oelm-gain", "oelm-freeze + a trainable gain per Q dimension (d_model per layer)", HW, QK, adapter="gain"),
+    Method("oelm-qknorm", "oelm-freeze + per-head RMSNorm on q and k with trainable gains", HW, QK, adapter="qknorm"),
     Method(
         "oelm-lowrank",
         "oelm-freeze + a trainable rank-r update of each frozen Q/K (B zero-init)",
@@ -359,13 +263,7 @@ for _m in (
         adapter="lowrank",
         options=(RANK_OPTION,),
     ),
-    Method(
-        "oelm-qbias",
-        "oelm-freeze + a trainable bias on Q (d_model per layer, init 0)",
-        HW,
-        QK,
-        adapter="qbias",
-    ),
+    Method("oelm-qbias", "oelm-freeze + a trainable bias on Q (d_model per layer, init 0)", HW, QK, adapter="qbias"),
     # Schedules.
     Method(
         "oelm-late-freeze",
@@ -395,26 +293,12 @@ for _m in (
     ),
     # Layer subsets.
     Method(
-        "oelm-lower-half",
-        "frozen orthogonal Q/K in the lower half of the layers only",
-        HW,
-        QK,
-        layers="lower-half",
+        "oelm-lower-half", "frozen orthogonal Q/K in the lower half of the layers only", HW, QK, layers="lower-half"
     ),
     Method(
-        "oelm-upper-half",
-        "frozen orthogonal Q/K in the upper half of the layers only",
-        HW,
-        QK,
-        layers="upper-half",
+        "oelm-upper-half", "frozen orthogonal Q/K in the upper half of the layers only", HW, QK, layers="upper-half"
     ),
-    Method(
-        "oelm-alternate",
-        "frozen orthogonal Q/K in every other layer (0, 2, ...)",
-        HW,
-        QK,
-        layers="every-other",
-    ),
+    Method("oelm-alternate", "frozen orthogonal Q/K in every other layer (0, 2, ...)", HW, QK, layers="every-other"),
     # Variants from the literature.
     # Karbevski & Mijoski 2025 (arXiv 2510.23912) fix W_Q to the identity and retune the attention
     # scale; here the scale is a trainable logit temperature per head (the temp adapter).
@@ -428,26 +312,35 @@ for _m in (
     ),
     # Trockman & Kolter 2023: Q_h^T K_h ~ alpha Z + beta I per head (attention like a pretrained
     # model's at step 0), then frozen.
+    # As published (arXiv 2510.23912): W_Q = I with the Q matmul removed (no weight, no FLOPs), K
+    # trainable at its default init, the attention scale halved and weight decay 0.03 for this arm.
+    # Unlike oelm-identity-q (a frozen identity inside the QKV GEMM and a trainable temperature).
     Method(
-        "oelm-mimetic",
-        "mimetic Q/K init (Q_h^T K_h ~ 0.7 Z + 0.7 I per head), frozen",
-        "mimetic",
+        "identity-q",
+        "W_Q = I as published: no Q projection or matmul, attention scale x attn_scale (0.5), weight decay 0.03",
+        q_identity=True,
+        options=(ATTN_SCALE_OPTION, WEIGHT_DECAY_OPTION),
+    ),
+    # Dong, Noci, Khodak & Li 2025 (arXiv 2506.01115, "Frozen-QK"): Q and K random N(0, 1/d_model)
+    # (width-scaled) and frozen; V, O and the MLP train. And its same-init trainable twin.
+    Method(
+        "frozen-qk",
+        "random Q/K N(0, 1/d_model) (width-scaled), frozen: Frozen-QK as published",
+        "fan-in-normal",
         QK,
+        options=(QK_STD_OPTION,),
     ),
     Method(
-        "oelm-mimetic-nofreeze",
-        "mimetic Q/K init, trainable: oelm-mimetic's same-init twin",
-        "mimetic",
+        "frozen-qk-nofreeze",
+        "random Q/K N(0, 1/d_model), trainable: frozen-qk's same-init twin",
+        "fan-in-normal",
+        options=(QK_STD_OPTION,),
     ),
+    Method("oelm-mimetic", "mimetic Q/K init (Q_h^T K_h ~ 0.7 Z + 0.7 I per head), frozen", "mimetic", QK),
+    Method("oelm-mimetic-nofreeze", "mimetic Q/K init, trainable: oelm-mimetic's same-init twin", "mimetic"),
     # Thin keys (arXiv 2603.04427): Q and K at a quarter of the model width (scores in d_head / 4
     # dimensions), V and O unchanged; frozen head-wise orthogonal, and its trainable twin.
-    Method(
-        "oelm-thin-keys",
-        "Q/K at d_model / 4 (thin keys), head-wise orthogonal, frozen",
-        HW,
-        QK,
-        qk_ratio=0.25,
-    ),
+    Method("oelm-thin-keys", "Q/K at d_model / 4 (thin keys), head-wise orthogonal, frozen", HW, QK, qk_ratio=0.25),
     Method(
         "oelm-thin-keys-nofreeze",
         "Q/K at d_model / 4 (thin keys), head-wise orthogonal init, trainable: oelm-thin-keys' twin",
@@ -456,16 +349,8 @@ for _m in (
     ),
     # Controls for fine-tuning a pretrained model: what freezing Q/K costs without the study's QR,
     # which of Q and K matters, and whether any equal share of frozen weights costs the same.
-    Method(
-        "freeze-qk",
-        "Q/K frozen as they are (pretrained weights kept; no re-init)",
-        freeze=QK,
-    ),
-    Method(
-        "freeze-k",
-        "K frozen as it is (pretrained weights kept), Q trainable",
-        freeze=frozenset({"k"}),
-    ),
+    Method("freeze-qk", "Q/K frozen as they are (pretrained weights kept; no re-init)", freeze=QK),
+    Method("freeze-k", "K frozen as it is (pretrained weights kept), Q trainable", freeze=frozenset({"k"})),
     Method(
         "freeze-qk-weights",
         "Q/K weights frozen as they are, their biases trainable",
@@ -490,14 +375,8 @@ for _m in (
         tune="ia3",
         options=IA3_OPTIONS,
     ),
-    Method(
-        "bitfit", "BitFit (Ben Zaken et al. 2022): only the biases train", tune="bitfit"
-    ),
-    Method(
-        "ln-tuning",
-        "LayerNorm tuning (Zhao et al. 2023): only the norms' gains and biases train",
-        tune="ln",
-    ),
+    Method("bitfit", "BitFit (Ben Zaken et al. 2022): only the biases train", tune="bitfit"),
+    Method("ln-tuning", "LayerNorm tuning (Zhao et al. 2023): only the norms' gains and biases train", tune="ln"),
 ):
     register_method(_m)
 
@@ -555,9 +434,7 @@ def list_methods() -> list[Method]:
     return list(_REGISTRY.values())
 
 
-def validate_method_options(
-    method_name: str | Method, options: dict[str, Any] | None
-) -> dict[str, Any]:
+def validate_method_options(method_name: str | Method, options: dict[str, Any] | None) -> dict[str, Any]:
     """All options of a method with defaults filled in and types checked; UserError names a bad key."""
     m = get_method(method_name)
     if m.adapter is not None:
@@ -572,9 +449,7 @@ def validate_method_options(
                 f"unknown method option {key!r} for method {m.name!r}{hint}; "
                 f"valid options: {', '.join(spec)} (set as method_options.KEY=VALUE)"
             )
-    return {
-        name: o.coerce(m.name, options.get(name, o.default)) for name, o in spec.items()
-    }
+    return {name: o.coerce(m.name, options.get(name, o.default)) for name, o in spec.items()}
 
 
 def select_layers(selection: str | list[int], n_layers: int) -> list[int]:
@@ -590,7 +465,5 @@ def select_layers(selection: str | list[int], n_layers: int) -> list[int]:
         return list(picks)
     bad = [i for i in selection if not 0 <= i < n_layers]
     if bad:
-        raise UserError(
-            f"method_options.layers {bad} out of range for a model of {n_layers} layers"
-        )
+        raise UserError(f"method_options.layers {bad} out of range for a model of {n_layers} layers")
     return list(selection)

@@ -96,7 +96,7 @@ class LayerTargets:
     """
 
     index: int
-    q: Proj
+    q: Proj | None  # None: W_Q = I with no Q projection (a model built or switched to q_identity)
     k: Proj
     v: Proj
     o: Proj
@@ -107,9 +107,19 @@ class LayerTargets:
     kind: str = "self"  # "cross": a decoder layer's cross attention (no FFN of its own)
 
     def by_role(self) -> Iterator[tuple[str, Proj]]:
-        """(role, projection) pairs: q, k, v, o, ffn."""
-        yield from (("q", self.q), ("k", self.k), ("v", self.v), ("o", self.o))
+        """(role, projection) pairs: q (unless W_Q = I), k, v, o, ffn."""
+        if self.q is not None:
+            yield "q", self.q
+        yield from (("k", self.k), ("v", self.v), ("o", self.o))
         yield from (("ffn", p) for p in self.ffn)
+
+    @property
+    def q_shape(self) -> tuple[int, int]:
+        """[out, in] of Q; with W_Q = I (no Q projection) the identity's: d_in x d_in."""
+        if self.q is not None:
+            return self.q.shape_out_in
+        d_in = self.k.shape_out_in[1]
+        return d_in, d_in
 
 
 @dataclass
@@ -348,8 +358,9 @@ def _heads(layout: Layout, family: str, config) -> tuple[int, int]:
     return n_heads, count(layout.kv_heads, config) or n_heads
 
 
-def _check_heads(name: str, q: Proj, k: Proj, n_heads: int, n_kv: int) -> None:
-    (q_rows, _), (k_rows, _) = q.shape_out_in, k.shape_out_in
+def _check_heads(name: str, q: Proj | None, k: Proj, n_heads: int, n_kv: int) -> None:
+    k_rows, d_in = k.shape_out_in
+    q_rows = q.shape_out_in[0] if q is not None else d_in
     if q_rows % n_heads or k_rows % n_kv or n_heads % n_kv:
         raise UserError(
             f"{name}: Q has {q_rows} rows and K {k_rows}, which do not split into {n_heads} query "
@@ -357,10 +368,43 @@ def _check_heads(name: str, q: Proj, k: Proj, n_heads: int, n_kv: int) -> None:
         )
 
 
+def _check_covered(layout: Layout, family: str, name: str, layer: nn.Module, config) -> None:
+    """Refuse a layer whose attention holds projections the row does not name.
+
+    Every Linear/Conv1D beside Q, K, V (the fused module, cross attention's) must be a role or in the
+    row's `extra`: Longformer's query_global / key_global (global attention) compute attention scores
+    too, and a method that froze Q/K but left them trainable would not be the method it says.
+    """
+    known = {layout.q, layout.k, layout.v, layout.o, layout.fused, *layout.cross, *layout.extra}
+    known |= set(ffn_paths(layout, config) or ())
+    parents = {p.rpartition(".")[0] for p in (layout.q, layout.k, layout.v, layout.fused, *layout.cross[:3]) if p}
+    for parent in sorted(parents):
+        module = _module_at(layer, parent) if parent else layer
+        for child, sub in module.named_children() if module is not None else ():
+            path = f"{parent}.{child}" if parent else child
+            if path in known or not (isinstance(sub, nn.Linear) or _is_conv1d(sub)):
+                continue
+            raise UserError(
+                f"{name}.{path}: this {family} model has an attention projection its layout does not cover "
+                f"(beside {layout.q or layout.fused} and {layout.k or layout.fused}), e.g. a global-attention "
+                "query/key; a method would leave it trainable, so the model is refused. Add a row for it to "
+                "oelm/core/families.py (with the projection as a role or in `extra`)"
+            )
+
+
 def _extract(layout: Layout, family: str, name: str, layer: nn.Module, config) -> list[LayerTargets]:
     """The blocks of one layer as its family's layout row says: self attention (+ cross attention)."""
+    _check_covered(layout, family, name, layer, config)
     n_heads, n_kv = _heads(layout, family, config)
-    if layout.fused:
+    if getattr(config, "q_identity", False) is True:  # W_Q = I: the model has no Q projection
+        if layout.fused:
+            raise UserError(f"{name}: q_identity on a fused Q/K/V layout ({layout.fused}) is not supported")
+        q = None
+        k, v = (
+            _proj(f"{name}.{path}", _need(layer, name, path, family), layout.adapter_via)
+            for path in (layout.k, layout.v)
+        )
+    elif layout.fused:
         q, k, v = _split_fused(layout, family, name, layer, config, n_heads, n_kv)
     else:
         q, k, v = (
@@ -369,7 +413,7 @@ def _extract(layout: Layout, family: str, name: str, layer: nn.Module, config) -
         )
     if layout.qkv_bias:
         q, k, v = (
-            replace(proj, bias=layer.get_parameter(path)) if path else proj
+            replace(proj, bias=layer.get_parameter(path)) if path and proj is not None else proj
             for proj, path in zip((q, k, v), layout.qkv_bias)
         )
     _check_heads(name, q, k, n_heads, n_kv)

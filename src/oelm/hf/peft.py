@@ -89,6 +89,7 @@ def lora_problems(model: nn.Module) -> list[str]:
         id(p)
         for layer in find_targets(base).layers
         for proj in (layer.q, layer.k)
+        if proj is not None
         for _, p in proj.params()
         if not p.requires_grad
     }

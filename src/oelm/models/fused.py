@@ -132,3 +132,13 @@ def fused_qkv(
     dt = compute_dtype(x)
     b = torch.cat((bq, bk, bv)).to(dt) if bq is not None else None
     return F.linear(x.to(dt), torch.cat((wq, wk, wv)).to(dt), b)
+
+
+def fused_kv(x: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor) -> torch.Tensor:
+    """x [..., in] -> [..., rows_k + rows_v] in one GEMM (no Q: a model with W_Q = I).
+
+    The same row-skipping backward as `fused_qkv`, with an empty, never-trained Q block.
+    """
+    if torch.is_grad_enabled() and wk.requires_grad != wv.requires_grad:
+        return FusedRowsLinear.apply(x, wk.detach()[:0], wk, wv, None, None, None)
+    return F.linear(_cast(x, compute_dtype(x)), _cast(torch.cat((wk, wv)), compute_dtype(x)))

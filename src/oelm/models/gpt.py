@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oelm.models.fused import fused_qkv
+from oelm.models.fused import fused_kv, fused_qkv
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
 
@@ -35,6 +36,11 @@ class GPTConfig:
     # Width of Q and K (all heads together); None = d_model. Smaller = "thin keys": scores are
     # computed in qk_dim / n_head dimensions per head while V and O keep d_model.
     qk_dim: int | None = None
+    # W_Q = I with the Q projection removed (Karbevski & Mijoski 2025): q is the normed residual
+    # input split into heads; no Q weight, no Q matmul, no Q gradient. Needs Q as wide as d_model.
+    q_identity: bool = False
+    # Multiplier on the attention scale 1/sqrt(head_dim) (the identity-Q paper halves it: 0.5).
+    attn_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -58,6 +64,16 @@ class GPTConfig:
             raise UserError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if not (isinstance(self.init_std, (int, float)) and 0.0 < self.init_std < float("inf")):
             raise UserError(f"GPTConfig.init_std must be a positive finite number, got {self.init_std!r}")
+        if not isinstance(self.q_identity, bool):
+            raise UserError(f"GPTConfig.q_identity must be true or false, got {self.q_identity!r}")
+        if self.q_identity and self.qk_width != self.d_model:
+            raise UserError(
+                f"GPTConfig.q_identity needs Q as wide as the model, but qk_dim={self.qk_width} < "
+                f"d_model={self.d_model}; drop qk_dim (thin keys) or q_identity"
+            )
+        scale = self.attn_scale
+        if isinstance(scale, bool) or not (isinstance(scale, (int, float)) and 0.0 < scale < float("inf")):
+            raise UserError(f"GPTConfig.attn_scale must be a positive finite number, got {scale!r}")
 
     @property
     def qk_width(self) -> int:
@@ -117,6 +133,17 @@ class SelfAttention(nn.Module):
         self.o_proj = nn.Linear(d, d, bias=False)
         self.dropout = cfg.dropout  # attention weights and the residual branch
         self.fused = True
+        self.scale: float | None = None
+        self.configure(cfg)
+
+    def configure(self, cfg: GPTConfig) -> None:
+        """Take the config's q_identity and attn_scale: drop the Q projection, set the logit scale."""
+        if cfg.q_identity and self.q_proj is not None:
+            self.q_proj = None  # no parameter, no matmul: q is the block's (normed) input
+        elif not cfg.q_identity and self.q_proj is None:
+            raise ValueError("a Q projection removed by q_identity cannot be restored; build a new model")
+        # None: SDPA's own 1/sqrt(head_dim), bit-identical to a model without the option.
+        self.scale = None if cfg.attn_scale == 1.0 else cfg.attn_scale / math.sqrt(cfg.qk_width // cfg.n_head)
 
     def _qkv(self, x: torch.Tensor) -> torch.Tensor:
         """[B*T, 3D]: Q, K and V side by side."""
@@ -124,13 +151,24 @@ class SelfAttention(nn.Module):
             return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
         return fused_qkv(x, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
 
+    def _identity_qkv(self, x: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor, ...]:
+        """W_Q = I: q is x itself (a view, no matmul), K and V come from one GEMM; [B, T, H, Dh] each."""
+        if self.fused:
+            kv = fused_kv(x, self.k_proj.weight, self.v_proj.weight)
+        else:
+            kv = torch.cat([self.k_proj(x), self.v_proj(x)], dim=-1)
+        k, v = kv.view(batch, t, 2, self.n_head, -1).unbind(2)
+        return x.to(kv.dtype).view(batch, t, self.n_head, -1), k, v
+
     def forward(self, x: torch.Tensor, batch: int, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         n, d = x.shape
         t = n // batch
         # [B, T, H, Dh] views: head h owns rows h*Dh:(h+1)*Dh of each projection's weight. One
         # view + unbind (backward: one stack) dispatches fewer ops than split + a view per tensor.
-        dqk = self.q_proj.weight.shape[0]
-        if dqk == d:
+        dqk = self.k_proj.weight.shape[0]
+        if self.q_proj is None:
+            q, k, v = self._identity_qkv(x, batch, t)
+        elif dqk == d:
             q, k, v = self._qkv(x).view(batch, t, 3, self.n_head, d // self.n_head).unbind(2)
         else:  # thin keys: Q and K narrower than V
             q, k, v = self._qkv(x).split((dqk, dqk, d), dim=-1)
@@ -144,6 +182,7 @@ class SelfAttention(nn.Module):
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=causal and attn_mask is None,
+            scale=self.scale,
         )
         return _dropout(self.o_proj(y.transpose(1, 2).reshape(n, d)), self.dropout, self.training)
 
@@ -153,7 +192,8 @@ class SelfAttention(nn.Module):
         An adapter sees the projection's input and output as [B, T, D] views, the shapes it has on
         any model (a reduction over the leading dims, e.g. a gain's gradient, then sums in the same order).
         """
-        aq = self.q_proj._modules.get("oelm_adapter")  # a dict lookup: no cost without adapters
+        # Dict lookups: no cost without adapters (and no Q to adapt under q_identity).
+        aq = self.q_proj._modules.get("oelm_adapter") if self.q_proj is not None else None
         ak = self.k_proj._modules.get("oelm_adapter")
         if aq is None and ak is None:
             return q, k
@@ -238,6 +278,22 @@ def _init_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
+def reconfigure(model: GPT | GPTClassifier, **changes: Any) -> None:
+    """Change a built model's q_identity / attn_scale in place (what a method switches on).
+
+    Only these two fields change without rebuilding: q_identity=True drops every Q projection
+    (its weights are gone, not kept unused), attn_scale sets the logit scale. The other weights
+    keep their values, so a method applied after building starts from the same init as the baseline.
+    """
+    allowed = {"q_identity", "attn_scale"}
+    if set(changes) - allowed:
+        raise UserError(f"only {sorted(allowed)} change on a built GPT, not {sorted(set(changes) - allowed)}")
+    cfg = dataclasses.replace(model.config, **changes)
+    for block in model.transformer.h:
+        block.attn.configure(cfg)
+    model.config = cfg
+
+
 class GPT(nn.Module):
     """Causal language model; the LM head shares its weight with the token embedding."""
 
@@ -248,6 +304,10 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight
         self.apply(lambda m: _init_weights(m, config.init_std))
+
+    def reconfigure(self, **changes: Any) -> None:
+        """`reconfigure(self, ...)`: q_identity / attn_scale changed in place."""
+        reconfigure(self, **changes)
 
     def forward(
         self,
@@ -323,6 +383,10 @@ class GPTClassifier(nn.Module):
         self.transformer = Backbone(config)
         self.score = nn.Linear(config.d_model, num_labels)
         self.apply(lambda m: _init_weights(m, config.init_std))
+
+    def reconfigure(self, **changes: Any) -> None:
+        """`reconfigure(self, ...)`: q_identity / attn_scale changed in place."""
+        reconfigure(self, **changes)
 
     def forward(
         self,

@@ -205,7 +205,8 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     Each is one FSDP2 unit, so a block's fused Q/K/V (our GPT's `fused_qkv`) is gathered whole
     and keeps running as one GEMM that skips frozen weights' gradients.
     """
-    q_ids = {id(layer.q.weight) for layer in find_targets(model).layers}
+    # W_Q = I leaves a layer no Q: its K marks the block then.
+    q_ids = {id((layer.q or layer.k).weight) for layer in find_targets(model).layers}
     blocks = []
     for module in model.modules():
         if isinstance(module, nn.ModuleList):

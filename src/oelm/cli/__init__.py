@@ -23,6 +23,7 @@ COMMANDS: list[str] = [
     "compare",
     "export",
     "leaderboard",
+    "finetune",
     "confirm",
 ]
 

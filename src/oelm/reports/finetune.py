@@ -1,0 +1,447 @@
+"""The fine-tuning board: every arm of a fine-tuning sweep against full fine-tuning, in accuracy
+points, with what it costs (trainable parameters, optimizer state, step time) and its Pareto view.
+
+The question it answers is a practitioner's: should I freeze Q/K when I fine-tune, or use one of
+the field's methods (LoRA, BitFit, LayerNorm tuning, (IA)^3)? Built only from stored run records:
+
+- Each arm's setting (LR) is chosen on validation by the same rule as `oelm report` (`compare`).
+- Held-out accuracy per seed at that setting; the difference to the reference (full fine-tuning)
+  in accuracy points, paired by seed, with a two-level bootstrap over seeds and test examples (the
+  same example draw for both arms), so its interval includes the test set's noise.
+- The verdict in the reports' vocabulary, from the bootstrap: worse / better (resolved) when the
+  Holm-adjusted two-sided p < alpha; equivalent within ±margin points when the Holm-adjusted
+  TOST p < alpha; otherwise unresolved, with the smallest difference the data could detect
+  (80% power at Holm's strictest level alpha/m, from the bootstrap's standard error).
+- Families, declared here once: the primary family is every arm against full fine-tuning; the
+  exploratory family compares frozen Q/K (`freeze-qk`, pretrained Q/K as they are) with each
+  other arm that saves something. Holm runs within each family.
+- Costs: trainable parameters (the freeze audit), AdamW state (2 fp32 moments per trainable
+  parameter), step time relative to full fine-tuning (paired by seed, the runs' own timing), peak
+  memory as the runs recorded it. An arm is dominated when another arm has at least its mean
+  accuracy at no more of every cost, and less of one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oelm.records.load import load_runs
+from oelm.records.run import RunRecord
+from oelm.reports import stats
+from oelm.reports.aggregate import BOOTSTRAP_METRIC, Arm, Group, compare
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_json, atomic_write_text
+
+REFERENCE = "baseline"  # full fine-tuning
+FROZEN_QK = "freeze-qk"  # the practitioner's "freeze Q/K": pretrained Q/K kept, frozen
+MARGIN_POINTS = 0.5  # the field's scale of a difference that matters (accuracy points)
+RESAMPLES = 4000
+SEED = 0
+ADAMW_BYTES = 8  # two fp32 moments per trainable parameter
+COSTS = ("trainable_params", "optimizer_bytes", "step_ratio")
+
+
+@dataclass
+class Row:
+    """One arm of the board: its accuracy, its difference to full fine-tuning, and its costs."""
+
+    method: str
+    lr: float | None
+    seeds: list[int]
+    accuracy: float | None  # mean held-out accuracy (%) over seeds
+    accuracy_low: float | None = None  # two-level bootstrap 95% interval of the mean (%)
+    accuracy_high: float | None = None
+    diff: float | None = None  # mean paired difference to the reference, accuracy points (+ = better)
+    diff_low: float | None = None
+    diff_high: float | None = None
+    p: float | None = None
+    holm_p: float | None = None
+    tost_p: float | None = None
+    tost_holm_p: float | None = None
+    se: float | None = None  # bootstrap standard error of diff
+    mde: float | None = None  # smallest |diff| detectable at 80% power, Holm's strictest level
+    m: int = 0
+    verdict: str = ""
+    family: str = "primary"
+    trainable_params: int | None = None
+    optimizer_bytes: int | None = None
+    step_ratio: float | None = None
+    peak_memory_bytes: float | None = None
+    dominated_by: list[str] = field(default_factory=list)
+    unstable: str = ""
+
+
+@dataclass
+class FinetuneBoard:
+    """One dataset's board."""
+
+    title: str
+    reference: str
+    margin: float
+    rows: list[Row]
+    exploratory: list[Row]
+    warnings: list[str]
+    n_examples: int | None
+
+
+# ---------------------------------------------------------------------------------------------
+# Two-level bootstrap in accuracy points
+
+
+def _items(arm: Arm) -> dict[int, np.ndarray]:
+    """Per-seed 0/1 correctness on the test set (seed -> array), from the runs' test_items."""
+    out = {}
+    for run in arm.runs:
+        items = run.test_items()
+        if run.seed is not None and items and items.get("metric") == BOOTSTRAP_METRIC:
+            out[int(run.seed)] = np.asarray(items["values"], dtype=np.float64)
+    return out
+
+
+def _replicates(rows: Sequence[np.ndarray], resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """Bootstrap replicates of the mean over seeds of each row's mean over examples.
+
+    rows: [seeds, examples] arrays (one per arm, seeds aligned); every arm gets the same example
+    draw and the same seed draw per replicate (paired). Returns [arms, resamples].
+    """
+    data = np.stack([np.asarray(r, dtype=np.float64) for r in rows])  # [arms, seeds, examples]
+    _, n_seeds, n_ex = data.shape
+    rng = np.random.default_rng(seed)
+    out = []
+    chunk = 100
+    for start in range(0, resamples, chunk):
+        c = min(chunk, resamples - start)
+        draw = rng.integers(0, n_ex, size=(c, n_ex)) + (np.arange(c) * n_ex)[:, None]
+        weights = np.bincount(draw.ravel(), minlength=c * n_ex).reshape(c, n_ex) / n_ex
+        per_seed = data @ weights.T  # [arms, seeds, c]
+        pick = rng.integers(0, n_seeds, size=(c, n_seeds))
+        out.append(per_seed[:, pick, np.arange(c)[:, None]].mean(axis=2))  # [arms, c]
+    return np.concatenate(out, axis=1)
+
+
+def _p_two_sided(reps: np.ndarray) -> float:
+    n = len(reps)
+    return float(min(1.0, 2 * min((1 + np.sum(reps >= 0)) / (n + 1), (1 + np.sum(reps <= 0)) / (n + 1))))
+
+
+def _p_tost(reps: np.ndarray, margin: float) -> float:
+    n = len(reps)
+    return float(max((1 + np.sum(reps >= margin)) / (n + 1), (1 + np.sum(reps <= -margin)) / (n + 1)))
+
+
+def _interval(reps: np.ndarray) -> tuple[float, float]:
+    low, high = np.percentile(reps, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _fill(row: Row, arm: Arm, ref: Arm | None) -> np.ndarray | None:
+    """Accuracy interval and the paired difference to `ref` (None: the reference itself); returns
+    the difference's bootstrap replicates (None without a paired comparison)."""
+    mine = _items(arm)
+    if ref is None:
+        seeds = sorted(mine)
+        if seeds:
+            reps = _replicates([np.stack([mine[s] for s in seeds])])[0] * 100
+            row.accuracy_low, row.accuracy_high = _interval(reps)
+        return None
+    theirs = _items(ref)
+    seeds = sorted(set(mine) & set(theirs))
+    if len(seeds) < 2 or len({len(mine[s]) for s in seeds} | {len(theirs[s]) for s in seeds}) != 1:
+        return None
+    reps = _replicates([np.stack([mine[s] for s in seeds]), np.stack([theirs[s] for s in seeds])]) * 100
+    row.accuracy_low, row.accuracy_high = _interval(reps[0])
+    diff = reps[0] - reps[1]
+    full = np.mean([mine[s].mean() - theirs[s].mean() for s in seeds]) * 100
+    row.diff, row.se = float(full), float(np.std(diff, ddof=1))
+    row.diff_low, row.diff_high = _interval(diff)
+    row.p = _p_two_sided(diff)
+    return diff
+
+
+def _decide(
+    rows: list[Row], reps: dict[str, np.ndarray], margin: float, alpha: float = stats.ALPHA, power: float = stats.POWER
+) -> None:
+    """Holm over the rows that have a difference (`reps`: their replicates); the verdict in the vocabulary."""
+    from scipy.stats import norm  # heavy optional dependency: imported on use
+
+    tested = [r for r in rows if r.method in reps]
+    for r in tested:
+        r.tost_p = _p_tost(reps[r.method], margin)
+    holm_p = stats.holm([r.p for r in tested])
+    holm_t = stats.holm([r.tost_p for r in tested])
+    m = len(tested)
+    level = alpha / max(m, 1)
+    z = float(norm.ppf(1 - level / 2) + norm.ppf(power))
+    for r, hp, ht in zip(tested, holm_p, holm_t):
+        r.holm_p, r.tost_holm_p, r.m = hp, ht, m
+        r.mde = z * r.se if r.se is not None else None
+        if hp is not None and hp < alpha and r.diff:
+            r.verdict = "better (resolved)" if r.diff > 0 else "worse (resolved)"
+        elif ht is not None and ht < alpha:
+            r.verdict = f"equivalent within ±{margin:g} points"
+        else:
+            holm = ", Holm-adjusted" if m > 1 else ""
+            r.verdict = f"unresolved (smallest detectable difference {r.mde:.2f} points at 80% power{holm})"
+    for r in rows:
+        if r.p is None and not r.verdict:
+            r.verdict = "unresolved (no paired test: fewer than 2 shared seeds with per-example results)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Costs and dominance
+
+
+def _step_ratio(arm: Arm, ref: Arm) -> float | None:
+    base = {r.seed: r.results.get("mean_step_time") for r in ref.runs}
+    ratios = [
+        t / base[r.seed]
+        for r in arm.runs
+        if isinstance(t := r.results.get("mean_step_time"), (int, float))
+        and isinstance(base.get(r.seed), (int, float))
+        and base[r.seed] > 0
+    ]
+    return float(np.mean(ratios)) if ratios else None
+
+
+def _mean_result(arm: Arm, key: str) -> float | None:
+    vals = [v for r in arm.runs if isinstance(v := r.results.get(key), (int, float)) and math.isfinite(v)]
+    return float(np.mean(vals)) if vals else None
+
+
+def _dominance(rows: list[Row]) -> None:
+    def costs(r: Row) -> tuple[float, ...] | None:
+        vals = [getattr(r, c) for c in COSTS]
+        return None if any(v is None for v in vals) or r.accuracy is None else tuple(float(v) for v in vals)
+
+    for r in rows:
+        mine = costs(r)
+        if mine is None:
+            continue
+        for other in rows:
+            theirs = costs(other)
+            if other is r or theirs is None:
+                continue
+            no_worse = other.accuracy >= r.accuracy and all(t <= c for t, c in zip(theirs, mine))
+            strictly = other.accuracy > r.accuracy or any(t < c for t, c in zip(theirs, mine))
+            if no_worse and strictly:
+                r.dominated_by.append(other.method)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+
+def _row(arm: Arm) -> Row:
+    values = [v * 100 for v in arm.by_seed.values()]
+    unstable, finished = arm.unstable_count() if hasattr(arm, "unstable_count") else (0, 0)
+    return Row(
+        method=arm.method,
+        lr=arm.lr,
+        seeds=sorted(arm.by_seed),
+        accuracy=float(np.mean(values)) if values else None,
+        trainable_params=arm.trainable_params,
+        optimizer_bytes=None if arm.trainable_params is None else ADAMW_BYTES * int(arm.trainable_params),
+        peak_memory_bytes=_mean_result(arm, "peak_memory_bytes"),
+        unstable=f"{unstable} of {finished}" if finished else "",
+    )
+
+
+def board_of(group: Group, reference: str = REFERENCE, margin: float = MARGIN_POINTS) -> FinetuneBoard:
+    """The fine-tuning board of one dataset table."""
+    arms = {a.method: a for a in group.arms}
+    if reference not in arms:
+        raise UserError(
+            f"{group.title}: no finished arm {reference!r} (full fine-tuning) to compare with; arms: {', '.join(arms)}"
+        )
+    if group.primary_metric != BOOTSTRAP_METRIC:
+        raise UserError(
+            f"{group.title}: the fine-tuning board reads held-out accuracy, but this table's metric is "
+            f"{group.primary_metric}; use `oelm report` for it"
+        )
+    ref = arms[reference]
+    rows, reps = [], {}
+    for arm in group.arms:
+        row = _row(arm)
+        diff = _fill(row, arm, None if arm is ref else ref)
+        if diff is not None:
+            reps[arm.method] = diff
+        row.step_ratio = 1.0 if arm is ref else _step_ratio(arm, ref)
+        rows.append(row)
+    primary = [r for r in rows if r.method != reference]
+    _decide(primary, reps, margin)
+    next(r for r in rows if r.method == reference).verdict = "reference"
+    _dominance(rows)
+    exploratory: list[Row] = []
+    if FROZEN_QK in arms:
+        reps = {}
+        for other in group.arms:
+            if other.method in (FROZEN_QK, reference):
+                continue
+            row = _row(other)
+            diff = _fill(row, other, arms[FROZEN_QK])
+            if diff is not None:
+                reps[other.method] = diff
+            row.family = f"exploratory: against {FROZEN_QK}"
+            exploratory.append(row)
+        _decide(exploratory, reps, margin)
+    n_ex = next((len(v) for v in _items(ref).values()), None)
+    return FinetuneBoard(group.title, reference, margin, rows, exploratory, list(group.warnings), n_ex)
+
+
+def build(
+    paths: Sequence[str | Path], reference: str = REFERENCE, margin: float = MARGIN_POINTS
+) -> list[FinetuneBoard]:
+    """Every classification table under the paths as a fine-tuning board."""
+    runs: list[RunRecord] = load_runs(paths)
+    comparison = compare(runs, baseline=reference)
+    groups = [g for g in comparison.groups if g.primary_metric == BOOTSTRAP_METRIC]
+    if not groups:
+        raise UserError("no classification runs with held-out accuracy under the given paths")
+    return [board_of(g, reference, margin) for g in groups]
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def _fmt(v: float | None, spec: str = ".2f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _params(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
+
+
+def _bytes(n: float | None) -> str:
+    return "n/a" if n is None else (f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB")
+
+
+def _table(rows: list[Row], ref_name: str) -> list[str]:
+    lines = [
+        f"| method | LR | seeds | accuracy % [95% CI] | Δ vs {ref_name}, points [95% CI] | Holm p | verdict | "
+        "trainable | AdamW state | step time ratio | dominated by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        acc = f"{_fmt(r.accuracy)} [{_fmt(r.accuracy_low)}, {_fmt(r.accuracy_high)}]"
+        diff = "—" if r.diff is None else f"{r.diff:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}]"
+        lines.append(
+            f"| {r.method} | {_fmt(r.lr, 'g')} | {len(r.seeds)} | {acc} | {diff} | {_fmt(r.holm_p, '.3g')} | "
+            f"{r.verdict} | {_params(r.trainable_params)} | {_bytes(r.optimizer_bytes)} | "
+            f"{_fmt(r.step_ratio)} | {', '.join(r.dominated_by) or 'no'} |"
+        )
+    return lines
+
+
+def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.png") -> str:
+    """The board page (markdown)."""
+    lines = [
+        "# Frozen Q/K against the fine-tuning field",
+        "",
+        f"Generated by `{command}` from stored run records; do not edit by hand.",
+        "",
+        "Each arm's LR is chosen on validation; accuracy is on the held-out set at that LR. Intervals "
+        "are a two-level bootstrap over seeds and test examples (test-set noise included). Verdicts: "
+        "Holm-adjusted within each family; equivalence by TOST within ±margin points.",
+        "",
+    ]
+    for b in boards:
+        lines += [
+            f"## {b.title}",
+            "",
+            f"Reference: {b.reference} (full fine-tuning). Margin ±{b.margin:g} accuracy points. "
+            f"Held-out examples: {b.n_examples}.",
+            "",
+            "### Primary family: every arm against full fine-tuning",
+            "",
+            *_table(b.rows, b.reference),
+            "",
+        ]
+        if b.exploratory:
+            lines += [
+                f"### Exploratory family: {FROZEN_QK} against each arm (labelled exploratory)",
+                "",
+                *_table(b.exploratory, FROZEN_QK),
+                "",
+            ]
+        if b.warnings:
+            lines += ["Warnings:", "", *(f"- {w}" for w in b.warnings), ""]
+    lines += [
+        f"![accuracy against trainable parameters, optimizer state and step time]({figure})",
+        "",
+        "Costs: trainable parameters from the freeze audit; AdamW state = 2 fp32 moments per trainable "
+        "parameter; step time = the runs' own mean step time over full fine-tuning's, paired by seed "
+        "(runs shared the machine, so this ratio is rough). Dominated: another arm has at least the "
+        "same mean accuracy at no more of every cost and less of one (means, not tests).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(boards: Sequence[FinetuneBoard], path: Path) -> Path:
+    """Accuracy (bootstrap interval) against trainable parameters, AdamW state and step time."""
+    import matplotlib  # heavy optional dependency: imported on use
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # heavy optional dependency: imported on use
+
+    panels = (
+        ("trainable_params", "trainable parameters", True),
+        ("optimizer_bytes", "AdamW state (bytes)", True),
+        ("step_ratio", "step time / full fine-tuning", False),
+    )
+    fig, axes = plt.subplots(len(boards), 3, figsize=(15, 4.2 * len(boards)), squeeze=False)
+    for b, row_axes in zip(boards, axes):
+        for ax, (key, label, log) in zip(row_axes, panels):
+            for r in b.rows:
+                x = getattr(r, key)
+                if x is None or r.accuracy is None:
+                    continue
+                low = r.accuracy - (r.accuracy_low if r.accuracy_low is not None else r.accuracy)
+                high = (r.accuracy_high if r.accuracy_high is not None else r.accuracy) - r.accuracy
+                color = "tab:gray" if r.dominated_by else "tab:blue"
+                ax.errorbar([x], [r.accuracy], yerr=[[low], [high]], fmt="o", color=color, capsize=3)
+                ax.annotate(r.method, (x, r.accuracy), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            if log:
+                ax.set_xscale("log")
+            ax.set_xlabel(label)
+            ax.set_ylabel("held-out accuracy (%)")
+            ax.set_title(b.title, fontsize=9)
+            ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def to_json(boards: Sequence[FinetuneBoard], command: str) -> dict[str, Any]:
+    """board.json: every number of the page."""
+    return {"command": command, "boards": [asdict(b) for b in boards]}
+
+
+def write_board(
+    paths: Sequence[str | Path], out: str | Path, reference: str = REFERENCE, margin: float = MARGIN_POINTS
+) -> tuple[Path, list[FinetuneBoard]]:
+    """Read the records under `paths`; write OUT/board.md, board.json and pareto.png."""
+    boards = build(paths, reference, margin)
+    out_dir = Path(out)
+    shown = " ".join(Path(p).as_posix() for p in paths)
+    command = (
+        f"oelm finetune-board {shown} --out {out_dir.as_posix()}"
+        + (f" --reference {reference}" if reference != REFERENCE else "")
+        + (f" --margin-points {margin:g}" if margin != MARGIN_POINTS else "")
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot(boards, out_dir / "pareto.png")
+    atomic_write_json(out_dir / "board.json", to_json(boards, command))
+    atomic_write_text(out_dir / "board.md", render(boards, command))
+    return out_dir / "board.md", boards

@@ -1,0 +1,141 @@
+"""The fine-tuning board: accuracy points, test-set noise, Holm families, costs and dominance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from oelm.cli import main
+from oelm.records import run as records
+from oelm.reports.finetune import _replicates, write_board
+
+N = 400  # held-out examples
+
+
+def cls_run(root: Path, method: str, seed: int, correct: np.ndarray, trainable: int, step: float, lr=1e-4) -> None:
+    """A finished classification run whose held-out accuracy is the mean of `correct`."""
+    run = root / "runs" / method / f"lr{lr:g}" / f"seed{seed}"
+    run.mkdir(parents=True)
+    config = {"task": "classification", "data": "sst2", "model": "minilm", "method": method, "seed": seed, "lr": lr}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (run / "metrics.jsonl").write_text(
+        json.dumps({"kind": "eval", "step": 10, "split": "val", "loss": 0.5, "accuracy": 0.8}) + "\n"
+    )
+    results = {
+        "schema_version": 2,
+        "status": "complete",
+        "task": "classification",
+        "method": method,
+        "model": "minilm",
+        "dataset": "sst2",
+        "seed": seed,
+        "lr": lr,
+        "steps": 10,
+        "tokens_seen": 1000,
+        "best_val_loss": 0.5,
+        "best_step": 10,
+        "total_wall_time": 5.0,
+        "mean_step_time": step,
+        "median_step_time": step,
+        "tokens_per_second": 100.0,
+        "peak_memory_bytes": 1000,
+        "trainable_params": trainable,
+        "frozen_params": 1000 - trainable,
+        "freeze_check": {"ok": True},
+        "git_commit": "abc",
+        "device": "cpu",
+        "heldout_accuracy": float(correct.mean()),
+        "best_accuracy": 0.8,
+        "final_val_loss": 0.5,
+        "collapsed": False,
+        "primary_metric": "heldout_accuracy",
+        "selection_metric": "best_accuracy",
+        "higher_is_better": True,
+    }
+    (run / "results.json").write_text(json.dumps(results))
+    items = {"metric": "heldout_accuracy", "unit": "example", "values": correct.astype(int).tolist()}
+    (run / records.TEST_ITEMS_FILE).write_text(json.dumps(items))
+
+
+def flip(base: np.ndarray, n: int, rng: np.random.Generator, to: int) -> np.ndarray:
+    """`base` with n examples flipped to `to` (from the other value)."""
+    out = base.copy()
+    out[rng.choice(np.flatnonzero(base != to), n, replace=False)] = to
+    return out
+
+
+@pytest.fixture()
+def board_dir(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    root = tmp_path / "sweep"
+    for seed in range(5):
+        base = (rng.random(N) < 0.85).astype(int)
+        cls_run(root, "baseline", seed, base, 1000, 1.0)
+        cls_run(root, "freeze-qk", seed, flip(base, 40, rng, 0), 900, 0.95)  # 10 points worse
+        cls_run(root, "bitfit", seed, base.copy(), 10, 0.6)  # identical predictions: equal
+        cls_run(root, "freeze-vo", seed, flip(base, 40, rng, 0), 900, 0.99)  # worse and no cheaper
+    return root
+
+
+def test_board_reads_points_decides_holm_and_marks_dominated(board_dir: Path, tmp_path: Path, capsys) -> None:
+    assert main(["finetune-board", str(board_dir), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "freeze-qk: -10.00 points worse (resolved)" in printed
+    board = json.loads((tmp_path / "out" / "board.json").read_text())["boards"][0]
+    rows = {r["method"]: r for r in board["rows"]}
+    assert rows["baseline"]["verdict"] == "reference"
+    assert rows["freeze-qk"]["diff"] == pytest.approx(-10.0)
+    assert rows["freeze-qk"]["diff_low"] < -10.0 < rows["freeze-qk"]["diff_high"]
+    # Identical predictions: equivalence within ±0.5 points is shown (interval of width 0).
+    assert rows["bitfit"]["verdict"] == "equivalent within ±0.5 points"
+    # The family is the three arms against the reference.
+    assert {rows[m]["m"] for m in ("freeze-qk", "bitfit", "freeze-vo")} == {3}
+    assert rows["freeze-qk"]["holm_p"] >= rows["freeze-qk"]["p"]
+    # Costs and dominance: bitfit keeps the accuracy at 1% of the parameters and less time.
+    assert rows["bitfit"]["optimizer_bytes"] == 8 * 10 and rows["bitfit"]["step_ratio"] == pytest.approx(0.6)
+    assert "bitfit" in rows["freeze-qk"]["dominated_by"] and rows["bitfit"]["dominated_by"] == []
+    assert "bitfit" in rows["baseline"]["dominated_by"]  # same accuracy, cheaper in every cost
+    # The exploratory family compares freeze-qk with every other arm and is labelled so.
+    explore = {r["method"]: r for r in board["exploratory"]}
+    assert set(explore) == {"bitfit", "freeze-vo"} and explore["bitfit"]["diff"] == pytest.approx(10.0)
+    assert all(r["family"].startswith("exploratory") for r in explore.values())
+    md = (tmp_path / "out" / "board.md").read_text()
+    assert "Exploratory family" in md and "(pareto.png)" in md and (tmp_path / "out" / "pareto.png").stat().st_size
+    # Regenerating from the same records gives the same page.
+    write_board([board_dir], tmp_path / "again")
+    again = json.loads((tmp_path / "again" / "board.json").read_text())
+    assert again["boards"] == json.loads((tmp_path / "out" / "board.json").read_text())["boards"]
+
+
+def test_interval_includes_test_noise_even_when_seeds_agree(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    base = (rng.random(N) < 0.8).astype(int)
+    worse = flip(base, 8, rng, 0)  # -2 points on every seed, identically
+    for seed in range(3):
+        cls_run(tmp_path / "s", "baseline", seed, base, 1000, 1.0)
+        cls_run(tmp_path / "s", "lora", seed, worse, 10, 0.7)
+    _, boards = write_board([tmp_path / "s"], tmp_path / "o")
+    row = next(r for r in boards[0].rows if r.method == "lora")
+    # The seeds agree exactly, yet the 400-example test set leaves a paired SE of the difference.
+    se = np.std(worse - base, ddof=1) / np.sqrt(N) * 100
+    assert row.diff == pytest.approx(-2.0) and row.diff_high - row.diff_low == pytest.approx(2 * 1.96 * se, rel=0.3)
+    assert row.mde is not None and row.mde > 0
+
+
+def test_replicates_pair_arms_on_one_draw() -> None:
+    a = np.array([[1, 0, 1, 1], [1, 1, 0, 1]], dtype=float)
+    reps = _replicates([a, a.copy()], resamples=200)
+    assert reps.shape == (2, 200) and np.array_equal(reps[0], reps[1])
+
+
+def test_board_refuses_a_sweep_without_full_fine_tuning(tmp_path: Path, capsys) -> None:
+    rng = np.random.default_rng(2)
+    for seed in range(2):
+        cls_run(tmp_path / "s", "lora", seed, (rng.random(N) < 0.8).astype(int), 10, 0.7)
+    assert main(["finetune-board", str(tmp_path / "s"), "--out", str(tmp_path / "o")]) == 2
+    assert "full fine-tuning" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

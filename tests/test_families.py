@@ -320,6 +320,36 @@ def test_an_unknown_family_is_a_clear_error():
         oelm.apply_method(whisper, "oelm-freeze")
 
 
+GLOBAL_ATTENTION = {
+    "longformer": lambda: T.LongformerConfig(**LLAMA_LIKE, attention_window=4, max_position_embeddings=40, **IDS),
+    "led": lambda: T.LEDConfig(**BART, attention_window=4, max_encoder_position_embeddings=40, **IDS),
+}
+
+
+@pytest.mark.parametrize("family", sorted(GLOBAL_ATTENTION))
+@pytest.mark.parametrize("method", ["oelm-freeze", "oelm-freeze-k", "baseline"])
+def test_a_family_with_global_attention_projections_is_refused_before_any_change(family, method):
+    """Longformer's query_global / key_global compute attention scores too; LED's encoder is a
+    Longformer under a BART-named decoder. Leaving them trainable would not be the method named."""
+    model = T.AutoModel.from_config(GLOBAL_ATTENTION[family]())
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with pytest.raises(UserError, match=r"(query|key)(_global)?: this .* refused"):
+        oelm.apply_method(model, method, seed=0)
+    assert all(p.requires_grad and torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_big_bird_reuses_its_qk_for_global_tokens_and_every_one_is_frozen():
+    model = T.AutoModel.from_config(T.BigBirdConfig(**LLAMA_LIKE, max_position_embeddings=64, **IDS))
+    oelm.apply_method(model, "oelm-freeze", seed=0)
+    qk = [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and n.rpartition(".")[2] in ("query", "key")
+    ]
+    assert len(qk) == 2 * LAYERS
+    assert all(not m.weight.requires_grad for n, m in model.named_modules() if n in qk)
+
+
 @pytest.mark.parametrize("row", [r for r in FUSED if r.id in ("gpt_neox", "phi3")], ids=lambda r: r.id)
 @pytest.mark.parametrize("method", ["oelm-qknorm", "oelm-lowrank"])
 def test_adapters_on_a_split_fused_qk_train_and_reload(row, method, tmp_path):

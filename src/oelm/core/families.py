@@ -53,6 +53,10 @@ class Layout:
     cross: tuple[str, str, str, str] = ()  # a decoder layer's cross-attention Q, K, V, O paths
     # Q, K, V biases held as parameters of their own beside a bias-free fused weight ("": none).
     qkv_bias: tuple[str, str, str] = ()
+    # Other projections beside Q/K/V that the row knows and deliberately leaves to training; any
+    # projection next to Q, K or V that is neither named here nor a role is refused (a method would
+    # leave attention scores trainable through it: Longformer's query_global / key_global).
+    extra: tuple[str, ...] = ()
 
     @property
     def separate(self) -> bool:

@@ -14,6 +14,7 @@ gradient at all; each keeps the fused layout in its state_dict, so `save_pretrai
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -538,7 +539,29 @@ def find_targets(model: nn.Module) -> ModelTargets:
             for block in _extract(layout, family, f"{name}.{i}", layer, model.config):
                 block.index = len(targets.layers)
                 targets.layers.append(block)
+    _check_all_qk_covered(model, targets)
     return targets
+
+
+# Module names that hold a query or key projection in the families we know of.
+_QK_NAME = re.compile(r"query|key|^(q|k|wq|wk)$|^(q|k)_(proj|lin)$")
+
+
+def _check_all_qk_covered(model: nn.Module, targets: ModelTargets) -> None:
+    """Refuse a model holding a query/key-named projection outside every stack the targets cover
+    (an encoder-decoder whose encoder is laid out otherwise, e.g. LED's Longformer encoder)."""
+    covered = {p.name.rpartition(".")[0] if p.part else p.name for layer in targets.layers for _, p in layer.by_role()}
+    for name, module in model.named_modules():
+        last = name.rpartition(".")[2].lower()
+        if name in covered or not (isinstance(module, nn.Linear) or _is_conv1d(module)) or not _QK_NAME.search(last):
+            continue
+        if any(name.startswith(c + ".") for c in covered):  # inside a covered projection (PEFT's base_layer)
+            continue
+        raise UserError(
+            f"{name}: this {targets.family} model has a query/key projection outside the layers its layout "
+            "covers; a method would leave it trainable, so the model is refused. Add a row for it to "
+            "oelm/core/families.py"
+        )
 
 
 def layer_depths(model: nn.Module) -> tuple[dict[int, int], int]:

@@ -172,3 +172,33 @@ def test_peft_methods_refuse_oelm_gpt_whose_fused_qkv_bypasses_peft_layers():
     with pytest.raises(UserError, match="fused GEMM"):
         apply_method(clf, "lora")
     apply_method(GPTClassifier(gpt_config("gpt-tiny", vocab_size=64, block_size=16), 2), "bitfit")
+
+
+@pytest.mark.parametrize("family", ["roberta", "distilbert"])
+@pytest.mark.parametrize("method", ["lora", "ia3", "bitfit", "ln-tuning", "freeze-vo"])
+def test_the_board_arms_apply_to_other_encoder_families(family, method):
+    """The fine-tuning spec runs unchanged on roberta-base (and distilbert): same arms, same heads."""
+    if family == "roberta":
+        cfg = transformers.RobertaConfig(
+            vocab_size=64,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=40,
+            num_labels=2,
+        )
+        model, head = transformers.RobertaForSequenceClassification(cfg), "classifier."
+    else:
+        cfg = transformers.DistilBertConfig(
+            vocab_size=64, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=40, num_labels=2
+        )
+        model, head = transformers.DistilBertForSequenceClassification(cfg), "classifier."
+    apply_method(model, method)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any(n.startswith(head) for n in trained) and any(
+        not n.startswith(("classifier.", "pre_classifier.")) for n in trained
+    )
+    out = model(input_ids=torch.randint(0, 64, (2, 8)), labels=torch.tensor([0, 1]))
+    out.loss.backward()
+    assert all(p.grad is None for p in model.parameters() if not p.requires_grad)

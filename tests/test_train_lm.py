@@ -242,10 +242,10 @@ def test_timing_reports_the_gradient_bytes_frozen_qk_do_not_communicate(tmp_path
             train(tiny_config(data, tmp_path / method, steps=2, warmup=0, method=method))
         timing[method] = json.loads((tmp_path / method / "timing_stats.json").read_text())
         assert timing[method]["allreduce_bytes_per_step"] is None  # one process: nothing all-reduced
-    from oelm.training.task import checked_gpt_config
+    from oelm.training.task import checked_model_config
 
     cfg = make_config(tiny_config(data, tmp_path / "x"))
-    model_cfg = checked_gpt_config(cfg.model, {"vocab_size": 64, **cfg.model_overrides})
+    model_cfg = checked_model_config(cfg.model, {"vocab_size": 64, **cfg.model_overrides})
     d, layers = model_cfg.d_model, model_cfg.n_layer
     saved = timing["baseline"]["gradient_bytes_per_step"] - timing["oelm-freeze"]["gradient_bytes_per_step"]
     assert saved == layers * 2 * d * d * 4  # the Q and K weights' float32 gradients of every layer

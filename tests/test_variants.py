@@ -376,13 +376,13 @@ def test_thin_keys_flops_are_counted_as_executed_and_saved_against_full_width():
 
 
 def test_trainers_build_the_thin_width_for_a_thin_method():
-    from oelm.training.task import checked_gpt_config
+    from oelm.training.task import checked_model_config
 
-    assert checked_gpt_config("gpt-tiny", {}, "oelm-thin-keys").qk_dim == 32
-    assert checked_gpt_config("gpt-tiny", {}, "oelm-freeze").qk_width == 128
-    assert checked_gpt_config("gpt-tiny", {"qk_dim": 64}, "oelm-freeze").qk_dim == 64
+    assert checked_model_config("gpt-tiny", {}, "oelm-thin-keys").qk_dim == 32
+    assert checked_model_config("gpt-tiny", {}, "oelm-freeze").qk_width == 128
+    assert checked_model_config("gpt-tiny", {"qk_dim": 64}, "oelm-freeze").qk_dim == 64
     with pytest.raises(UserError, match="multiple of n_head"):
-        checked_gpt_config("gpt-tiny", {"n_head": 64}, "oelm-thin-keys")
+        checked_model_config("gpt-tiny", {"n_head": 64}, "oelm-thin-keys")
     with pytest.raises(UserError, match="qk_dim"):
         gpt_config("gpt-tiny", qk_dim=30)
 

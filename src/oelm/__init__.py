@@ -29,6 +29,10 @@ _LAZY = {
     "GPTClassifier": "oelm.models.gpt",
     "GPTConfig": "oelm.models.gpt",
     "gpt_config": "oelm.models.gpt",
+    # Our Llama-style decoder (RoPE, RMSNorm, SwiGLU, grouped-query attention).
+    "Llama": "oelm.models.llama",
+    "LlamaConfig": "oelm.models.llama",
+    "llama_config": "oelm.models.llama",
     # Save and load with the method.
     "from_pretrained": "oelm.hf.saving",
     "save_pretrained": "oelm.hf.saving",

@@ -10,7 +10,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "params",
         help="count total / trainable / frozen parameters of a model under a method",
-        description="MODEL is a GPT preset, a Hugging Face model name, or a path to a config.json.",
+        description="MODEL is one of our presets (gpt-*, llama-*), a Hugging Face model name, or a path to a config.json.",
     )
     p.add_argument("model")
     p.add_argument("--method", default="baseline")

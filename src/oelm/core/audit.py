@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from oelm.core.adapters import iter_adapters
+from oelm.core.families import OWN_FAMILIES
 from oelm.core.orthogonal import orthogonality_error
 from oelm.core.state import method_state
 from oelm.core.targets import find_targets, model_family, unwrap
@@ -173,7 +174,7 @@ def audit_model(model: nn.Module) -> Audit:
     except UserError:
         family = type(base).__name__
     audit = Audit(family, state.method.name if state else "none", options=dict(state.options) if state else {})
-    default_init = "default" if family == "oelm-gpt" else "model-default"
+    default_init = "default" if family in OWN_FAMILIES else "model-default"
     for name, p in base.named_parameters(remove_duplicate=True):
         role = roles.get(id(p), "head")
         init = (state.inits.get(name) if state else None) or default_init

@@ -1,6 +1,6 @@
 """The layout table: where each model family keeps Q, K, V, O and the FFN, as data.
 
-One `Layout` row per family (keyed by the Hugging Face `config.model_type`, or "oelm-gpt"): the
+One `Layout` row per family (keyed by the Hugging Face `config.model_type`, or "oelm-gpt" / "oelm-llama" for ours): the
 ModuleList of transformer layers, the module paths of the projections inside a layer, and the
 config keys of the head counts. `oelm.core.targets` reads a row to build a model's targets.
 
@@ -206,6 +206,10 @@ LAYOUTS: dict[str, Layout | EncoderDecoder] = {
         kv_heads=("n_head",),
         adapter_via="native",
     ),
+    # Our Llama-style decoder (oelm.models.llama): Hugging Face Llama's module names under `model`.
+    "oelm-llama": replace(
+        _LLAMA, layers="model.layers", heads=("n_head",), kv_heads=("n_kv_head",), adapter_via="native"
+    ),
     # Encoders.
     "bert": _BERT,
     "roberta": _BERT,
@@ -304,6 +308,8 @@ LAYOUTS: dict[str, Layout | EncoderDecoder] = {
 }
 
 SUPPORTED_FAMILIES: tuple[str, ...] = tuple(LAYOUTS)
+# Our own models (oelm.models): built from their config, so an architecture change (thin keys) is theirs to make.
+OWN_FAMILIES: tuple[str, ...] = ("oelm-gpt", "oelm-llama")
 
 
 def conventions() -> list[tuple[str, Layout]]:
@@ -311,7 +317,7 @@ def conventions() -> list[tuple[str, Layout]]:
     seen: set[tuple[str, ...]] = set()
     out = []
     for family, layout in LAYOUTS.items():
-        if isinstance(layout, EncoderDecoder) or not layout.separate or family == "oelm-gpt":
+        if isinstance(layout, EncoderDecoder) or not layout.separate or family.startswith("oelm-"):
             continue
         key = (layout.q, layout.k, layout.v, layout.o)
         if key not in seen:

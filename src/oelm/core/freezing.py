@@ -14,6 +14,7 @@ from torch import nn
 
 from oelm.core import orthogonal as ortho
 from oelm.core.adapters import adapter_class, iter_adapters, make_adapter
+from oelm.core.families import OWN_FAMILIES
 from oelm.core.methods import PRETRAINED_QK, Method, get_method, select_layers, validate_method_options
 from oelm.core.record import install_save_hook
 from oelm.core.state import STATE_ATTR, MethodState
@@ -172,17 +173,17 @@ def _check_qk_width(m: Method, targets: ModelTargets) -> None:
     """A thin-keys method needs a model built with Q/K at its ratio of the value width."""
     if m.qk_ratio == 1.0:
         return  # a model built thin (model_overrides.qk_dim) may still run any full-width method
-    if targets.family != "oelm-gpt":
+    if targets.family not in OWN_FAMILIES:
         raise UserError(
             f"method {m.name!r} narrows Q/K (thin keys), which changes the architecture; only oelm's own "
-            f"GPT can be built that way, not a {targets.family} model"
+            f"GPT and Llama can be built that way, not a {targets.family} model"
         )
     for layer in targets.layers:
         qk, v = layer.q_shape[0], layer.v.shape_out_in[0] * layer.n_heads // layer.n_kv_heads
         if qk != round(v * m.qk_ratio):
             raise UserError(
                 f"method {m.name!r} needs Q/K at {m.qk_ratio:g} x the value width ({v}), but this model's Q "
-                f"has {qk} rows; build our GPT with model_overrides.qk_dim={round(v * m.qk_ratio)} "
+                f"has {qk} rows; build our model with model_overrides.qk_dim={round(v * m.qk_ratio)} "
                 "(`oelm train` sets it for the method by itself)"
             )
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from oelm.experiments.sweep import RunSpec
-from oelm.models.gpt import PRESETS
+from oelm.models.catalog import PRESETS
 from oelm.records.run import read_results
 
 WORKER_STOP_S = 120.0  # how long stopped workers get to write their checkpoint
@@ -32,7 +32,7 @@ WORKER_STOP_S = 120.0  # how long stopped workers get to write their checkpoint
 
 def expected_work(config: dict[str, Any]) -> float:
     """A run's work in relative units, from its config alone: optimizer steps x sequences per step
-    (batch_size x grad_accum) x tokens per sequence x n_layer x d_model² for a GPT preset (the
+    (batch_size x grad_accum) x tokens per sequence x n_layer x d_model² for one of our presets (the
     model factor is 1 for any other model: the runs of one sweep share their model unless a grid
     varies it). Evaluation, start-up and the method's frozen share are not in it; measured times
     (`RunQueue`) are."""

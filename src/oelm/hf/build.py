@@ -9,7 +9,8 @@ from torch import nn
 
 from oelm.core.audit import audit_model
 from oelm.core.freezing import apply_method
-from oelm.models.gpt import GPT, PRESETS, GPTClassifier, gpt_config
+from oelm.models.catalog import PRESETS, build_lm, is_llama_preset, preset_config
+from oelm.models.gpt import GPTClassifier
 from oelm.models.hf_cls import MINILM_ALIASES, ensure_pad_token_id, resolve_hf_source
 from oelm.utils.errors import UserError
 from oelm.utils.hub import require_hub
@@ -62,10 +63,12 @@ def resolve_hf_config(model: str):
 
 
 def build_model(model: str, num_labels: int | None = None, causal_classifier: bool = False) -> nn.Module:
-    """A freshly initialized model: GPT preset (LM, or classifier with num_labels) or HF architecture."""
+    """A freshly initialized model: our preset (GPT LM or classifier with num_labels, Llama LM) or HF architecture."""
     if model in PRESETS:
-        cfg = gpt_config(model)
-        return GPTClassifier(cfg, num_labels, causal=causal_classifier) if num_labels else GPT(cfg)
+        if num_labels and is_llama_preset(model):
+            raise UserError(f"{model} is a language model (our Llama family has no classifier); drop --num-labels")
+        cfg = preset_config(model)
+        return GPTClassifier(cfg, num_labels, causal=causal_classifier) if num_labels else build_lm(cfg)
     import transformers  # heavy optional dependency: imported on use
 
     cfg = resolve_hf_config(model)

@@ -7,7 +7,6 @@ its adapter with the record; `oelm.hf.peft.load_adapter` puts it back on a base 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -24,12 +23,14 @@ from oelm.core.state import method_state
 from oelm.core.targets import unwrap
 from oelm.hf.peft import write_adapter_record
 from oelm.hf.wrappers import is_peft, underlying
-from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
+from oelm.models.catalog import build_lm, config_from_meta, config_meta
+from oelm.models.gpt import GPT, GPTClassifier
+from oelm.models.llama import Llama
 from oelm.training.checkpoint import load_weights
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text, file_times, follow_umask
 
-GPT_FILE = "oelm_model.json"  # our GPT's architecture (HF models keep theirs in config.json)
+GPT_FILE = "oelm_model.json"  # our GPT's or Llama's architecture (HF models keep theirs in config.json)
 WEIGHTS_FILE = "model.safetensors"
 
 __all__ = ["from_pretrained", "save_pretrained"]
@@ -52,13 +53,13 @@ def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path
         if method_state(underlying(base)) is not None:
             write_adapter_record(base, folder)
         return folder
-    if isinstance(base, (GPT, GPTClassifier)):
+    if isinstance(base, (GPT, GPTClassifier, Llama)):
         _save_gpt(base, folder)
     elif callable(getattr(base, "save_pretrained", None)):
         base.save_pretrained(folder, **kwargs)
         follow_umask(folder, before=before)
     else:
-        raise UserError(f"cannot save a {type(base).__name__}: neither our GPT nor a Hugging Face model")
+        raise UserError(f"cannot save a {type(base).__name__}: neither our GPT / Llama nor a Hugging Face model")
     if method_state(base) is not None:
         write_record(base, folder)
     return folder
@@ -66,7 +67,7 @@ def save_pretrained(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path
 
 def _save_gpt(model: nn.Module, folder: Path) -> None:
 
-    arch: dict[str, Any] = {"class": type(model).__name__, "gpt_config": dataclasses.asdict(model.config)}
+    arch: dict[str, Any] = {"class": type(model).__name__, **config_meta(model.config)}
     if isinstance(model, GPTClassifier):
         arch.update(num_labels=model.num_labels, causal=model.causal)
     tmp = folder / f".{WEIGHTS_FILE}.tmp{os.getpid()}"
@@ -79,8 +80,8 @@ def _save_gpt(model: nn.Module, folder: Path) -> None:
 def _build_gpt(folder: Path) -> nn.Module:
 
     arch = json.loads((folder / GPT_FILE).read_text())
-    cfg = GPTConfig(**arch["gpt_config"])
-    return GPT(cfg) if arch["class"] == "GPT" else GPTClassifier(cfg, arch["num_labels"], arch["causal"])
+    cfg = config_from_meta(arch)
+    return GPTClassifier(cfg, arch["num_labels"], arch["causal"]) if arch["class"] == "GPTClassifier" else build_lm(cfg)
 
 
 def _load_added(model: nn.Module, folder: Path) -> None:

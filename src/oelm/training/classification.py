@@ -27,7 +27,7 @@ from oelm.records.run import TEST_OFFICIAL
 from oelm.training import metrics as M
 from oelm.training.config import ClassificationOptions, TrainConfig
 from oelm.training.distributed import all_reduce_sum, all_reduce_tensor
-from oelm.training.task import Batch, Task, checked_gpt_config
+from oelm.training.task import Batch, Task, checked_model_config
 from oelm.utils.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class ClassificationTask(Task):
         if self.data.is_pair:
             gpt_separator_id(self.tokenizer)  # grows the vocabulary before the model is sized
         overrides = {"vocab_size": self.tokenizer.vocab_size, **self.cfg.model_overrides}
-        self.model_cfg = checked_gpt_config(self.cfg.model, overrides, self.cfg.method)
+        self.model_cfg = checked_model_config(self.cfg.model, overrides, self.cfg.method)
         if self.model_cfg.vocab_size < self.tokenizer.vocab_size:
             raise UserError(
                 f"model_overrides.vocab_size={self.model_cfg.vocab_size} is smaller than the tokenizer's "

@@ -20,7 +20,7 @@ from pydantic import (
 
 from oelm.core.methods import list_methods, validate_method_options
 from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 section 4)
-from oelm.models.gpt import PRESETS
+from oelm.models.catalog import PRESETS, is_llama_preset
 from oelm.training.distributed import fsdp_available
 from oelm.training.wandb import require_wandb
 from oelm.utils.errors import UserError
@@ -87,8 +87,12 @@ class TrainConfig(BaseModel):
 
     task: Literal["lm", "classification", "probe"] = Field("lm", description="what to train")
     data: str = Field(description="LM data directory (train.bin/val.bin/meta.json) or classification dataset name")
-    model: str = Field("gpt-tiny", description="GPT preset, or (classification) a Hugging Face name or folder")
-    model_overrides: dict[str, Any] = Field(default_factory=dict, description="GPT config fields to change")
+    model: str = Field(
+        "gpt-tiny", description="our preset (gpt-*, llama-*), or (classification) a Hugging Face name or folder"
+    )
+    model_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="model config fields to change (GPTConfig or LlamaConfig)"
+    )
     method: str = Field("baseline", description="training method (see `oelm methods`)")
     method_options: dict[str, Any] = Field(default_factory=dict, description="options of the method")
     seed: int = Field(0, description="seed of initialization (and data order unless data_seed)")
@@ -176,6 +180,11 @@ class TrainConfig(BaseModel):
         if value not in PRESETS and info.data.get("task") != "classification":
             hint = _closest(value, list(PRESETS))
             raise ValueError(f"unknown model preset {value!r}{hint}; presets: {', '.join(PRESETS)}")
+        if is_llama_preset(value) and info.data.get("task") == "classification":
+            raise ValueError(
+                f"{value} is a language model (our Llama family has no classifier); use a gpt-* preset or a "
+                "Hugging Face model for classification, or task lm / probe"
+            )
         return value
 
     @field_validator("device")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,11 @@ from torch import nn
 
 from oelm.core.flops import theoretical_saving, training_flops_per_token
 from oelm.data.lm import load_lm_split, read_meta
-from oelm.models.gpt import GPT
+from oelm.models.catalog import build_lm, config_meta
 from oelm.records.facts import LM as LM_FACTS
 from oelm.records.run import TEST_HOLDOUT, TEST_OFFICIAL
 from oelm.training.distributed import all_reduce_tensor
-from oelm.training.task import Batch, Task, checked_gpt_config
+from oelm.training.task import Batch, Task, checked_model_config
 from oelm.utils.errors import UserError
 
 
@@ -65,7 +64,7 @@ class LMTask(Task):
 
         self.meta = read_lm_meta(self.data_dir)
         overrides = {"vocab_size": self.meta["vocab_size"], **self.cfg.model_overrides}
-        self.model_cfg = checked_gpt_config(self.cfg.model, overrides, self.cfg.method)
+        self.model_cfg = checked_model_config(self.cfg.model, overrides, self.cfg.method)
         if self.meta["vocab_size"] > self.model_cfg.vocab_size:
             raise UserError(
                 f"the data's vocabulary ({self.meta['vocab_size']} tokens, {self.meta.get('tokenizer')}) "
@@ -95,9 +94,9 @@ class LMTask(Task):
                 raise UserError(f"{str(self.data_dir)!r} lacks {split}.bin; re-run `oelm prepare lm`")
 
     def build_model(self) -> nn.Module:
-        """A GPT for the preset with the data's vocabulary."""
+        """Our GPT or Llama (the preset's family) with the data's vocabulary."""
 
-        return GPT(self.model_cfg)
+        return build_lm(self.model_cfg)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Mean training loss; the GPT computes it without materializing the logits."""
@@ -229,10 +228,10 @@ class LMTask(Task):
         return str(self.meta.get("source") or self.data_dir.name)
 
     def model_metadata(self) -> dict[str, Any]:
-        """GPT config and tokenizer spec, so `oelm sample` needs only the weights file."""
+        """Model config (`gpt_config` / `llama_config`) and tokenizer spec, so `oelm sample` needs only the weights file."""
 
         return {
-            "gpt_config": dataclasses.asdict(self.model_cfg),
+            **config_meta(self.model_cfg),
             "tokenizer": self.meta.get("tokenizer", ""),
             "method": self.cfg.method,
             **({"data_fingerprint": fp} if (fp := self.meta.get("fingerprint")) else {}),

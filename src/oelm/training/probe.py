@@ -17,7 +17,7 @@ from oelm.data.synthetic import IGNORE, ProbeData, ProbeOptions
 from oelm.records.facts import PROBE
 from oelm.training.distributed import all_reduce_sum
 from oelm.training.lm import LMTask, perplexity
-from oelm.training.task import Batch, checked_gpt_config
+from oelm.training.task import Batch, checked_model_config
 from oelm.utils.errors import UserError
 
 
@@ -54,7 +54,7 @@ class ProbeTask(LMTask):
                 f"seq_len {self.cfg.seq_len} differs from probe.seq_len {opts.seq_len}; set only probe.seq_len"
             )
         overrides = {"vocab_size": opts.vocab, "block_size": opts.seq_len, **self.cfg.model_overrides}
-        self.model_cfg = checked_gpt_config(self.cfg.model, overrides, self.cfg.method)
+        self.model_cfg = checked_model_config(self.cfg.model, overrides, self.cfg.method)
         if self.model_cfg.vocab_size < opts.vocab or self.model_cfg.block_size < opts.seq_len:
             raise UserError("model_overrides make the model smaller than the probe; drop vocab_size/block_size")
         self.seq_len = opts.seq_len

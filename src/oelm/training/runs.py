@@ -14,7 +14,8 @@ from oelm.core.freezing import apply_method
 from oelm.core.state import MethodState
 from oelm.core.targets import find_targets, unwrap
 from oelm.data.tokenizers import relocated_spec
-from oelm.models.gpt import GPT, GPTClassifier, GPTConfig
+from oelm.models.catalog import build_lm, config_from_meta
+from oelm.models.gpt import GPTClassifier
 from oelm.models.hf_cls import load_hf_classifier
 from oelm.records.run import read_yaml_mapping
 from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
@@ -93,15 +94,17 @@ def _run_method(run_dir: Path, meta: dict[str, str]) -> tuple[str, dict[str, Any
 def model_from_meta(meta: dict[str, str], path: Path) -> nn.Module:
     """A fresh model of the checkpoint's architecture, from the weights file's metadata."""
 
-    if "gpt_config" in meta:
-        cfg = GPTConfig(**json.loads(meta["gpt_config"]))
+    cfg = config_from_meta(meta)
+    if cfg is not None:
         if "num_labels" in meta:
             return GPTClassifier(cfg, int(meta["num_labels"]), causal=json.loads(meta.get("causal", "false")))
-        return GPT(cfg)
+        return build_lm(cfg)
     if "hf_model" in meta:
         labels = json.loads(meta["label_names"]) if "label_names" in meta else None
         return load_hf_classifier(meta["hf_model"], int(meta["num_labels"]), labels)
-    raise UserError(f"{str(path)!r} carries no model description (gpt_config or hf_model); not an oelm checkpoint")
+    raise UserError(
+        f"{str(path)!r} carries no model description (gpt_config, llama_config or hf_model); not an oelm checkpoint"
+    )
 
 
 TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer/: the run's copy of a tokenizer given by a local path

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from oelm.core.methods import qk_dim_for
-from oelm.models.gpt import gpt_config
+from oelm.models.catalog import preset_config
 from oelm.records.facts import ReportingFacts
 from oelm.training.config import TrainConfig
 from oelm.training.distributed import DistInfo
@@ -125,14 +125,14 @@ class Task(ABC):
         """Restore the data position from a checkpoint."""
 
 
-def checked_gpt_config(preset: str, overrides: dict[str, Any], method: str | None = None) -> Any:
-    """gpt_config(preset, **overrides) with a bad override value turned into one UserError.
+def checked_model_config(preset: str, overrides: dict[str, Any], method: str | None = None) -> Any:
+    """The preset's config (GPT or Llama family) with overrides, a bad override value turned into one UserError.
 
     A method that changes the Q/K width (thin keys) sets qk_dim, unless model_overrides does.
     """
 
     try:
-        cfg = gpt_config(preset, **overrides)
+        cfg = preset_config(preset, **overrides)
         if method is not None and "qk_dim" not in overrides:
             qk_dim = qk_dim_for(method, cfg.d_model, cfg.n_head)
             if qk_dim is not None:

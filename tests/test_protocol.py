@@ -152,3 +152,61 @@ def test_arm_sensitivity_reads_final_validation_losses_capped_at_the_first(tmp_p
     assert group.loss_cap == 4.0  # the highest first validation loss
     # L = 1.0, 1.4, 4.0 (diverged: the cap); L* = 1.0.
     assert group.arms[0].sensitivity == pytest.approx((0 + 0.4 + 3.0) / 3)
+
+
+# ---- the primary family -------------------------------------------------------------------------
+
+GAPS = {"baseline": 0.0, "oelm-freeze": 0.02, "oelm-random": 0.03, "oelm-nofreeze": 0.01}  # log-loss offsets
+
+
+def _family_sweep(root: Path) -> None:
+    for seed, noise in enumerate([0.0, 0.004, -0.003, 0.006]):
+        for method, offset in GAPS.items():
+            _lm(root, method, 1e-3, seed, 1.0 + offset + noise * (offset > 0) * (1 + offset * 20))
+
+
+def test_holm_runs_over_the_declared_primary_family_only(tmp_path: Path) -> None:
+    _family_sweep(tmp_path)
+    runs = load_runs([tmp_path])
+    everything = compare(runs).groups[0]
+    declared = compare(runs, primary=[("oelm-freeze", "baseline"), ("oelm-random", "oelm-nofreeze")]).groups[0]
+    d_all = everything.versus_of("oelm-freeze").decision
+    d_primary = declared.versus_of("oelm-freeze").decision
+    assert d_all.m == 3 and d_all.family == ""  # no primary: one family of every comparison
+    assert d_primary.m == 2 and d_primary.family == stats.PRIMARY  # Holm over the two declared pairs
+    assert d_primary.p == pytest.approx(d_all.p) and d_primary.holm_p < d_all.holm_p
+    explore = declared.versus_of("oelm-random").decision  # not primary against the reference: exploratory
+    assert explore.family == stats.EXPLORATORY and explore.m == 2  # oelm-random and oelm-nofreeze vs baseline
+    assert declared.families == {stats.PRIMARY: 2, stats.EXPLORATORY: 2}
+    pair = declared.primary_versus[("oelm-random", "oelm-nofreeze")]  # a primary pair off the reference
+    assert pair.reference == "oelm-nofreeze" and pair.decision.m == 2
+
+
+def test_reports_label_families_and_say_when_none_was_declared(tmp_path: Path) -> None:
+    _family_sweep(tmp_path)
+    path, _ = write_report([tmp_path], tmp_path / "plain")
+    assert "No primary family was declared" in path.read_text() and "[exploratory]" not in path.read_text()
+    sweep = {"methods": {m: {"lr": [1e-3]} for m in GAPS}, "seeds": [0, 1, 2, 3]}
+    (tmp_path / "sweep.yaml").write_text(json.dumps({**sweep, "primary": [["oelm-freeze", "baseline"]]}))
+    text = write_report([tmp_path], tmp_path / "declared")[0].read_text()
+    assert "Primary family, declared before the runs: oelm-freeze vs baseline (m = 1" in text
+    assert "### Primary comparisons" in text
+    assert text.count("[exploratory]") >= 2 and "[primary]" in text  # main table and verdict lines
+
+
+def test_primary_pairs_must_name_two_arms_of_the_spec(tmp_path: Path) -> None:
+    raw = {
+        "config": {**TINY, "data": str(tmp_path / "data")},
+        "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}},
+        "seeds": [0],
+        "out": str(tmp_path),
+    }
+    assert spec_from_dict({**raw, "primary": [["oelm-freeze", "baseline"]]}).to_dict()["primary"] == [
+        ["oelm-freeze", "baseline"]
+    ]
+    with pytest.raises(UserError, match="names oelm-random, not an arm; its arms are baseline, oelm-freeze"):
+        spec_from_dict({**raw, "primary": [["oelm-random", "baseline"]]})
+    with pytest.raises(UserError, match="compares an arm with itself"):
+        spec_from_dict({**raw, "primary": [["baseline", "baseline"]]})
+    with pytest.raises(UserError, match="not a \\[method, compared with\\] pair"):
+        spec_from_dict({**raw, "primary": ["oelm-freeze"]})

@@ -13,7 +13,7 @@ from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.records.load import load_run
 from oelm.records.run import run_finished
-from oelm.records.sweep import LR_RULES, ROBUST, PlannedRun, SweepRecord
+from oelm.records.sweep import LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
 
@@ -38,6 +38,7 @@ SPEC_KEYS = {
     "prepare",
     "max_extend",
     "lr_rule",
+    "primary",
     "extended",  # written by the sweep (its automatic grid extensions): read back, never set by hand
 }
 MAX_EXTEND = 2  # default of `max_extend`: automatic LR-grid extensions per side of each arm's grid
@@ -192,6 +193,7 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
         max_extend=_max_extend(raw.get("max_extend", MAX_EXTEND)),
         lr_rule=_lr_rule(raw.get("lr_rule", ROBUST)),
     )
+    spec.primary = check_primary(raw.get("primary") or [], spec.methods, "the sweep spec")
     validate(spec)
     return spec
 

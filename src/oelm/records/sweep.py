@@ -66,6 +66,9 @@ class SweepRecord:
     # at the edge}].
     extended: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     lr_rule: str = ROBUST  # how each arm's setting is chosen on validation (LR_RULES)
+    # The primary comparisons, declared before any run: [method, compared with] pairs of arms; Holm
+    # runs over them only, every other comparison is exploratory. [] = none declared.
+    primary: list[list[str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as SWEEP/sweep.yaml holds it."""
@@ -81,6 +84,7 @@ class SweepRecord:
             "max_extend": self.max_extend,
             "extended": self.extended,
             "lr_rule": self.lr_rule,
+            "primary": self.primary,
         }
 
     def planned(self) -> list[PlannedRun]:
@@ -129,6 +133,31 @@ class SweepRecord:
         return data
 
 
+def check_primary(raw: Any, arms: Iterable[str], where: str | Path) -> list[list[str]]:
+    """`primary` as [method, compared with] pairs of two different arms; one UserError naming the
+    problem and the fix otherwise (before any run)."""
+    arms = list(arms)
+    example = "e.g. primary: [[oelm-freeze, oelm-nofreeze]]"
+    if not isinstance(raw, list):
+        raise UserError(f"{where}: primary must be a list of [method, compared with] pairs, {example}")
+    pairs = []
+    for pair in raw:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise UserError(f"{where}: primary entry {pair!r} is not a [method, compared with] pair; {example}")
+        missing = [x for x in pair if x not in arms]
+        if missing:
+            raise UserError(
+                f"{where}: primary pair {list(pair)} names {', '.join(missing)}, not an arm; its arms are "
+                f"{', '.join(arms)}: declare pairs of arms the sweep runs"
+            )
+        if pair[0] == pair[1]:
+            raise UserError(f"{where}: primary pair {list(pair)} compares an arm with itself; name two arms")
+        if list(pair) in pairs:
+            raise UserError(f"{where}: primary pair {list(pair)} is declared twice; list each pair once")
+        pairs.append(list(pair))
+    return pairs
+
+
 def _plain(value: Any) -> Any:
     """A JSON round trip: tuples as lists, paths as strings (as the YAML file holds them)."""
     return json.loads(json.dumps(value, default=str))
@@ -165,6 +194,7 @@ def _parse(raw: dict[str, Any], folder: Path, path: Path) -> SweepRecord:
             extended={str(k): list(v) for k, v in (raw.get("extended") or {}).items()},
             # Records written before the key chose by the best mean: read as that rule.
             lr_rule=str(raw.get("lr_rule") or BEST_MEAN),
+            primary=check_primary(raw.get("primary") or [], methods, path),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise UserError(
@@ -181,3 +211,12 @@ def declared_lr_rule(paths: Iterable[str | Path]) -> str:
         if record is not None:
             return record.lr_rule
     return ROBUST
+
+
+def declared_primary(paths: Iterable[str | Path]) -> list[list[str]]:
+    """The primary pairs the first sweep record under `paths` declares ([] without one)."""
+    for path in paths:
+        record = read_sweep_record(path)
+        if record is not None:
+            return record.primary
+    return []

@@ -201,6 +201,23 @@ class Group:
     versus: dict[str, Versus] = field(default_factory=dict)
     lr_rule: str = BEST_MEAN  # the rule that chose every arm's setting (LR_RULES)
     loss_cap: float | None = None  # L0 of the arms' LR sensitivity (loss_cap)
+    # The primary comparisons declared before the runs (a sweep spec's or plan's `primary`), as
+    # (method, compared with) pairs; () where none was declared.
+    primary: tuple[Pair, ...] = ()
+
+    @property
+    def primary_versus(self) -> dict[Pair, Versus]:
+        """The declared primary comparisons present in this table, one Holm family (empty without)."""
+        return primary_comparisons(self.arms, self.primary, self.higher_is_better, self.margin)
+
+    @property
+    def families(self) -> dict[str, int]:
+        """The Holm families of the table's comparisons with the reference and their sizes m."""
+        out: dict[str, int] = {}
+        for vs in self.versus.values():
+            if vs.decision is not None:
+                out[vs.decision.family] = vs.decision.m
+        return out
 
     def versus_of(self, method: str) -> Versus:
         """How a method compares with the table's reference (`NO_VERSUS` without one)."""
@@ -208,8 +225,9 @@ class Group:
 
     @property
     def comparisons(self) -> int:
-        """m: the comparisons against the reference that have a test (the Holm family's size)."""
-        return next((v.decision.m for v in self.versus.values() if v.decision is not None), 0)
+        """The comparisons against the reference that have a test (without a declared primary
+        family: the Holm family's size m)."""
+        return sum(v.decision is not None and v.decision.p is not None for v in self.versus.values())
 
     @property
     def higher_is_better(self) -> bool:
@@ -575,26 +593,59 @@ def compare_arm(arm: Arm, base: Arm, higher_is_better: bool, decision: stats.Dec
 
 
 def compare_pairs(
-    pairs: Sequence[tuple[Arm, Arm]], higher_is_better: bool, margin: float = stats.MARGIN
+    pairs: Sequence[tuple[Arm, Arm]], higher_is_better: bool, margin: float = stats.MARGIN, family: str = ""
 ) -> list[Versus]:
     """Each (arm, reference) pair compared (`compare_arm`), with its verdict: the family is every pair, and
     both its difference tests and its equivalence tests (TOST within ±margin) are Holm-adjusted over
-    it. Reads only the arms' per-seed values and runs; builds new values and changes nothing."""
+    it (`family` names it in each Decision). Reads only the arms' per-seed values and runs; builds
+    new values and changes nothing."""
     gaps = [list(gap_by_seed(arm, base, higher_is_better).values()) for arm, base in pairs]
-    decisions = stats.decide_family(gaps, margin)
+    decisions = stats.decide_family(gaps, margin, family=family)
     return [compare_arm(arm, base, higher_is_better, d) for (arm, base), d in zip(pairs, decisions)]
 
 
+Pair = tuple[str, str]  # (method, the method it is compared with): a declared primary comparison
+
+
+def present_pairs(arms: Sequence[Arm], primary: Sequence[Pair]) -> list[Pair]:
+    """The declared primary pairs whose two arms both have a summary in this table."""
+    have = {a.method for a in arms if a.primary.n > 0}
+    return [(m, r) for m, r in primary if m in have and r in have]
+
+
+def primary_comparisons(
+    arms: Sequence[Arm], primary: Sequence[Pair], higher_is_better: bool, margin: float = stats.MARGIN
+) -> dict[Pair, Versus]:
+    """The declared primary comparisons present in the table, by pair: one Holm family of them only."""
+    by = {a.method: a for a in arms}
+    pairs = present_pairs(arms, primary)
+    compared = compare_pairs([(by[m], by[r]) for m, r in pairs], higher_is_better, margin, stats.PRIMARY)
+    return dict(zip(pairs, compared))
+
+
 def compare_to(
-    arms: Sequence[Arm], reference: str, higher_is_better: bool, margin: float = stats.MARGIN
+    arms: Sequence[Arm],
+    reference: str,
+    higher_is_better: bool,
+    margin: float = stats.MARGIN,
+    primary: Sequence[Pair] = (),
 ) -> dict[str, Versus]:
-    """Every arm of a table against the reference method, by method: the family of `compare_pairs` is
-    every other arm; the reference gets its comparison with itself. Changes nothing."""
+    """Every arm of a table against the reference method, by method; the reference gets its
+    comparison with itself. Changes nothing.
+
+    Without a declared primary family (or none of its pairs in the table), the family of
+    `compare_pairs` is every other arm. With one, an arm whose (arm, reference) pair is primary
+    gets its primary-family verdict (primary_comparisons), and every other arm is compared in an
+    exploratory family of its own (its own Holm), labelled so.
+    """
     base = next((a for a in arms if a.method == reference), None)
     if base is None:
         raise ValueError(f"no arm {reference!r} to compare with (arms: {', '.join(a.method for a in arms)})")
-    pairs = [(a, base) for a in arms if a is not base]
-    compared = {a.method: vs for (a, _), vs in zip(pairs, compare_pairs(pairs, higher_is_better, margin))}
+    declared = primary_comparisons(arms, primary, higher_is_better, margin)
+    pairs = [(a, base) for a in arms if a is not base and (a.method, reference) not in declared]
+    family = stats.EXPLORATORY if declared else ""
+    compared = {a.method: vs for (a, _), vs in zip(pairs, compare_pairs(pairs, higher_is_better, margin, family))}
+    compared |= {m: vs for (m, r), vs in declared.items() if r == reference}
     return {a.method: compare_arm(base, base, higher_is_better) if a is base else compared[a.method] for a in arms}
 
 
@@ -607,7 +658,7 @@ def rebase(group: Group, reference: str, margin: float | None = None) -> Group:
         baseline=reference,
         warnings=[w for w in group.warnings if not w.startswith("no finished '")],
         margin=margin,
-        versus=compare_to(group.arms, reference, group.higher_is_better, margin),
+        versus=compare_to(group.arms, reference, group.higher_is_better, margin, group.primary),
     )
 
 
@@ -812,6 +863,7 @@ def _group(
     margin: float = stats.MARGIN,
     extensions: dict[str, Any] | None = None,
     lr_rule: str = ROBUST,
+    primary: Sequence[Pair] = (),
 ) -> Group:
     """Build one dataset table."""
     by_method: dict[str, list[RunRecord]] = defaultdict(list)
@@ -843,9 +895,10 @@ def _group(
         margin=margin,
         splits=splits,
         reporting=facts_of(key[0], (r.results for r in runs)),
-        versus=compare_to(arms, baseline, metric_direction(direction, key[3]), margin) if compared else {},
+        versus=compare_to(arms, baseline, metric_direction(direction, key[3]), margin, primary) if compared else {},
         lr_rule=lr_rule,
         loss_cap=cap,
+        primary=tuple(primary),
     )
 
 
@@ -887,11 +940,13 @@ def compare(
     margin: float = stats.MARGIN,
     extensions: dict[str, Any] | None = None,
     lr_rule: str = ROBUST,
+    primary: Sequence[Pair] = (),
 ) -> Comparison:
     """Group finished runs into dataset tables; list incomplete and excluded runs apart.
 
     `extensions`: the sweep record's automatic grid extensions (see _edge_warnings). `lr_rule`: how
-    each arm's setting is chosen on validation (LR_RULES).
+    each arm's setting is chosen on validation (LR_RULES). `primary`: the (method, compared with)
+    pairs declared as the primary family (compare_to).
 
     Every method of a table is compared with the reference `baseline` (Holm-adjusted over the
     table's comparisons; equivalence by TOST within ±`margin` % of the reference's metric).
@@ -905,7 +960,8 @@ def compare(
         _check_once(key, members)
     if lr_rule not in LR_RULES:
         raise UserError(f"lr_rule {lr_rule!r} is not a rule; use one of {', '.join(LR_RULES)}")
-    groups = [_group(k, grouped[k], baseline, study, margin, extensions, lr_rule) for k in sorted(grouped)]
+    pairs = [(str(m), str(r)) for m, r in primary]
+    groups = [_group(k, grouped[k], baseline, study, margin, extensions, lr_rule, pairs) for k in sorted(grouped)]
     return Comparison(
         groups=groups,
         incomplete=[r for r in runs if not r.finished],

@@ -22,7 +22,7 @@ from pathlib import Path
 from oelm.core.methods import get_method, twin_of
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
-from oelm.records.sweep import declared_lr_rule, read_sweep_record
+from oelm.records.sweep import declared_lr_rule, declared_primary, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase
 from oelm.reports.tables import fmt_fraction, fmt_holm, fmt_interval, fmt_pct, saving_fraction, verdict_text
@@ -443,7 +443,13 @@ def build(
     fixed = baseline is not None
     if baseline is None:  # the starting reference; each table then takes its best trainable arm
         baseline = _stored_baseline(paths) or BASELINE
-    comparison = compare(runs, baseline=baseline, margin=margin, lr_rule=declared_lr_rule(paths))
+    comparison = compare(
+        runs,
+        baseline=baseline,
+        margin=margin,
+        lr_rule=declared_lr_rule(paths),
+        primary=[tuple(p) for p in declared_primary(paths)],
+    )
     boards = []
     for group in comparison.groups:
         members = [r for r in runs if r.task == group.task and r.model == group.model]

@@ -21,6 +21,7 @@ from oelm.reports.reading import READING_PAGE, how_to_read
 from oelm.reports.tables import (
     CONFIRM_PLAN,
     NA,
+    family_lines,
     fmt_fraction,
     fmt_gap,
     fmt_int,
@@ -37,6 +38,7 @@ from oelm.reports.tables import (
     md_table,
     pct_scale,
     pilot_text,
+    primary_table,
     protocol_lines,
     verdict_text,
 )
@@ -228,7 +230,9 @@ def render(
             f"Target: {board.verdict}",
             "",
             *protocol_lines(g),
+            f"- {family_lines(g)[0]}",
             "",
+            *([*primary_table(g), ""] if g.primary_versus else []),
         ]
         if board.warnings:
             lines += [*(f"- **Warning:** {w}" for w in board.warnings), ""]
@@ -319,6 +323,9 @@ def to_json(
                 "twin": b.twin,
                 "margin_percent": b.group.margin,
                 "comparisons": b.group.comparisons,
+                "lr_rule": b.group.lr_rule,
+                "primary": [list(p) for p in b.group.primary],
+                "families": b.group.families,
                 "verdict": b.verdict,
                 "passing": b.passing,
                 "closest": b.closest,

@@ -13,7 +13,7 @@ from typing import Any
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.stability import RULE as STABILITY_RULE
-from oelm.records.sweep import declared_lr_rule, read_sweep_record
+from oelm.records.sweep import declared_lr_rule, declared_primary, read_sweep_record
 from oelm.reports import plots, stats
 from oelm.reports.aggregate import (
     BASELINE,
@@ -34,6 +34,7 @@ from oelm.reports.study_numbers import StudyNumbers
 from oelm.reports.tables import (
     CONFIRM_PLAN,
     NA,
+    family_lines,
     fmt_gap,
     fmt_gap_interval,
     fmt_int,
@@ -50,6 +51,7 @@ from oelm.reports.tables import (
     md_table,
     pct_scale,
     power_text,
+    primary_table,
     protocol_lines,
     text_table,
     verdict_text,
@@ -178,7 +180,7 @@ def reference_line(group: Group) -> str:
     m = group.comparisons
     return (
         f"Reference: **{group.baseline}**; every other method is compared with it ({m} comparison"
-        f"{'s' if m != 1 else ''} with a test, m = {m}: p-values Holm-adjusted over them; "
+        f"{'s' if m != 1 else ''} with a test: p-values Holm-adjusted over their family (below); "
         f"equivalence within ±{group.margin:g}% by TOST, Holm-adjusted likewise)."
     )
 
@@ -197,6 +199,9 @@ def _group_section(group: Group, out: Path, index: int, extend: str = CONFIRM_PL
     lines += ["", *protocol_lines(group), ""]
     if ref := reference_line(group):
         lines += [ref, ""]
+    lines += [*family_lines(group), ""]
+    if group.primary_versus:
+        lines += ["### Primary comparisons", "", *primary_table(group), ""]
     lines += [f"> **Warning:** {w}" for w in group.warnings]
     lines += [
         f"> **Held-out information** (not used for any choice): `{r.path.as_posix()}` "
@@ -359,6 +364,18 @@ def to_json(comparison: Comparison, provenance: dict[str, Any] | None = None) ->
                 "stability_rule": STABILITY_RULE,
                 "instability_policy": INSTABILITY_POLICY,
                 "loss_cap": g.loss_cap,
+                "primary": [list(p) for p in g.primary],
+                "families": g.families,
+                "primary_comparisons": [
+                    {
+                        "method": m,
+                        "compared_with": r,
+                        "gap_paired": vs.gap_paired.to_dict() if vs.gap_paired else None,
+                        "decision": vs.decision.to_dict() if vs.decision else None,
+                        "verdict": verdict_text(vs.decision),
+                    }
+                    for (m, r), vs in g.primary_versus.items()
+                ],
                 "budget": budget(g),
                 "warnings": g.warnings,
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
@@ -417,6 +434,7 @@ def write_report(
         margin=margin,
         extensions=sweep_extensions(paths),
         lr_rule=lr_rule or declared_lr_rule(paths),
+        primary=[tuple(p) for p in declared_primary(paths)],
     )
     text = render(comparison, out_dir, [str(p) for p in paths], extend)
     if epilogue is not None:

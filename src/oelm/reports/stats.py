@@ -246,6 +246,7 @@ def lr_sensitivity(losses: Sequence[float | None], cap: float) -> float | None:
 MARGIN = 1.0  # default equivalence margin of the TOST, in % of the reference's metric
 
 WORSE, BETTER, EQUIVALENT, UNRESOLVED = "worse", "better", "equivalent", "unresolved"
+PRIMARY, EXPLORATORY = "primary", "exploratory"  # the Holm families of a table with a declared primary
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
@@ -322,6 +323,9 @@ class Decision:
     power: float = POWER
     mde_alpha: float | None = None  # the level mde is computed at: alpha / m, Holm's strictest step
     tost_power: float | None = None  # chance the Holm-adjusted TOST shows ±margin when the true gap is 0
+    # The Holm family it was decided in: PRIMARY (declared before the runs), EXPLORATORY (every other
+    # comparison where a primary family was declared) or "" (none declared: one family of all).
+    family: str = ""
 
     def to_dict(self) -> dict:
         """Plain dict for JSON output."""
@@ -329,7 +333,11 @@ class Decision:
 
 
 def decide_family(
-    families: Sequence[Sequence[float]], margin: float = MARGIN, alpha: float = ALPHA, power: float = POWER
+    families: Sequence[Sequence[float]],
+    margin: float = MARGIN,
+    alpha: float = ALPHA,
+    power: float = POWER,
+    family: str = "",
 ) -> list[Decision]:
     """One Decision per comparison of a family, given each comparison's per-seed % gaps.
 
@@ -360,7 +368,21 @@ def decide_family(
         eq_power = tost_power(pw.sd_diff, pw.n, margin, level) if tested else None
         out.append(
             Decision(
-                verdict, len(g), mean, p, hp, tp, htp, m, margin, mde, alpha, power, level if tested else None, eq_power
+                verdict,
+                len(g),
+                mean,
+                p,
+                hp,
+                tp,
+                htp,
+                m,
+                margin,
+                mde,
+                alpha,
+                power,
+                level if tested else None,
+                eq_power,
+                family,
             )
         )
     return out

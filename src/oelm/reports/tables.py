@@ -209,21 +209,23 @@ def verdict_text(d: Decision | None) -> str:
     """The one wording of a comparison's verdict, from the fixed vocabulary:
 
     'worse (resolved)', 'better (resolved)', 'equivalent within ±M%' or
-    'unresolved (smallest detectable gap X% at 80% power)'. Every report, reading, board and
+    'unresolved (smallest detectable gap X% at 80% power)', followed by '[primary]' or
+    '[exploratory]' where the table declared a primary family. Every report, reading, board and
     generated doc words a comparison through this function.
     """
     if d is None:
         return "unresolved (smallest detectable gap n/a at 80% power: no reference to compare with)"
+    label = f" [{d.family}]" if d.family else ""  # the Holm family, where a primary one was declared
     if d.verdict in (stats.WORSE, stats.BETTER):
-        return f"{d.verdict} (resolved)"
+        return f"{d.verdict} (resolved){label}"
     if d.verdict == stats.EQUIVALENT:
-        return f"equivalent within ±{d.margin:g}%"
+        return f"equivalent within ±{d.margin:g}%{label}"
     power = f"{d.power * 100:g}% power"
     if d.mde is not None:
         holm = ", Holm-adjusted" if d.m > 1 else ""
-        return f"unresolved (smallest detectable gap {d.mde:.2f}% at {power}{holm})"
+        return f"unresolved (smallest detectable gap {d.mde:.2f}% at {power}{holm}){label}"
     why = "identical per-seed gaps" if d.n >= stats.MIN_PAIRED_SEEDS else f"{d.n} paired seed(s), a test needs 3"
-    return f"unresolved (smallest detectable gap n/a at {power}: {why})"
+    return f"unresolved (smallest detectable gap n/a at {power}: {why}){label}"
 
 
 def fmt_verdict(arm: Arm, group: Group) -> str:
@@ -406,3 +408,45 @@ def protocol_lines(group: Group) -> list[str]:
         "mean final validation loss of its seeds, L0 the highest first validation loss of the table's runs "
         f"(here {cap}; a diverged run counts as L0) and L* the smallest of them; 0 = insensitive.",
     ]
+
+
+def family_lines(group: Group) -> list[str]:
+    """Which Holm family each comparison was decided in, in words (every report and board states it)."""
+    if not group.primary:
+        return [
+            "No primary family was declared (a sweep spec's or confirmation plan's `primary`): Holm runs over "
+            f"every comparison with the reference (m = {group.comparisons})."
+        ]
+    pairs = group.primary_versus
+    declared = ", ".join(f"{m} vs {r}" for m, r in group.primary)
+    if not pairs:
+        return [
+            f"The declared primary comparisons ({declared}) are not in this table: every comparison here is "
+            f"exploratory (m = {group.comparisons}, Holm over them)."
+        ]
+    shown = ", ".join(f"{m} vs {r}" for m, r in pairs)
+    explore = group.families.get(stats.EXPLORATORY, 0)
+    return [
+        f"Primary family, declared before the runs: {shown} (m = {len(pairs)}, Holm over them only; "
+        "verdicts marked [primary]). Every other comparison is exploratory: its own Holm family "
+        f"(m = {explore} against the reference), verdicts marked [exploratory]."
+    ]
+
+
+def primary_table(group: Group) -> list[str]:
+    """Markdown rows of the declared primary comparisons (those not against the reference too)."""
+    rows = []
+    for (method, ref), vs in group.primary_versus.items():
+        paired = vs.gap_paired
+        gap = NA if paired is None or paired.mean is None else f"{fmt_pct(paired.mean)}{fmt_interval(paired)}"
+        d = vs.decision
+        holm = fmt_holm(d) if d is not None and d.p is not None else NA
+        rows.append([method, ref, gap, holm, verdict_text(d)])
+    head = [
+        "method",
+        "compared with",
+        "mean per-seed gap % (+ = worse) [paired 95% CI]",
+        "p, Holm over the primary family",
+        "verdict",
+    ]
+    return md_table(head, rows)

@@ -349,10 +349,19 @@ class GPT(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        context: int | None = None,
     ) -> torch.Tensor:
-        """Sample continuations of idx [B, T]; temperature 0 means greedy."""
+        """Sample continuations of idx [B, T]; temperature 0 means greedy.
+
+        Each new token sees the last `context` tokens only (default the block size; pass the length
+        the model was trained at): past it the window slides, older tokens are dropped, and no
+        position row beyond `context` is ever read (rows a shorter training never trained).
+        """
+        window = self.config.block_size if context is None else context
+        if not 0 < window <= self.config.block_size:
+            raise UserError(f"context {context} must be in 1..{self.config.block_size} (the block size)")
         for _ in range(max_new_tokens):
-            ctx = idx[:, -self.config.block_size :]
+            ctx = idx[:, -window:]
             logits = self(ctx)[0][:, -1, :].float()
             if temperature <= 0:
                 nxt = logits.argmax(-1, keepdim=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -12,6 +13,9 @@ from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
 from oelm.training.runs import load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
+from oelm.utils.io import read_yaml
+
+log = logging.getLogger(__name__)
 
 
 def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu") -> tuple[GPT, str]:
@@ -51,5 +55,17 @@ def sample(
     ids = tok.encode(prompt) or [tok.eot_id]  # an empty prompt starts from end-of-text
     idx = torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)
     gen = torch.Generator(device=idx.device).manual_seed(seed)
-    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen)
+    # The context the run trained at: position rows past it (up to the block size) were never trained.
+    context = int(read_yaml(Path(run_dir) / "config.yaml", "run config").get("seq_len") or model.config.block_size)
+    if len(ids) + tokens > context:
+        log.warning(
+            "the prompt (%d tokens) and %d new tokens exceed the %d tokens the run trained at: past that, each "
+            "new token sees the last %d tokens only (a sliding window)",
+            len(ids),
+            tokens,
+            context,
+            context,
+        )
+    window = {"context": min(context, model.config.block_size)} if isinstance(model, GPT) else {}
+    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen, **window)
     return tok.decode(out[0].tolist())

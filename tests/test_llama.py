@@ -298,3 +298,75 @@ def test_save_and_from_pretrained_round_trip_with_the_method(tmp_path: Path):
     assert torch.equal(back.eval()(x)[0], m(x)[0])
     assert not back.model.layers[0].self_attn.q_proj.weight.requires_grad
     copy.deepcopy(back)  # a plain module: no hooks that break copying
+
+
+def _varied(m: Llama) -> Llama:
+    """Norm gains away from 1, so a mapping that dropped or swapped them would show."""
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.ndim == 1:
+                p.mul_(torch.rand(p.shape, generator=torch.Generator().manual_seed(p.numel())) + 0.5)
+    return m
+
+
+@pytest.mark.parametrize(
+    "overrides, cls",
+    [
+        ({}, "LlamaForCausalLM"),
+        ({"n_kv_head": 4, "tie_embeddings": False, "rope_theta": 500.0, "norm_eps": 1e-6}, "LlamaForCausalLM"),
+        ({"qk_norm": True}, "Qwen3ForCausalLM"),
+    ],
+)
+def test_hugging_face_export_gives_equal_logits_with_plain_transformers(tmp_path: Path, overrides, cls):
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, cls):
+        pytest.skip(f"transformers {transformers.__version__} has no {cls} (QK-norm exports to Qwen3: >= 4.51)")
+    from oelm.hf.export import max_logit_diff, to_hf
+
+    m = _varied(model(**overrides))
+    hf = to_hf(m)
+    assert type(hf).__name__ == cls
+    hf.save_pretrained(tmp_path / "hf")
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    x = ids(length=16)
+    with torch.no_grad():
+        assert (m(x)[0] - back(input_ids=x).logits).abs().max() <= 1e-5
+    assert max_logit_diff(m, back) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [({"qk_dim": 16}, "thin keys"), ({"q_identity": True}, "W_Q = I"), ({"attn_scale": 0.5}, "scale")],
+)
+def test_export_refuses_what_hugging_face_llama_cannot_hold(overrides, match):
+    pytest.importorskip("transformers")
+    from oelm.hf.export import to_hf
+
+    with pytest.raises(UserError, match=match):
+        to_hf(model(**overrides))
+
+
+def test_export_cli_writes_a_llama_folder_that_keeps_the_method(tmp_path: Path, capsys):
+    transformers = pytest.importorskip("transformers")
+    import oelm
+    from oelm.cli import main
+    from oelm.training.runs import load_model
+
+    data = synthetic_lm_dir(tmp_path / "data", vocab=64, n_train=4000)
+    cfg = tiny_config(data, tmp_path / "run", model="llama-tiny", steps=4, eval_every=2, checkpoint_every=2)
+    cfg["model_overrides"] = {"n_layer": 1, "d_model": 32, "n_head": 4, "n_kv_head": 2, "block_size": 32}
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    with one_thread():
+        assert main(["train", str(tmp_path / "c.yaml"), "--no-progress"]) == 0
+    assert main(["export", str(tmp_path / "run"), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert "wrote LlamaForCausalLM" in capsys.readouterr().out
+    ours = load_model(tmp_path / "run")
+    plain = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    x = torch.randint(0, 64, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (ours(x)[0] - plain(input_ids=x).logits).abs().max() <= 1e-5
+    restored = oelm.from_pretrained(tmp_path / "hf")  # the method record travels: Q/K frozen, bytes checked
+    attn = restored.model.layers[0].self_attn
+    assert not attn.q_proj.weight.requires_grad and not attn.k_proj.weight.requires_grad
+    assert attn.v_proj.weight.requires_grad
+    assert "LlamaForCausalLM" in (tmp_path / "hf" / "README.md").read_text()

@@ -1,4 +1,4 @@
-"""`oelm export RUN_DIR --to hf OUT_DIR`: a trained GPT as a standard Hugging Face folder."""
+"""`oelm export RUN_DIR --to hf OUT_DIR`: a trained GPT or Llama as a standard Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import argparse
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `export` subcommand."""
-    p = subparsers.add_parser("export", help="write a trained GPT run as a Hugging Face GPT2LMHeadModel folder")
+    p = subparsers.add_parser(
+        "export", help="write a trained GPT / Llama run as a Hugging Face GPT2LMHeadModel / LlamaForCausalLM folder"
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--to", choices=["hf"], required=True, help="target format (hf: GPT2LMHeadModel)")
+    p.add_argument(
+        "--to", choices=["hf"], required=True, help="target format (hf: GPT2LMHeadModel or LlamaForCausalLM)"
+    )
     p.add_argument("out_dir", metavar="OUT_DIR", help="new (or empty) folder to write")
     p.add_argument("--checkpoint", default="best", help="best, latest, or a step number")
     p.add_argument(

@@ -1,5 +1,8 @@
 """Export a trained oelm GPT to a standard Hugging Face `GPT2LMHeadModel` folder (+ tokenizer files).
 
+(Our Llama goes to `LlamaForCausalLM`, or `Qwen3ForCausalLM` with QK-norm: `oelm.hf.llama_export`;
+`export_hf` picks by the run's model.)
+
 Our GPT maps onto GPT-2 exactly: pre-LayerNorm blocks (eps 1e-5), learned positions, tied LM
 head, exact-erf GELU (`activation_function="gelu"`), 1/sqrt(head_dim) attention scale. Our Q/K/V/O
 are bias-free, so GPT-2's c_attn/c_proj biases are written as zeros, and so are its LayerNorm and
@@ -25,7 +28,9 @@ from torch import nn
 from oelm import __version__
 from oelm.core.restore import carry_method
 from oelm.data.tokenizers import EOT_TEXT, HFTokenizer, TiktokenTokenizer, load_tokenizer
+from oelm.hf.llama_export import to_llama
 from oelm.models.gpt import GPT, GPTClassifier
+from oelm.models.llama import Llama
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
@@ -180,11 +185,20 @@ def to_gpt2(model: nn.Module, eot_id: int | None = None, n_positions: int | None
     return hf.eval()
 
 
+def to_hf(model: nn.Module, eot_id: int | None = None, n_positions: int | None = None) -> nn.Module:
+    """The Hugging Face causal LM computing our model's logits: GPT2LMHeadModel for our GPT,
+    LlamaForCausalLM for our Llama (Qwen3ForCausalLM when it has QK-norm)."""
+    if isinstance(model, Llama):
+        return to_llama(model, eot_id, n_positions)
+    return to_gpt2(model, eot_id, n_positions)
+
+
 @torch.no_grad()
 def max_logit_diff(ours: nn.Module, hf: nn.Module, seed: int = 0, batch: int = 2) -> float:
-    """Largest |logit difference| between our GPT and the export on random token ids."""
+    """Largest |logit difference| between our model and the export on random token ids."""
     c = ours.config
-    length = min(c.block_size, hf.config.n_positions)
+    context = getattr(hf.config, "n_positions", None) or hf.config.max_position_embeddings
+    length = min(c.block_size, context)
     x = torch.randint(0, c.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
     return float((ours.eval()(x)[0] - hf.eval()(input_ids=x).logits).abs().max())
 
@@ -192,7 +206,7 @@ def max_logit_diff(ours: nn.Module, hf: nn.Module, seed: int = 0, batch: int = 2
 def export_hf(
     run_dir: str | Path, out_dir: str | Path, which: str = "best", tolerance: float = 1e-4, overwrite: bool = False
 ) -> dict[str, Any]:
-    """Write RUN_DIR's model as a GPT2LMHeadModel folder; returns what was written and the logit check.
+    """Write RUN_DIR's model as a Hugging Face folder (`to_hf`); returns what was written and the logit check.
 
     The folder is written as a hidden sibling and renamed into place when complete, so a killed
     export leaves no folder that looks complete; the next export clears such leftovers.
@@ -206,7 +220,7 @@ def export_hf(
     config = read_yaml(Path(run_dir) / "config.yaml", "run config")
     context = int(config.get("seq_len") or model.config.block_size)  # the context it trained at
     tok, note = hf_tokenizer(spec)
-    hf = to_gpt2(model, tok.eos_token_id if tok is not None else None, n_positions=context)
+    hf = to_hf(model, tok.eos_token_id if tok is not None else None, n_positions=context)
     diff = max_logit_diff(model, hf)
     if not diff <= tolerance:  # a NaN difference is no match either
         raise UserError(
@@ -221,7 +235,7 @@ def export_hf(
         if tok is not None:
             tok.save_pretrained(tmp)
             _portable_tokenizer_class(tmp / "tokenizer_config.json")
-        card = model_card(Path(run_dir), config, context, which, note)
+        card = model_card(Path(run_dir), config, context, which, note, type(hf).__name__, hf.config.model_type)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir())
         marker = {"format": 1, "oelm_version": __version__, "run": source.name, "checkpoint": which}
@@ -234,7 +248,7 @@ def export_hf(
         shutil.rmtree(tmp, ignore_errors=True)
     return {
         "out_dir": str(out),
-        "architecture": "GPT2LMHeadModel",
+        "architecture": type(hf).__name__,
         "max_abs_logit_diff": diff,
         "tokenizer": note,
         "n_positions": context,
@@ -252,7 +266,15 @@ def _portable_tokenizer_class(path: Path) -> None:
         path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, tokenizer_note: str) -> str:
+def model_card(
+    run_dir: Path,
+    config: dict[str, Any],
+    context: int,
+    which: str,
+    tokenizer_note: str,
+    architecture: str = "GPT2LMHeadModel",
+    model_type: str = "gpt2",
+) -> str:
     """README.md of an export: what was trained, on what, for how long, how well, and how to use it."""
     results = read_json(run_dir / "results.json") or {}
     frozen, trainable = results.get("frozen_params"), results.get("trainable_params")
@@ -270,10 +292,10 @@ def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, 
     lines = [
         "---",
         "library_name: transformers",
-        "tags: [oelm, gpt2]",
+        f"tags: [oelm, {model_type}]",
         "---",
         "",
-        f"# {run_dir.name}: GPT-2 layout, trained with oelm method `{method}`",
+        f"# {run_dir.name}: {architecture}, trained with oelm method `{method}`",
         "",
         f"Exported by `oelm export` (oelm {__version__}) from the run directory `{run_dir.name}`, checkpoint `{which}`.",
         "",
@@ -299,7 +321,7 @@ def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, 
         "```python",
         "import transformers",
         "",
-        'model = transformers.AutoModelForCausalLM.from_pretrained("PATH")  # a plain GPT2LMHeadModel',
+        f'model = transformers.AutoModelForCausalLM.from_pretrained("PATH")  # a plain {architecture}',
         "import oelm",
         "",
         'model = oelm.from_pretrained("PATH")  # the same, with the method\'s frozen Q/K restored and checked',
@@ -307,7 +329,7 @@ def model_card(run_dir: Path, config: dict[str, Any], context: int, which: str, 
         "",
         "## Evaluate",
         "",
-        f"The context is {context} tokens (`n_positions`), the length it was trained at; evaluate with",
+        f"The context is {context} tokens (`{'n_positions' if model_type == 'gpt2' else 'max_position_embeddings'}`), the length it was trained at; evaluate with",
         f"windows of at most {context} tokens, e.g. `lm_eval --model hf --model_args pretrained=PATH,max_length={context}`.",
         "",
     ]

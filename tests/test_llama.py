@@ -116,6 +116,11 @@ def test_kv_cache_generate_equals_no_cache_greedy_also_past_the_context(override
         fast = m.generate(prompt, n, temperature=0)
         slow = m.generate(prompt, n, temperature=0, use_cache=False)
         assert torch.equal(fast, slow)
+    short = m.generate(prompt, 6, temperature=0, context=4)  # a sliding window of 4 from the start
+    assert torch.equal(short, m.generate(prompt, 6, temperature=0, context=4, use_cache=False))
+    assert torch.equal(short[:, 5:6], m(prompt[:, -4:])[0][:, -1:].argmax(-1))
+    with pytest.raises(UserError, match="context"):
+        m.generate(prompt, 1, context=17)
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     a = m.generate(prompt, 6, temperature=1.0, top_k=5, generator=g1)
     b = m.generate(prompt, 6, temperature=1.0, top_k=5, generator=g2, use_cache=False)

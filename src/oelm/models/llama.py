@@ -424,19 +424,25 @@ class Llama(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
         use_cache: bool = True,
+        context: int | None = None,
     ) -> torch.Tensor:
         """Sample continuations of idx [B, T]; temperature 0 means greedy.
 
-        With use_cache, keys and values of past positions are kept (one position per step
-        after the prompt); once the sequence outgrows the context the last block_size tokens are
-        re-read from scratch each step, which is what use_cache=False does at every step.
+        Each new token sees the last `context` tokens (default the block size; pass the length the
+        model was trained at). With use_cache, keys and values of past positions are kept (one
+        position per step after the prompt); once the sequence outgrows the context the last
+        `context` tokens are re-read from position 0 each step, which is what use_cache=False
+        does at every step.
         """
+        window = self.config.block_size if context is None else context
+        if not 0 < window <= self.config.block_size:
+            raise UserError(f"context {context} must be in 1..{self.config.block_size} (the block size)")
         caches: list[list] | None = None
         start = 0
         for _ in range(max_new_tokens):
             total = idx.shape[1]
-            if not use_cache or total > self.config.block_size:
-                caches, feed, start = None, idx[:, -self.config.block_size :], 0
+            if not use_cache or total > window:
+                caches, feed, start = None, idx[:, -window:], 0
                 h = self.model(feed)
             else:
                 if caches is None:

@@ -177,6 +177,7 @@ def _load_local(data_dir: Path | None, cols: Columns, num_labels: int | None) ->
             f"{', '.join(sorted(p.name for p in data_dir.iterdir())) or 'nothing'}"
         )
     raw = {split: read_table(path, cols) for split, path in files.items() if path is not None}
+    _check_labels_seen_in_training(raw, files)
     names, mapping = label_vocabulary(lab for rows in raw.values() for _, _, lab in rows)
     if num_labels is not None:
         if len(names) > num_labels:
@@ -190,6 +191,21 @@ def _load_local(data_dir: Path | None, cols: Columns, num_labels: int | None) ->
     desc = {s: f"{files[s].name}" for s in splits}  # type: ignore[union-attr]
     notes = {"label_mapping": mapping, "columns": vars(cols)}
     return _Loaded(splits, plan, desc, names, f"local:{data_dir}", plan.heldout or "test", notes)
+
+
+def _check_labels_seen_in_training(raw: dict[str, list[tuple[str, str | None, str]]], files: dict[str, Any]) -> None:
+    """Refuse a validation or test file holding a label no training row has: the model could never
+    predict it, and counting it as one more class would change num_labels and every score."""
+    seen = {lab for _, _, lab in raw["train"]}
+    for split, rows in raw.items():
+        unseen = [(n, lab) for n, (_, _, lab) in enumerate(rows) if lab not in seen]
+        if split != "train" and unseen:
+            labels = sorted({lab for _, lab in unseen})
+            raise UserError(
+                f"{files[split]}: label(s) {', '.join(map(repr, labels[:5]))} never occur in the training file "
+                f"{files['train'].name} (first at data row {unseen[0][0] + 1}; training has {', '.join(sorted(seen)[:10])}); "
+                "fix the labels, or move such rows into training"
+            )
 
 
 def _local_plan(has_val: bool, has_test: bool) -> RolePlan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from oelm.utils.errors import UserError
+from oelm.utils.io import read_text
 
 NLI_LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")  # HF glue/xnli order
 
@@ -80,10 +82,22 @@ def _int_label(value: Any, path: Path, row: int) -> int:
         raise UserError(f"{path} row {row}: label {value!r} is not an integer; fix the file") from None
 
 
+def not_utf8(path: Path) -> UserError:
+    """The one error for a data file that is not UTF-8 (a CSV saved as Windows-1252 by a spreadsheet)."""
+    try:
+        read_text(path, "data file")
+    except UserError as err:
+        return err
+    return UserError(f"data file {str(path)!r} is not UTF-8; re-save it as UTF-8")
+
+
 def _tsv_rows(path: Path) -> Iterator[list[str]]:
     # GLUE/XTREME TSVs are unquoted: a literal quote is part of the text (README hint).
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        yield from csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            yield from csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
 
 def _header_rows(path: Path, required: list[str], hint: str) -> tuple[list[str], Iterator[list[str]]]:
@@ -159,30 +173,36 @@ def read_imdb_jsonl(path: Path) -> list[Example]:
 def read_ag_news_csv(path: Path) -> list[Example]:
     """AG News CSV without header: class index 1-4, title, description."""
     out = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        for n, r in enumerate(csv.reader(f), start=1):
-            if not r:
-                continue
-            if len(r) < 3:
-                raise UserError(f"{path} row {n} has {len(r)} column(s); expected class, title, description")
-            label = _check_label(_int_label(r[0], path, n) - 1, 4, path, n, ("1", "2", "3", "4"))
-            out.append(Example(f"{r[1]} {r[2]}", None, label))
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            for n, r in enumerate(csv.reader(f), start=1):
+                if not r:
+                    continue
+                if len(r) < 3:
+                    raise UserError(f"{path} row {n} has {len(r)} column(s); expected class, title, description")
+                label = _check_label(_int_label(r[0], path, n) - 1, 4, path, n, ("1", "2", "3", "4"))
+                out.append(Example(f"{r[1]} {r[2]}", None, label))
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     return _nonempty(out, path)
 
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (blank lines skipped), one clear error per bad line."""
-    with open(path, encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path} line {n} is not valid JSON ({err.msg}); fix the file") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{path} line {n} is not a JSON object; expected one object per line")
-            yield obj
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise UserError(f"{path} line {n} is not valid JSON ({err.msg}); fix the file") from None
+                if not isinstance(obj, dict):
+                    raise UserError(f"{path} line {n} is not a JSON object; expected one object per line")
+                yield obj
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
 
 def _require_keys(rows: list[dict[str, Any]], path: Path, keys: list[str], hint: str) -> None:
@@ -254,13 +274,26 @@ def _read_delimited(path: Path) -> list[tuple[int, dict[str, Any]]]:
             return out
         except csv.Error as err:
             raise UserError(f"{path} line {reader.line_num}: {err}; fix the file") from None
+        except UnicodeDecodeError:
+            raise not_utf8(path) from None
     return out
+
+
+# How pandas, R, spreadsheets and JSON write a missing value: never a class of its own.
+# Words that may be real class names ("none", "other") are not in it.
+MISSING_LABELS = frozenset({"nan", "-nan", "+nan", "na", "n/a", "#n/a", "<na>", "nat", "null", "inf", "-inf", "+inf"})
 
 
 def _table_row(r: dict[str, Any], cols: Columns, path: Path, n: int) -> tuple[str, str | None, str]:
     empty = [c for c in (cols.text, cols.label) if r.get(c) is None or not str(r[c]).strip()]
     if empty:
         raise UserError(f"{path} line {n} has an empty or null {' and '.join(empty)} field; fix or drop the row")
+    label = r[cols.label]
+    if (isinstance(label, float) and not math.isfinite(label)) or str(label).strip().lower() in MISSING_LABELS:
+        raise UserError(
+            f"{path} line {n}: label {str(label).strip()!r} in column {cols.label!r} marks a missing value, not a "
+            "class; fill in the label or drop the row"
+        )
     pair = r.get(cols.text_pair) if cols.text_pair is not None else None
     if cols.text_pair is not None and pair is None:
         pair = ""  # a JSON null pair is an empty second text, never the text "None"
@@ -315,6 +348,18 @@ HUB_COLUMNS: dict[str, tuple[str, str | None, str]] = {
 }
 
 
+def _hub_label(value: Any, where: Path, row: int) -> int:
+    """A hub row's label id; None, NaN or a non-integer is refused naming the row."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
+        raise UserError(f"{where} row {row}: label {value!r} is not a class id (missing or not an integer)")
+    return int(value)
+
+
 def default_hub_loader(path: str, config: str | None) -> Any:
     """Call `datasets.load_dataset` (network or the local HF cache)."""
     import datasets  # heavy import, only when the hub is asked for
@@ -338,8 +383,8 @@ def load_hub_splits(
         ds = dsd[split]
         texts = ds[text_col]
         pairs = ds[pair_col] if pair_col else [None] * len(texts)
-        labels = [int(v) for v in ds[label_col]]
         where = Path(f"hub:{key}[{split}]")
+        labels = [_hub_label(v, where, n) for n, v in enumerate(ds[label_col])]
         for n, lab in enumerate(labels):
             _check_label(lab, num_labels, where, n, [str(i) for i in range(num_labels)])
         out[split] = [Example(t, p, lab) for t, p, lab in zip(texts, pairs, labels, strict=True)]

@@ -191,3 +191,40 @@ def test_frozen_qk_draws_width_scaled_random_q_k_and_has_a_twin():
     assert twin_of("frozen-qk") == "frozen-qk-nofreeze"
     with pytest.raises(UserError, match=r"qk_std must lie in"):
         apply_method(tiny_gpt(), "frozen-qk", qk_std=0.0)
+
+
+@pytest.mark.parametrize("method", ["identity-q", "frozen-qk"])
+def test_the_published_methods_apply_to_the_llama_family(method):
+    """Both switch on through the generic path: Q removed (config flag) or random frozen Q/K, FLOPs exact."""
+    from oelm.core.audit import verify_audit
+    from oelm.models.llama import Llama, llama_config
+
+    def tiny_llama() -> Llama:
+        torch.manual_seed(0)
+        return Llama(llama_config("llama-tiny", vocab_size=VOCAB, block_size=T, d_model=D, n_head=H, n_kv_head=2))
+
+    x = torch.randint(0, VOCAB, (2, T))
+    base = tiny_llama()
+    apply_method(base, "baseline", seed=0)
+    model = tiny_llama()
+    apply_method(model, method, seed=0)
+    flops = executed_flops(lambda: model(x, x)[1].backward())
+    assert flops == pytest.approx(training_flops_per_token(model, T) * x.numel(), rel=1e-12)
+    saved = executed_flops(lambda: base(x, x)[1].backward()) - flops
+    kv_rows = D // H * 2  # grouped-query K: 2 key/value heads of head_dim D / H
+    if method == "identity-q":
+        assert model.config.q_identity and model.config.attn_scale == 0.5
+        assert not any("q_proj" in n for n, _ in model.named_parameters())
+        assert saved == L * 3 * 2 * x.numel() * D * D  # Q's forward, input and weight gradient
+    else:
+        q = model.model.layers[0].self_attn.q_proj.weight
+        assert not q.requires_grad and float(q.std()) == pytest.approx(1 / math.sqrt(D), rel=0.15)
+        assert saved == L * 2 * x.numel() * (D * D + kv_rows * D)  # Q's and K's weight gradients
+    audit = audit_model(model)
+    opt = torch.optim.AdamW(optimizer_groups(model, 0.1), lr=1e-2)
+    for _ in range(2):
+        model(x, x)[1].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    check = verify_audit(model, audit, opt)
+    assert check.ok, check.problems

@@ -112,3 +112,36 @@ def test_a_hub_label_that_is_missing_names_the_row() -> None:
 
     with pytest.raises(UserError, match=r"\[train\] row 2: label nan is not a class id"):
         load_classification("sst2", hub_loader=loader)
+
+
+@pytest.mark.parametrize("batch,accum,ok", [(16, 1, False), (4, 4, False), (4, 3, True), (12, 1, True)])
+def test_a_step_larger_than_the_training_split_is_refused_before_the_run(batch, accum, ok, tmp_path: Path) -> None:
+    from oelm.training.loop import train
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\n" + "".join(f"row {i},{i % 2}\n" for i in range(12)))
+    (data / "validation.csv").write_text("text,label\nx,0\ny,1\n")
+    (data / "test.csv").write_text("text,label\nx,0\ny,1\n")
+    cfg = {
+        "task": "classification",
+        "data": "local",
+        "model": "gpt-tiny",
+        "method": "baseline",
+        "model_overrides": {"n_layer": 1, "d_model": 16, "n_head": 2, "block_size": 16},
+        "classification": {"data_dir": str(data), "tokenizer": "byte", "max_length": 16},
+        "steps": 1,
+        "batch_size": batch,
+        "grad_accum": accum,
+        "warmup": 0,
+        "out": str(tmp_path / "run"),
+        "progress": False,
+        "tensorboard": False,
+        "device": "cpu",
+    }
+    if ok:
+        assert train(cfg)["steps"] == 1
+        return
+    with pytest.raises(UserError, match=rf"= {batch * accum} rows per optimizer step, but the training split has 12"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()

@@ -89,7 +89,20 @@ class ClassificationTask(Task):
         }
         for name, rows in self.data.extra_eval.items():
             self.features[name] = encode_pairs(rows, self.tokenizer, self.max_length, self._sep())
+        self._check_batch_fits()
         self._apply_epoch_budget()
+
+    def _check_batch_fits(self) -> None:
+        """Refuse an optimizer step larger than the training split: it would hold some rows twice."""
+        rows = len(self.features["train"])
+        b, accum, world = self.cfg.batch_size, self.cfg.grad_accum, self.dist.world
+        if b * accum * world > rows:
+            raise UserError(
+                f"batch_size {b} x grad_accum {accum} x {world} process(es) = {b * accum * world} rows per "
+                f"optimizer step, but the training split has {rows} rows: each step would repeat rows. Lower "
+                "batch_size or grad_accum so that their product with the processes is at most "
+                f"{rows}, or use more data"
+            )
 
     def _check_options(self) -> None:
         if self.opts.causal and self.hf:

@@ -18,7 +18,7 @@ from oelm.core.targets import find_targets
 from oelm.models.catalog import PRESETS, build_lm, config_from_meta, config_meta, preset_config
 from oelm.models.llama import Llama, LlamaConfig, apply_rope, llama_config, rope_tables
 from oelm.utils.errors import UserError
-from train_utils import one_thread, synthetic_lm_dir, tiny_config
+from train_utils import one_thread, synthetic_lm_dir, tiny_config, tinystories_dir
 
 VOCAB, SEQ = 61, 12
 
@@ -375,3 +375,26 @@ def test_export_cli_writes_a_llama_folder_that_keeps_the_method(tmp_path: Path, 
     assert not attn.q_proj.weight.requires_grad and not attn.k_proj.weight.requires_grad
     assert attn.v_proj.weight.requires_grad
     assert "LlamaForCausalLM" in (tmp_path / "hf" / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_llama_tiny_learns_tinystories_and_samples_through_the_cli(tmp_path: Path, capsys):
+    from oelm.cli import main
+    from oelm.training.sample import load_run_model
+
+    data = tinystories_dir(tmp_path / "ts", max_docs=200)
+    cfg = tiny_config(data, tmp_path / "run", model="llama-tiny", steps=40, lr=1e-2, eval_every=20)
+    cfg["model_overrides"] = {"n_layer": 2, "d_model": 64, "n_head": 4, "n_kv_head": 2, "block_size": 64}
+    cfg["seq_len"] = 64
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    with one_thread():
+        assert main(["train", str(tmp_path / "c.yaml"), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["val_loss"] < 0.8 * torch.log(torch.tensor(257.0)).item()  # well below a uniform guess over bytes
+    capsys.readouterr()
+    assert main(["sample", str(tmp_path / "run"), "--prompt", "Once upon", "--tokens", "12", "--temperature", "0"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Once upon") and len(text.encode()) > len("Once upon")
+    m, _ = load_run_model(tmp_path / "run")
+    prompt = torch.tensor([list(b"Once upon")])
+    assert torch.equal(m.generate(prompt, 12, temperature=0), m.generate(prompt, 12, temperature=0, use_cache=False))

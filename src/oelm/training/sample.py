@@ -9,6 +9,7 @@ import torch
 
 from oelm.data.tokenizers import load_tokenizer
 from oelm.models.gpt import GPT
+from oelm.models.llama import Llama
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
 from oelm.training.runs import load_model, run_tokenizer_spec
@@ -18,12 +19,12 @@ from oelm.utils.io import read_yaml
 log = logging.getLogger(__name__)
 
 
-def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu") -> tuple[GPT, str]:
-    """(GPT in eval mode, tokenizer spec) of a language-model run, through the one run loader
+def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu") -> tuple[GPT | Llama, str]:
+    """(GPT or Llama in eval mode, tokenizer spec) of a language-model run, through the one run loader
     (`oelm.training.runs.load_model`: method re-applied, freeze audit verified)."""
     which = "latest" if checkpoint == "last" else checkpoint
     model = load_model(run_dir, which=which, device=device)
-    if not isinstance(model, GPT):
+    if not isinstance(model, (GPT, Llama)):
         raise UserError(
             f"{str(run_dir)!r} is not a language-model run ({type(model).__name__}); sample needs an LM run"
         )
@@ -66,6 +67,6 @@ def sample(
             context,
             context,
         )
-    window = {"context": min(context, model.config.block_size)} if isinstance(model, GPT) else {}
-    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen, **window)
+    window = min(context, model.config.block_size)
+    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen, context=window)
     return tok.decode(out[0].tolist())

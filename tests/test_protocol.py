@@ -7,8 +7,10 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from oelm.experiments.confirm import judge, make_plan, seed_plan_lines
 from oelm.experiments.sweep import spec_from_dict
 from oelm.records.load import load_run, load_runs
 from oelm.records.stability import DIVERGED_KIND, SPIKED, instability
@@ -210,3 +212,80 @@ def test_primary_pairs_must_name_two_arms_of_the_spec(tmp_path: Path) -> None:
         spec_from_dict({**raw, "primary": [["baseline", "baseline"]]})
     with pytest.raises(UserError, match="not a \\[method, compared with\\] pair"):
         spec_from_dict({**raw, "primary": ["oelm-freeze"]})
+
+
+# ---- seeds planned from a conservative SD ---------------------------------------------------------
+
+
+def test_sd_upper_bound_is_the_one_sided_chi_square_bound_and_covers_95_percent() -> None:
+    assert stats.sd_upper_bound(1.0, 3) == pytest.approx(4.415, abs=1e-3)  # sqrt(2 / chi2.ppf(0.05, 2))
+    assert stats.sd_upper_bound(1.0, 2) is None  # a pilot of 2 seeds plans nothing
+    rng = np.random.default_rng(0)
+    sds = rng.normal(size=(20_000, 4)).std(axis=1, ddof=1)  # true SD 1, pilots of 4 seeds
+    covered = np.mean([stats.sd_upper_bound(float(s), 4) >= 1.0 for s in sds])
+    assert covered == pytest.approx(0.95, abs=0.01)
+
+
+def test_planned_seeds_reach_the_power_at_the_margin_from_the_upper_bound() -> None:
+    n = stats.planned_seeds(sd_upper=2.0, margin=1.0, alpha=0.05 / 2)
+    assert stats.paired_power(0.5, n, 0.025) >= 0.8 > stats.paired_power(0.5, n - 1, 0.025)
+    assert stats.planned_seeds(sd_upper=0.01, margin=1.0) == stats.MIN_PILOT_SEEDS  # at least 3
+
+
+def _pilot(root: Path, gaps: dict[str, list[float]], n: int = 4) -> Path:
+    base = [10.0, 10.2, 9.9, 10.1][:n]
+    for seed, ppl in enumerate(base):
+        make_run(root, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
+        for method, g in gaps.items():
+            make_run(root, method, 1e-3, seed, test_perplexity=ppl * (1 + g[seed]), best_val_loss=1.6)
+    methods = {m: {"lr": [1e-3]} for m in ["baseline", *gaps]}
+    record = {"name": "pilot", "base": dict(TINY), "methods": methods, "seeds": list(range(n)), "baseline": "baseline"}
+    (root / "sweep.yaml").write_text(json.dumps(record))
+    return root
+
+
+def test_confirmation_plan_asks_for_seeds_from_the_pilot_sd_bound_or_says_it_is_a_bound(tmp_path: Path) -> None:
+    pilot = _pilot(
+        tmp_path / "pilot", {"oelm-freeze": [0.10, 0.11, 0.09, 0.10], "oelm-random": [0.05, 0.06, 0.04, 0.05]}
+    )
+    plan = make_plan(pilot, None, every=True, primary=[["oelm-freeze", "baseline"]])
+    (entry,) = plan.seed_plan  # the primary family is one pair: alpha / 1
+    gaps = [100 * g for g in [0.10, 0.11, 0.09, 0.10]]
+    assert entry.pilot_seeds == 4 and entry.pilot_sd == pytest.approx(float(np.std(gaps, ddof=1)), rel=1e-6)
+    assert entry.sd_upper == pytest.approx(stats.sd_upper_bound(entry.pilot_sd, 4))
+    assert entry.needed == stats.planned_seeds(entry.sd_upper, 1.0, 0.05) == len(plan.seeds) and entry.enough
+    assert plan.primary == [["oelm-freeze", "baseline"]]
+    short = make_plan(pilot, 3, every=True, primary=[["oelm-freeze", "baseline"]]).seed_plan[0]
+    assert not short.enough and "cannot reach 80% power at ±1%" in short.note and "bound" in short.note
+    with pytest.raises(UserError, match="names oelm-qknorm, not an arm"):
+        make_plan(pilot, 3, every=True, primary=[["oelm-qknorm", "baseline"]])
+    # Without a primary family the plan covers every claim, Holm over all of them.
+    everyone = make_plan(pilot, 3, every=True).seed_plan
+    assert [e.method for e in everyone] == ["oelm-random", "oelm-freeze"] and {e.alpha for e in everyone} == {0.025}
+
+
+def test_a_two_seed_pilot_plans_no_seeds_and_the_claim_becomes_a_bound(tmp_path: Path) -> None:
+    pilot = _pilot(tmp_path / "pilot", {"oelm-freeze": [0.10, 0.11]}, n=2)
+    with pytest.raises(UserError, match="--seeds not given and the pilot cannot plan them"):
+        make_plan(pilot, None, every=True)
+    plan = make_plan(pilot, 4, every=True)
+    assert plan.seed_plan[0].needed is None and "needs at least 3" in plan.seed_plan[0].note
+    # The fresh seeds' claim is stated as a bound: the one-sided 95% upper end of the mean gap.
+    fresh = [
+        make_run(
+            tmp_path / "fresh",
+            m,
+            1e-3,
+            s,
+            test_perplexity=10 * (1 + 0.1 * (m != "baseline") + 0.01 * s * (m != "baseline")),
+            best_val_loss=1.5,
+        )
+        for s in plan.seeds
+        for m in ("baseline", "oelm-freeze")
+    ]
+    _, results = judge(plan, [load_run(p) for p in fresh])
+    gaps = [100 * (0.1 + 0.01 * s) / 1.0 for s in plan.seeds]
+    assert results[0].bound == pytest.approx(stats.gap_upper_bound(gaps))
+    assert results[0].bound > float(np.mean(gaps))
+    text = "\n".join(seed_plan_lines(plan, results))
+    assert f"is below {results[0].bound:+.2f}% with 95% confidence" in text

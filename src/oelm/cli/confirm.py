@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from oelm.cli import add_margin_flag
+from oelm.cli import add_executor_flags, add_margin_flag, executor_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     steps = p.add_subparsers(dest="step", metavar="STEP")
     plan = steps.add_parser("plan", help="write DIR/plan.json from a finished pilot sweep (runs nothing)")
     plan.add_argument("sweep", metavar="SWEEP_DIR", help="the pilot: a directory `oelm sweep` wrote")
-    plan.add_argument("--seeds", type=int, required=True, metavar="N", help="fresh seeds to plan (at least 3)")
+    plan.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fresh seeds to plan (at least 3; default: what the seed plan asks for, from the pilot's SD)",
+    )
     plan.add_argument("--out", required=True, metavar="DIR", help="the confirmation's directory (outside the pilot)")
     plan.add_argument(
         "--claims",
@@ -42,12 +48,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="the reference, as for `oelm leaderboard` (default: the best-tuned trainable arm)",
     )
+    plan.add_argument(
+        "--primary",
+        nargs="+",
+        default=None,
+        metavar="METHOD:OTHER",
+        help="the primary comparisons, Holm over them only (default: the pilot sweep's declared `primary`)",
+    )
     add_margin_flag(plan)
     plan.set_defaults(func=run_plan)
     run = steps.add_parser("run", help="check the plan's hash, train its runs, judge every claim")
     run.add_argument("dir", metavar="DIR", help="the directory holding plan.json")
     run.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once (subprocesses)")
     run.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run")
+    add_executor_flags(run)
     run.set_defaults(func=run_run)
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
@@ -56,11 +70,18 @@ def run_plan(args: argparse.Namespace) -> int:
     """Write the plan and print what it fixed."""
     from oelm.experiments.confirm import write_plan
 
-    path, plan = write_plan(args.sweep, args.out, args.seeds, args.claims, args.baseline, args.margin, args.every)
+    primary = None if args.primary is None else [p.split(":", 1) for p in args.primary]
+    path, plan = write_plan(
+        args.sweep, args.out, args.seeds, args.claims, args.baseline, args.margin, args.every, primary
+    )
     print(f"plan {path} (sha256 {plan.sha256[:12]}): reference {plan.reference}, fresh seeds {plan.seeds}")
     for claim in plan.claims:
         what = "claim" if claim.is_claim else "compare (no pilot claim)"
         print(f"  {what}: {claim.method} (lr {plan.arms[claim.method].lr:g}) {claim.wording}")
+    if plan.primary:
+        print(f"  primary family (Holm over these only): {', '.join(f'{a} vs {b}' for a, b in plan.primary)}")
+    for entry in plan.seed_plan or []:
+        print(f"  seeds, {entry.method} vs {entry.compared_with}: {entry.note}")
     print(f"next: oelm confirm run {args.out}")
     return 0
 
@@ -69,7 +90,7 @@ def run_run(args: argparse.Namespace) -> int:
     """Run the plan and print each claim's result."""
     from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, run_confirmation, summary_lines
 
-    conf = run_confirmation(args.dir, parallel=args.parallel, threads=args.threads)
+    conf = run_confirmation(args.dir, parallel=args.parallel, threads=args.threads, executor=executor_of(args))
     print("\n".join(summary_lines(conf)))
     ok = sum(c.result == CONFIRMED for c in conf.results)
     claims = sum(c.result != NO_CLAIM for c in conf.results)

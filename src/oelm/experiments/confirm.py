@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oelm.experiments.runner import SweepOutcome, run_sweep
+from oelm.experiments.executors import ExecutorSpec
+from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
 from oelm.records.load import find_run_dirs, load_run
 from oelm.records.plan import (
@@ -30,15 +31,16 @@ from oelm.records.plan import (
     FixedArm,
     Pilot,
     PilotNumbers,
+    SeedPlan,
     read_plan,
     write_plan_file,
 )
 from oelm.records.run import RunRecord
-from oelm.records.sweep import SWEEP_FILE, read_sweep_record
+from oelm.records.sweep import SWEEP_FILE, check_primary, read_sweep_record
 from oelm.reports import stats
-from oelm.reports.aggregate import Arm, Group, Versus, compare
+from oelm.reports.aggregate import Arm, Group, Versus, compare, gap_by_seed
 from oelm.reports.board import Entry, build
-from oelm.reports.tables import fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
+from oelm.reports.tables import family_lines, fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 
@@ -146,17 +148,88 @@ def _claim(entry: Entry, group: Group) -> Claim:
     )
 
 
+def _seed_entry(
+    pair: tuple[str, str], group: Group, m: int, margin: float
+) -> tuple[str, str, int, float | None, float | None, int | None]:
+    """(method, compared with, pilot seeds, pilot SD, its upper bound, seeds needed) of one pair."""
+    arms = {a.method: a for a in group.arms}
+    gaps = list(gap_by_seed(arms[pair[0]], arms[pair[1]], group.higher_is_better).values())
+    sd = stats.summarize(gaps).std
+    upper = None if sd is None else stats.sd_upper_bound(sd, len(gaps))
+    needed = None if upper is None else stats.planned_seeds(upper, margin, stats.ALPHA / m)
+    return pair[0], pair[1], len(gaps), sd, upper, needed
+
+
+def _seed_note(n: int, needed: int | None, upper: float | None, planned: int, margin: float) -> str:
+    """What the plan says about one comparison's seeds before any run."""
+    if upper is None:
+        return (
+            f"the pilot has {n} paired seed(s); an upper bound of its SD needs at least {stats.MIN_PILOT_SEEDS}, so "
+            "no seed count is planned from it: the claim is stated as a bound (the fresh gap's one-sided 95% "
+            "upper end); a pilot of at least 3 seeds per LR can plan one"
+        )
+    if needed is None:
+        return f"more than {stats.MAX_SEEDS} seeds needed: the claim is stated as a bound"
+    if planned >= needed:
+        return f"{planned} planned >= {needed} needed: {stats.POWER:.0%} power at ±{margin:g}%"
+    return (
+        f"{needed} seeds needed, {planned} planned: the budget cannot reach {stats.POWER:.0%} power at "
+        f"±{margin:g}%, so the claim is stated as a bound (the fresh gap's one-sided 95% upper end)"
+    )
+
+
+def seed_plan(
+    pairs: Sequence[tuple[str, str]], group: Group, m: int, margin: float, n_seeds: int | None
+) -> tuple[int, list[SeedPlan]]:
+    """The fresh seeds to plan (n_seeds, else the most any pair needs) and each pair's SeedPlan: the
+    seeds for 80% power at ±margin at Holm's level alpha / m, from the chi-square upper bound of the
+    pilot's SD of per-seed % gaps."""
+    entries = [_seed_entry(p, group, m, margin) for p in pairs]
+    if n_seeds is None:
+        missing = [f"{e[0]} vs {e[1]} ({e[2]} paired pilot seeds)" for e in entries if e[5] is None]
+        if missing or not entries:
+            raise UserError(
+                f"--seeds not given and the pilot cannot plan them for {', '.join(missing) or 'any comparison'}: "
+                f"an upper bound of the SD needs at least {stats.MIN_PILOT_SEEDS} paired pilot seeds; pass --seeds N "
+                "(the claim is then stated as a bound) or run a larger pilot"
+            )
+        n_seeds = max(e[5] for e in entries if e[5] is not None)
+    plans = [
+        SeedPlan(
+            method=method,
+            compared_with=other,
+            pilot_seeds=n,
+            pilot_sd=sd,
+            sd_upper=upper,
+            confidence=stats.SD_CONFIDENCE,
+            margin=margin,
+            alpha=stats.ALPHA / m,
+            power=stats.POWER,
+            needed=needed,
+            planned=n_seeds,
+            note=_seed_note(n, needed, upper, n_seeds, margin),
+        )
+        for method, other, n, sd, upper, needed in entries
+    ]
+    return n_seeds, plans
+
+
 def make_plan(
     sweep_dir: str | Path,
-    n_seeds: int,
+    n_seeds: int | None,
     claims: Sequence[str] | None = None,
     baseline: str | None = None,
     margin: float = stats.MARGIN,
     every: bool = False,
+    primary: Sequence[Sequence[str]] | None = None,
 ) -> ConfirmationPlan:
-    """The sealed plan (with its sha256) for a finished pilot sweep: nothing is written or run."""
+    """The sealed plan (with its sha256) for a finished pilot sweep: nothing is written or run.
+
+    `primary`: the primary comparisons ([method, compared with] pairs of planned arms; default: the
+    pilot's declared `primary`). `n_seeds` None: the seeds the seed plan asks for (seed_plan).
+    """
     sweep_dir = Path(sweep_dir)
-    if n_seeds < MIN_SEEDS:
+    if n_seeds is not None and n_seeds < MIN_SEEDS:
         raise UserError(f"--seeds {n_seeds}: a paired test needs at least {MIN_SEEDS} fresh seeds")
     spec = _pilot_spec(sweep_dir)
     boards, _, runs = build([sweep_dir], baseline, margin=margin)
@@ -178,6 +251,12 @@ def make_plan(
             f"the arms chose different values of the pilot's grid ({', '.join(sorted(extras))}); a confirmation "
             "runs every arm at one set of grid values: name claims that share them with --claims"
         )
+    where = f"{sweep_dir}: the plan's primary (plan its arms with --all or --claims)"
+    pairs = check_primary([list(p) for p in (spec.primary if primary is None else primary)], settings, where)
+    family = [(a, b) for a, b in pairs] or [(e.method, group.baseline) for e in chosen]
+    n_seeds, seeds_for = seed_plan(family, group, len(family), margin, n_seeds)
+    if n_seeds < MIN_SEEDS:
+        raise UserError(f"--seeds {n_seeds}: a paired test needs at least {MIN_SEEDS} fresh seeds")
     pilot_seeds = sorted(set(spec.seeds) | {r.seed for r in runs if r.seed is not None})
     start = max(pilot_seeds, default=-1) + 1
     plan = ConfirmationPlan(
@@ -205,6 +284,8 @@ def make_plan(
         seeds=list(range(start, start + n_seeds)),
         config=spec.base,
         prepare=spec.prepare,
+        primary=pairs or None,
+        seed_plan=seeds_for,
     )
     return plan.sealed()
 
@@ -217,17 +298,18 @@ def _inside(path: Path, parent: Path) -> bool:
 def write_plan(
     sweep_dir: str | Path,
     out: str | Path,
-    n_seeds: int,
+    n_seeds: int | None,
     claims: Sequence[str] | None = None,
     baseline: str | None = None,
     margin: float = stats.MARGIN,
     every: bool = False,
+    primary: Sequence[Sequence[str]] | None = None,
 ) -> tuple[Path, ConfirmationPlan]:
     """Write OUT/plan.json before anything runs; the same plan again is a no-op, a different one an error."""
     out = Path(out)
     if _inside(out, Path(sweep_dir)):
         raise UserError(f"--out {out} lies inside the pilot {sweep_dir}; its runs would count as pilot runs")
-    plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin, every)
+    plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin, every, primary)
     return write_plan_file(out, plan), plan
 
 
@@ -265,6 +347,9 @@ class ClaimResult:
     result: str
     why: str  # why not confirmed ('' when confirmed)
     complete: bool = True  # every planned seed of the claim and the reference finished
+    # Where the seed plan could not reach its power: the one-sided 95% upper end of the fresh mean
+    # per-seed gap (%), the bound the claim is stated as; None otherwise.
+    bound: float | None = None
 
 
 @dataclass
@@ -289,7 +374,8 @@ def judge(plan: ConfirmationPlan, runs: Sequence[RunRecord]) -> tuple[Group | No
     """Each claim confirmed or not on these runs: the same paired test, Holm over the claims, the plan's margin."""
     seeds = set(plan.seeds)
     runs = [r for r in runs if r.seed in seeds]
-    groups = compare(runs, baseline=plan.reference, margin=plan.margin).groups if runs else []
+    primary = [(str(a), str(b)) for a, b in plan.primary or []]
+    groups = compare(runs, baseline=plan.reference, margin=plan.margin, primary=primary).groups if runs else []
     group = next((g for g in groups if (g.task, g.dataset, g.model, g.primary_metric) == plan.table.key), None)
     arms = {a.method: a for a in group.arms} if group is not None else {}
     ref = arms.get(plan.reference)
@@ -308,17 +394,62 @@ def judge(plan: ConfirmationPlan, runs: Sequence[RunRecord]) -> tuple[Group | No
             results.append(ClaimResult(claim, arm, vs, CONFIRMED, ""))
         else:
             results.append(ClaimResult(claim, arm, vs, NOT_CONFIRMED, f"fresh verdict: {verdict_text(d)}"))
+    short_of = {(e.method, e.compared_with) for e in plan.seed_plan or [] if not e.enough}
+    for r in results:
+        if (r.claim.method, plan.reference) in short_of and r.arm is not None and ref is not None:
+            gaps = list(gap_by_seed(r.arm, ref, plan.table.higher_is_better).values())
+            r.bound = stats.gap_upper_bound(gaps)
     return group, results
 
 
+def seed_plan_lines(plan: ConfirmationPlan, results: Sequence[ClaimResult] = ()) -> list[str]:
+    """The seed plan as the plan fixed it before any run, and the bound of every claim it could not power."""
+    if not plan.seed_plan:
+        return []
+    first = plan.seed_plan[0]
+    lines = [
+        "## Seed plan (fixed before any run)",
+        "",
+        f"Seeds for {first.power:.0%} power at ±{first.margin:g}% (paired t at the Holm level "
+        f"α/m = {first.alpha:.3g}), from the {first.confidence:.0%} chi-square upper bound of the pilot's SD of "
+        "per-seed % gaps (a pilot of at least 3 paired seeds).",
+        "",
+    ]
+    rows = [
+        [
+            f"{e.method} vs {e.compared_with}",
+            f"{e.pilot_sd:.3g}% ({e.pilot_seeds} seeds)" if e.pilot_sd is not None else f"n/a ({e.pilot_seeds} seeds)",
+            "n/a" if e.sd_upper is None else f"{e.sd_upper:.3g}%",
+            "n/a" if e.needed is None else str(e.needed),
+            str(e.planned),
+            e.note,
+        ]
+        for e in plan.seed_plan
+    ]
+    head = ["comparison", "pilot SD of the gap", "upper bound", "seeds needed", "planned", "the plan says"]
+    lines += md_table(head, rows)
+    bounds = [r for r in results if r.bound is not None]
+    if bounds:
+        lines += [""] + [
+            f"- {r.claim.method} (a bound: its seeds could not reach the planned power): the gap to "
+            f"{r.claim.reference} is below {r.bound:+.2f}% with 95% confidence (one-sided)."
+            for r in bounds
+        ]
+    return lines
+
+
 def run_confirmation(
-    out: str | Path, parallel: int = 1, threads: int | None = None, progress: bool = True
+    out: str | Path,
+    parallel: int = 1,
+    threads: int | None = None,
+    progress: bool = True,
+    executor: ExecutorSpec = LOCAL,
 ) -> Confirmation:
     """Verify the plan, train its runs (finished ones are kept), judge the claims, write OUT/confirmation.*."""
     out = Path(out)
     plan = read_plan(out)
     spec = plan_spec(plan, out)
-    outcome = run_sweep(spec, parallel=parallel, progress=progress, report=False, threads=threads)
+    outcome = run_sweep(spec, parallel=parallel, progress=progress, report=False, threads=threads, executor=executor)
     group, results = judge(plan, _fresh_runs(spec))
     confirmation = Confirmation(plan, group, results, outcome)
     atomic_write_text(out / "confirmation.md", "\n".join(render(confirmation)) + "\n")
@@ -373,6 +504,10 @@ def render(conf: Confirmation) -> list[str]:
             if n_claims < len(conf.results)
             else ""
         ),
+        "",
+        *(family_lines(conf.group) if conf.group is not None else []),
+        *([""] if conf.plan.seed_plan else []),
+        *seed_plan_lines(conf.plan, conf.results),
     ]
 
 
@@ -404,6 +539,8 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
         "reference": plan.reference,
         "seeds": plan.seeds,
         "margin": plan.margin,
+        "primary": plan.primary,
+        "seed_plan": [e.to_dict() for e in plan.seed_plan or []],
         "claims": [
             {
                 "method": c.claim.method,
@@ -412,6 +549,7 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
                 "fresh": fresh(c),
                 "result": c.result,
                 "why": c.why or None,
+                "bound": c.bound,
             }
             for c in conf.results
         ],

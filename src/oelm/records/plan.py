@@ -154,6 +154,35 @@ class FixedArm:
 
 
 @dataclass(frozen=True)
+class SeedPlan:
+    """How many fresh seeds one planned comparison needs, from a conservative SD of its pilot, fixed
+    before any run: the seeds for `power` at ±margin at the Holm level `alpha` (alpha / m), from the
+    one-sided `confidence` chi-square upper bound of the pilot's SD of per-seed % gaps."""
+
+    method: str
+    compared_with: str
+    pilot_seeds: int  # paired pilot seeds behind pilot_sd
+    pilot_sd: float | None  # SD of the pilot's per-seed % gaps (None below 2 paired seeds)
+    sd_upper: float | None  # its chi-square upper confidence bound (None below MIN_PILOT_SEEDS)
+    confidence: float
+    margin: float  # the gap (in %) the planned seeds must detect
+    alpha: float  # the level of the test: alpha / m, Holm's strictest step
+    power: float
+    needed: int | None  # fresh seeds for `power` at ±margin (None: not computable, see note)
+    planned: int  # fresh seeds in the plan
+    note: str  # what the plan says before any run: enough, or why not and that the claim becomes a bound
+
+    @property
+    def enough(self) -> bool:
+        """Whether the planned seeds reach the power at the margin."""
+        return self.needed is not None and self.planned >= self.needed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as plan.json holds it."""
+        return {k: getattr(self, k) for k in _SEED_PLAN_KEYS}
+
+
+@dataclass(frozen=True)
 class ConfirmationPlan:
     """plan.json as data: the claims, the arms at their fixed settings and the fresh seeds."""
 
@@ -168,6 +197,11 @@ class ConfirmationPlan:
     config: dict[str, Any]  # the pilot's resolved base config
     prepare: dict[str, Any] | None  # the pilot's data preparation, if it had one
     sha256: str = ""  # of every other key (content_hash); "" until sealed()
+    # The primary comparisons, [method, compared with] pairs of planned arms: Holm runs over them
+    # only, every other comparison is exploratory. None: none declared (plans written before the key).
+    primary: list[list[str]] | None = None
+    # Fresh seeds each planned comparison needs (SeedPlan); None in plans written before the key.
+    seed_plan: list[SeedPlan] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plan.json holds it, key for key and in the file's order."""
@@ -183,6 +217,9 @@ class ConfirmationPlan:
             "seeds": self.seeds,
             "config": self.config,
             "prepare": self.prepare,
+            # Written only when set, so a plan written before these keys keeps its bytes and sha256.
+            **({} if self.primary is None else {"primary": self.primary}),
+            **({} if self.seed_plan is None else {"seed_plan": [e.to_dict() for e in self.seed_plan]}),
             "sha256": self.sha256,
         }
 
@@ -203,7 +240,7 @@ class ConfirmationPlan:
         """A plan from plan.json's content; one UserError naming `source` (the file) when a key is
         missing or unknown or a part is not the kind of value plan.json holds there."""
         read = _Reader(source)
-        top = read.keys(raw, "the plan", _PLAN_KEYS)
+        top = read.keys(raw, "the plan", _PLAN_KEYS, ("primary", "seed_plan"))
         if top["kind"] != KIND:
             read.fail(f"its kind is {top['kind']!r}, not {KIND!r}")
         pilot = read.keys(top["pilot"], "pilot", _PILOT_KEYS)
@@ -225,6 +262,13 @@ class ConfirmationPlan:
             config=read.kind(top["config"], dict, "config", "a mapping"),
             prepare=prepare,
             sha256=top["sha256"],
+            primary=None if top.get("primary") is None else read.kind(top["primary"], list, "primary", "a list"),
+            seed_plan=None
+            if top.get("seed_plan") is None
+            else [
+                SeedPlan(**read.keys(e, f"seed_plan[{i}]", _SEED_PLAN_KEYS))
+                for i, e in enumerate(read.kind(top["seed_plan"], list, "seed_plan", "a list"))
+            ],
         )
 
 
@@ -247,6 +291,20 @@ _TABLE_KEYS = ("task", "dataset", "model", "primary_metric", "higher_is_better")
 _CLAIM_KEYS = ("method", "reference", "verdict", "wording", "direction", "margin", "pilot")
 _NUMBERS_KEYS = ("seeds", "mean_gap", "holm_p", "tost_holm_p", "m")
 _ARM_KEYS = ("lr", "setting")
+_SEED_PLAN_KEYS = (
+    "method",
+    "compared_with",
+    "pilot_seeds",
+    "pilot_sd",
+    "sd_upper",
+    "confidence",
+    "margin",
+    "alpha",
+    "power",
+    "needed",
+    "planned",
+    "note",
+)
 
 
 class _Reader:

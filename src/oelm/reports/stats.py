@@ -242,6 +242,38 @@ def lr_sensitivity(losses: Sequence[float | None], cap: float) -> float | None:
     return float(np.mean([v - best for v in capped]))
 
 
+# ---- conservative seed planning ------------------------------------------------------------------
+MIN_PILOT_SEEDS = 3  # an upper confidence bound of an SD needs at least this many paired pilot seeds
+SD_CONFIDENCE = 0.95  # one-sided confidence of that bound
+
+
+def sd_upper_bound(sd: float, n: int, confidence: float = SD_CONFIDENCE) -> float | None:
+    """One-sided upper confidence bound of a normal SD from a sample SD of n values (scipy's chi2):
+    sd * sqrt((n - 1) / chi2.ppf(1 - confidence, n - 1)). None below MIN_PILOT_SEEDS values."""
+    if n < MIN_PILOT_SEEDS or not math.isfinite(sd):
+        return None
+    return float(sd * math.sqrt((n - 1) / sps.chi2.ppf(1.0 - confidence, n - 1)))
+
+
+def planned_seeds(sd_upper: float, margin: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+    """Fresh paired seeds whose two-sided t-test at `alpha` detects a gap of ±margin with `power`
+    when the SD of the per-seed gaps is `sd_upper` (seeds_needed; at least MIN_PILOT_SEEDS)."""
+    if sd_upper == 0:
+        return MIN_PILOT_SEEDS
+    n = seeds_needed(margin / sd_upper, alpha, power)
+    return None if n is None else max(MIN_PILOT_SEEDS, n)
+
+
+def gap_upper_bound(gaps: Sequence[float], confidence: float = CONFIDENCE) -> float | None:
+    """One-sided upper confidence bound of the mean per-seed gap (Student t): the bound a claim
+    becomes when its seeds could not reach the planned power ("the cost is below X%")."""
+    vals = _finite(gaps)
+    if len(vals) < 2:
+        return None
+    half = float(sps.t.ppf(confidence, len(vals) - 1)) * float(np.std(vals, ddof=1)) / math.sqrt(len(vals))
+    return float(np.mean(vals)) + half
+
+
 # ---- multiplicity and equivalence ---------------------------------------------------------------
 MARGIN = 1.0  # default equivalence margin of the TOST, in % of the reference's metric
 

@@ -90,6 +90,8 @@ class RunResults(CommonResults, total=False):
     # False only in a compact record rebuilt from a stored table whose run directories are lost:
     # the selection value was not kept (the setting is the one the lost runs chose on validation).
     selection_kept: bool
+    # The metric keys whose value was NaN or inf (written as null, JSON has no NaN); absent if none.
+    non_finite: list[str]
 
 
 TEST_OFFICIAL = "official split"
@@ -327,4 +329,8 @@ def heldout_note(results: RunResults | dict[str, Any]) -> str:
     value = results.get(primary) if isinstance(primary, str) else None
     if primary and value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
         return f"{primary} is {value!r}"
+    non_finite = results.get("non_finite") or []
+    if isinstance(primary, str) and (primary in non_finite or (primary in results and value is None)):
+        # JSON has no NaN: a non-finite metric is written as null (and named in `non_finite`).
+        return f"{primary} is not a finite number (null in results.json: NaN or inf when computed)"
     return ""

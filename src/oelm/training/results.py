@@ -6,6 +6,7 @@ docs/architecture.md describes them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -134,4 +135,8 @@ def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, 
     }
     out: dict[str, Any] = {**common, **tr.task_results}
     out.update({alias: out.get(key) for alias, key in tr.result_aliases.items()})
+    # Named, not only nulled by the JSON writer: a report says so instead of dropping the run's value.
+    non_finite = sorted(k for k, v in out.items() if isinstance(v, float) and not math.isfinite(v))
+    if non_finite:
+        out["non_finite"] = non_finite
     return cast(RunResults, out)

@@ -32,6 +32,7 @@ INSTABILITY_POLICY = (
     "and its setting is chosen only where every setting has one"
 )
 
+MIN_LR_SEEDS = 3  # below this many seeds per setting the scatter check sees little
 MAX_SPREAD = 0.10  # seeds scatter when (max - min) / |mean| of their validation selection values exceeds this
 
 
@@ -769,6 +770,12 @@ def _stability_warnings(arms: list[Arm]) -> list[str]:
             warnings.append(
                 f"{arm.method}: {cell.unstable_text()} runs at its chosen setting {cell.setting} are unstable ({shown}); "
                 "they enter its statistics as the stated policy says"
+            )
+        thin = [c.setting for c in arm.cells if 0 < c.selection.n < MIN_LR_SEEDS]
+        if len(arm.cells) > 1 and thin:
+            warnings.append(
+                f"{arm.method}: the stability check judged seed scatter at {', '.join(thin)} on fewer than "
+                f"{MIN_LR_SEEDS} seeds; a pilot of at least {MIN_LR_SEEDS} seeds per LR lets it see scatter"
             )
         if arm.unstable_choice and arm.lr_rule == ROBUST:
             warnings.append(

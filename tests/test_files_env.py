@@ -70,3 +70,58 @@ def test_a_non_utf8_file_names_the_file_line_byte_and_fix(tmp_path: Path) -> Non
     assert "notes.csv" in msg and "line 3" in msg and "0xe9" in msg and "re-save it as UTF-8" in msg
     path.write_text("text,label\ncafé,1\n", encoding="utf-8")
     assert read_text(path) == "text,label\ncafé,1\n"
+
+
+RECORDS = Path(__file__).resolve().parents[1] / "docs" / "results" / "gap-wikitext2" / "records"
+
+
+def _read_only(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """Writes under `root` fail as on a read-only mount (as root, chmod would not stop them)."""
+    import builtins
+    import pathlib
+
+    def inside(path) -> bool:
+        return Path(os.path.abspath(path)).is_relative_to(root)
+
+    def refuse(path) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    real_mkdir, real_open = pathlib.Path.mkdir, builtins.open
+
+    def mkdir(self, *args, **kwargs):
+        if inside(self) and not self.is_dir():
+            refuse(self)
+        return real_mkdir(self, *args, **kwargs)
+
+    def open_(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and inside(file) and any(c in mode for c in "wax+"):
+            refuse(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+    monkeypatch.setattr(builtins, "open", open_)
+
+
+@pytest.mark.slow
+def test_a_report_over_read_only_run_records_writes_elsewhere_or_says_so_in_one_line(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import shutil
+
+    from oelm.cli import main
+
+    if not RECORDS.is_dir():
+        pytest.skip(f"{RECORDS} is absent")
+    runs = tmp_path / "ro" / "records"
+    shutil.copytree(RECORDS, runs)
+    before = sorted(str(p) for p in (tmp_path / "ro").rglob("*"))
+    _read_only(monkeypatch, tmp_path / "ro")
+    assert main(["report", str(runs)]) == 2  # the default output is inside the runs
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write the report folder" in err[0] and "Read-only file system" in err[0]
+    assert "--out" in err[0] and "Traceback" not in err[0]
+    assert main(["report", str(runs), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "report.md").is_file()
+    assert main(["leaderboard", str(runs), "--out", str(tmp_path / "ro" / "board")]) == 2
+    assert "cannot write the leaderboard folder" in capsys.readouterr().err
+    assert sorted(str(p) for p in (tmp_path / "ro").rglob("*")) == before  # nothing written there

@@ -43,7 +43,7 @@ from oelm.reports.tables import (
     verdict_text,
 )
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from oelm.utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text, writable_dir
 
 
 def command_line(
@@ -416,7 +416,7 @@ def write_leaderboard(
     boards, not_started, runs = build(paths, baseline, target, seeds, margin)
     out_dir = Path(out)
     command = command_line(paths, out_dir, baseline, seeds, margin)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable_dir(out_dir, "leaderboard folder", "pass --out with a writable folder (sweeps are only read)")
     plot(boards, out_dir / "pareto.png", target)
     atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))
     sweep = Path(paths[0]).as_posix()

@@ -56,7 +56,7 @@ from oelm.reports.tables import (
     text_table,
     verdict_text,
 )
-from oelm.utils.io import atomic_write_text
+from oelm.utils.io import atomic_write_text, writable_dir
 
 
 def _study_cell(arm: Arm) -> str:
@@ -425,8 +425,11 @@ def write_report(
         epilogue = reading_lines
     study = StudyNumbers.load(study_numbers) if study_numbers else None
     runs = load_runs(paths)
-    out_dir = Path(out) if out else Path(paths[0]) / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = writable_dir(
+        Path(out) if out else Path(paths[0]) / "report",
+        "report folder",
+        "pass --out with a writable folder (run directories are only read)",
+    )
     comparison = compare(
         runs,
         baseline=baseline,

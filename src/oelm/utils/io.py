@@ -53,6 +53,25 @@ def write_error(path: str | os.PathLike, err: OSError) -> UserError:
     return UserError(f"could not write {str(path)!r} ({reason}); nothing was half-written; {fix}")
 
 
+def writable_dir(path: str | os.PathLike, what: str, fix: str) -> Path:
+    """Create folder `path` if needed and prove a file can be written in it, before any output is
+    written; otherwise one UserError naming the folder, the reason (read-only file system, no
+    permission, full disk) and `fix`."""
+    folder = Path(path)
+    probe = folder / f".oelm-write-test-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+        raise UserError(
+            f"cannot write the {what} {str(folder)!r} ({err.strerror or type(err).__name__}); {fix}"
+        ) from None
+    return folder
+
+
 def read_text(path: str | os.PathLike, what: str = "file") -> str:
     """A text file's contents as UTF-8; other bytes (a file saved as Windows-1252 or Latin-1) are one
     UserError naming the file, the first bad byte's line and the fix."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from oelm.models.gpt import GPT, gpt_config
+from oelm.models.gpt import GPT, Backbone, gpt_config
 from oelm.training.loop import train
 from oelm.training.sample import sample
 from oelm.utils.errors import UserError
@@ -46,10 +46,14 @@ def test_sample_of_a_run_trained_shorter_than_its_block_stays_in_the_trained_con
     )
     with one_thread():
         train(cfg)  # block size 32, trained at 8 tokens: rows 8..31 of wpe never trained
-    seen: list[int] = []
-    original = GPT.forward
+    seen: list[int] = []  # 1 + the last position each forward reads (the KV cache reads from `start` on)
+    original = Backbone.forward
     monkeypatch.setattr(
-        GPT, "forward", lambda self, idx, *a, **k: seen.append(idx.shape[1]) or original(self, idx, *a, **k)
+        Backbone,
+        "forward",
+        lambda self, idx, *a, start=0, **k: (
+            seen.append(start + idx.shape[1]) or original(self, idx, *a, start=start, **k)
+        ),
     )
     with caplog.at_level(logging.WARNING, logger="oelm"):
         sample(tmp_path / "run", "", tokens=20, temperature=0)

@@ -94,3 +94,21 @@ def test_bad_configs_are_rejected_clearly():
         gpt_config("gpt-huge")
     with pytest.raises(UserError, match="unknown GPTConfig field"):
         gpt_config("gpt-tiny", width=3)
+
+
+@pytest.mark.parametrize("kw", [{}, {"qk_dim": 16}, {"q_identity": True, "attn_scale": 0.5}])
+def test_kv_cache_generate_equals_the_uncached_loop(kw):
+    torch.manual_seed(0)
+    m = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16, n_layer=2, d_model=32, n_head=4, **kw)).eval()
+    prompt = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(1))
+    for n, context in ((4, None), (15, None), (8, 6)):  # within the window, past the block size, a short window
+        fast = m.generate(prompt, n, temperature=0, context=context)
+        assert torch.equal(fast, m.generate(prompt, n, temperature=0, context=context, use_cache=False))
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    a = m.generate(prompt, 6, temperature=1.0, top_k=5, generator=g1)
+    assert torch.equal(a, m.generate(prompt, 6, temperature=1.0, top_k=5, generator=g2, use_cache=False))
+    # The cache's first step is the plain forward over the prompt: its hidden states are the model's.
+    caches = [[] for _ in m.transformer.h]
+    h = m.transformer(prompt, causal=True, caches=caches)
+    assert torch.allclose(h, m.transformer(prompt, causal=True), atol=1e-6)
+    assert caches[0][0].shape == (2, 4, 5, 4 if kw.get("qk_dim") else 8)  # K: [B, H, T, qk head size]

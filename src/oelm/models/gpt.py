@@ -160,7 +160,15 @@ class SelfAttention(nn.Module):
         k, v = kv.view(batch, t, 2, self.n_head, -1).unbind(2)
         return x.to(kv.dtype).view(batch, t, self.n_head, -1), k, v
 
-    def forward(self, x: torch.Tensor, batch: int, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        batch: int,
+        causal: bool,
+        attn_mask: torch.Tensor | None = None,
+        cache: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Attention output [B*T, D]; `cache` (a list, [] at first: generation) holds past K/V [B, H, S, Dh]."""
         n, d = x.shape
         t = n // batch
         # [B, T, H, Dh] views: head h owns rows h*Dh:(h+1)*Dh of each projection's weight. One
@@ -175,13 +183,22 @@ class SelfAttention(nn.Module):
             q, k = q.view(batch, t, self.n_head, -1), k.view(batch, t, self.n_head, -1)
             v = v.view(batch, t, self.n_head, -1)
         q, k = self._adapt(x, q, k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        past = 0
+        if cache is not None:  # causal decoding: queries at past..past+t-1 see keys 0..their own
+            if cache:
+                past = cache[0].shape[2]
+                k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
+            cache[:] = [k, v]
+            if past and t > 1:
+                attn_mask = torch.ones(t, past + t, dtype=torch.bool, device=q.device).tril(past)
         y = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
+            q,
+            k,
+            v,
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
-            is_causal=causal and attn_mask is None,
+            is_causal=causal and attn_mask is None and not past,
             scale=self.scale,
         )
         return _dropout(self.o_proj(y.transpose(1, 2).reshape(n, d)), self.dropout, self.training)
@@ -233,8 +250,15 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, batch: int, causal: bool, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), batch, causal, attn_mask)
+    def forward(
+        self,
+        x: torch.Tensor,
+        batch: int,
+        causal: bool,
+        attn_mask: torch.Tensor | None = None,
+        cache: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), batch, causal, attn_mask, cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -256,17 +280,27 @@ class Backbone(nn.Module):
         self.block_size = cfg.block_size
 
     def forward(
-        self, idx: torch.Tensor, causal: bool, attn_mask: torch.Tensor | None = None, flat: bool = False
+        self,
+        idx: torch.Tensor,
+        causal: bool,
+        attn_mask: torch.Tensor | None = None,
+        flat: bool = False,
+        caches: list[list] | None = None,
+        start: int = 0,
     ) -> torch.Tensor:
-        """Final hidden states [B, T, D] of token ids [B, T], or [B*T, D] with flat=True."""
+        """Final hidden states [B, T, D] of token ids [B, T], or [B*T, D] with flat=True.
+
+        caches (generation): one list per block for its past K/V; idx then sits at positions
+        start..start+T-1.
+        """
         b, t = idx.shape
-        if t > self.block_size:
-            raise ValueError(f"sequence length {t} exceeds the model context {self.block_size}")
-        # Positions 0..t-1 are the first t rows: a slice, not an arange + embedding gather (whose
+        if start + t > self.block_size:
+            raise ValueError(f"sequence length {start + t} exceeds the model context {self.block_size}")
+        # Positions are consecutive rows: a slice, not an arange + embedding gather (whose
         # backward is a scatter); same values and gradient.
-        x = _dropout((self.wte(idx) + self.wpe.weight[:t]).view(b * t, -1), self.dropout, self.training)
-        for block in self.h:
-            x = block(x, b, causal, attn_mask)
+        x = _dropout((self.wte(idx) + self.wpe.weight[start : start + t]).view(b * t, -1), self.dropout, self.training)
+        for i, block in enumerate(self.h):
+            x = block(x, b, causal, attn_mask, caches[i] if caches is not None else None)
         x = self.ln_f(x)
         return x if flat else x.view(b, t, -1)
 
@@ -350,19 +384,31 @@ class GPT(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
         context: int | None = None,
+        use_cache: bool = True,
     ) -> torch.Tensor:
         """Sample continuations of idx [B, T]; temperature 0 means greedy.
 
         Each new token sees the last `context` tokens only (default the block size; pass the length
         the model was trained at): past it the window slides, older tokens are dropped, and no
         position row beyond `context` is ever read (rows a shorter training never trained).
+        With use_cache, keys and values of past positions are kept while the sequence fits the
+        window (one position per step after the prompt); past it each step re-reads the window,
+        as use_cache=False does at every step.
         """
         window = self.config.block_size if context is None else context
         if not 0 < window <= self.config.block_size:
             raise UserError(f"context {context} must be in 1..{self.config.block_size} (the block size)")
+        caches: list[list] | None = None
+        start = 0
         for _ in range(max_new_tokens):
-            ctx = idx[:, -window:]
-            logits = self(ctx)[0][:, -1, :].float()
+            if use_cache and idx.shape[1] <= window:
+                caches = caches if caches is not None else [[] for _ in self.transformer.h]
+                h = self.transformer(idx[:, start:], causal=True, caches=caches, start=start)
+                start = idx.shape[1]
+                logits = self.lm_head(h[:, -1, :]).float()
+            else:
+                ctx = idx[:, -window:]
+                logits = self(ctx)[0][:, -1, :].float()
             if temperature <= 0:
                 nxt = logits.argmax(-1, keepdim=True)
             else:

@@ -384,10 +384,14 @@ def fmt_unstable(arm: Arm) -> str:
 
 
 def fmt_sensitivity(arm: Arm) -> str:
-    """The arm's LR sensitivity (loss units) over its grid, or why there is none."""
+    """The arm's LR sensitivity (loss units) over its grid and how many of its LRs pass the stability
+    check ('0.036 (3 LRs, 2 stable)'), or why there is none: a method that narrows the stable range shows it."""
+    stable = f", {sum(not why for why in arm.rejected.values())} stable" if arm.rejected else ""
     if arm.sensitivity is not None:
-        return f"{arm.sensitivity:.3f} ({len(arm.cells)} LRs)"
-    return f"{NA} (one LR)" if len(arm.cells) < 2 else f"{NA} (no validation losses)"
+        return f"{arm.sensitivity:.3f} ({len(arm.cells)} LRs{stable})"
+    if len(arm.cells) < 2:
+        return f"{NA} (one LR)"
+    return f"{NA} (no validation losses; {len(arm.cells)} LRs{stable})"
 
 
 def fmt_lr_check(cell: LrCell, arm: Arm) -> str:

@@ -504,3 +504,31 @@ def test_sweep_queue_times_both_dealings_on_the_same_board(tmp_path, capsys, loa
     ]
     assert "queue / round-robin wall time: " in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == [out]  # the scratch folder is removed
+
+
+@pytest.mark.slow
+def test_presets_gpu_refuses_a_cpu_machine_and_times_tiny_presets_with_cpu(
+    tmp_path, capsys, monkeypatch, load_benchmark
+):
+    bench = load_benchmark("presets_gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--presets", "gpt-tiny"])
+    assert exc.value.code == 2 and "no CUDA GPU" in capsys.readouterr().err
+    out = tmp_path / "gpu.json"
+    tiny = ["--batch", "1", "--seq", "8", "--vocab", "64", "--warmup", "1", "--rounds", "2", "--steps", "1"]
+    rows = bench.main(["--cpu", "--presets", "gpt-tiny", "llama-tiny", *tiny, "--json", str(out)])
+    assert [(r["preset"], r["method"]) for r in rows] == [
+        ("gpt-tiny", "baseline"),
+        ("gpt-tiny", "oelm-freeze"),
+        ("llama-tiny", "baseline"),
+        ("llama-tiny", "oelm-freeze"),
+    ]
+    assert json.loads(out.read_text()) == json.loads(json.dumps(rows))  # every preset's rows stored
+    for r in rows:
+        assert r["tokens_per_s"] > 0 and r["rounds"] == 2 and r["seq"] == 8
+        assert r["peak_memory_bytes"] >= 4 * r["params"]  # at least the float32 weights
+        assert r["dtype"] == "float32" and r["compile"] is False
+    base, frozen = rows[2], rows[3]
+    assert base["speedup"] == 1.0 and base["theoretical_saving"] == 0.0
+    assert frozen["theoretical_saving"] > 0 and frozen["trainable"] < frozen["params"] == base["params"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -318,6 +321,25 @@ def format_validation(err: ValidationError, what: str = "config") -> str:
     return f"invalid {what}: " + "; ".join(lines)
 
 
+# The first line of RUN/config.yaml: the digest of the run's identity as written, so that a resume
+# can tell a file edited afterwards (its settings would no longer be what the checkpoints ran).
+DIGEST_LINE = "# oelm train wrote this file; identity sha256 {} (an edit is refused on --resume)\n"
+_DIGEST = re.compile(r"\A# oelm train wrote this file; identity sha256 ([0-9a-f]{64})\b")
+
+
+def identity_digest(identity: dict[str, Any]) -> str:
+    """sha256 of a config identity (TrainConfig.identity(), or a stored config without runtime fields)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def written_digest(text: str) -> str | None:
+    """The identity digest config.yaml's first line records (None: a file written before it did)."""
+    match = _DIGEST.match(text)
+    return match.group(1) if match else None
+
+
 def dump_config(cfg: TrainConfig) -> str:
-    """The resolved config as YAML text (what RUN/config.yaml holds)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    """The resolved config as YAML text (what RUN/config.yaml holds), its identity digest first."""
+    return DIGEST_LINE.format(identity_digest(cfg.identity())) + yaml.safe_dump(
+        cfg.model_dump(mode="json"), sort_keys=False
+    )

@@ -11,7 +11,7 @@ import yaml
 
 from oelm.records.run import RESULTS_FILE, RunResults, is_finished, read_results
 from oelm.training.checkpoint import latest_checkpoint
-from oelm.training.config import RUNTIME_FIELDS, TrainConfig
+from oelm.training.config import RUNTIME_FIELDS, TrainConfig, identity_digest, written_digest
 from oelm.utils.errors import UserError
 from oelm.utils.io import load_yaml_text
 from oelm.utils.lock import LOCK_NAME
@@ -36,6 +36,27 @@ def _stored_identity(run_dir: Path) -> dict[str, Any] | None:
     if not isinstance(stored, dict):
         return None
     return {k: v for k, v in stored.items() if k not in RUNTIME_FIELDS}
+
+
+def check_not_edited(run_dir: Path, stored: dict[str, Any] | None, results: dict[str, Any] | None) -> None:
+    """Refuse a config.yaml edited after the run wrote it: its settings are no longer the ones the
+    checkpoints and results were made with, and resuming from it would report them as if they were.
+
+    The digest is config.yaml's first line; a finished run's results.json records it too (a YAML
+    tool that rewrites the file drops comments)."""
+    try:
+        written = written_digest((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return  # unreadable: differences() reports it
+    written = written or (results or {}).get("config_identity_sha256")
+    if written is None or stored is None or identity_digest(stored) == written:
+        return  # files written before the digest existed are compared as before
+    raise UserError(
+        f"{str(run_dir / 'config.yaml')!r} was edited after the run wrote it (its identity digest no longer "
+        "matches): its settings are not the ones the checkpoints were trained with. Restore the file; to change "
+        "a setting, resume with the original config plus KEY=VALUE and --allow-change KEY; or start over with "
+        "--overwrite"
+    )
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -84,6 +105,7 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
     results = read_results(run_dir)
     finished = is_finished(results)
     stored = _stored_identity(run_dir)
+    check_not_edited(run_dir, stored, results)
     diff = differences(cfg, stored)
     state = "finished" if finished else "unfinished"
     if not cfg.resume:

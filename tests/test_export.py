@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,33 @@ def test_export_never_overwrites_the_run_itself_and_labels_non_best_numbers(lm_r
     export_hf(lm_run, tmp_path / "latest", which="latest")
     card = (tmp_path / "latest" / "README.md").read_text()
     assert "of the run's best checkpoint" in card and "not of the exported `latest`" in card
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (root with mount rights only; else skipped): a real full disk."""
+    import subprocess
+
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root; the injected-OSError tests cover the same paths")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()[:80]})")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_really_full_disk_keeps_the_previous_export_and_ends_in_one_line(lm_run, small_disk, capsys):
+    out = small_disk / "x"
+    assert main(["export", str(lm_run), "--to", "hf", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    (small_disk / "filler").write_bytes(b"\0" * (free - 4096))  # room for small files, not for weights
+    capsys.readouterr()
+    assert main(["export", str(lm_run), "--to", "hf", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "could not write" in err and "No space left on device" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "x"]

@@ -125,3 +125,25 @@ def test_a_report_over_read_only_run_records_writes_elsewhere_or_says_so_in_one_
     assert main(["leaderboard", str(runs), "--out", str(tmp_path / "ro" / "board")]) == 2
     assert "cannot write the leaderboard folder" in capsys.readouterr().err
     assert sorted(str(p) for p in (tmp_path / "ro").rglob("*")) == before  # nothing written there
+
+
+def test_save_pretrained_on_a_full_disk_keeps_the_old_weights_and_no_temp_file(tmp_path: Path, monkeypatch) -> None:
+    from safetensors import SafetensorError
+
+    import oelm
+    from oelm.hf import saving
+
+    model = oelm.GPT(oelm.gpt_config("gpt-tiny", vocab_size=64, block_size=16, n_layer=1))
+    oelm.apply_method(model, "oelm-freeze", seed=0)
+    oelm.save_pretrained(model, tmp_path)
+    before = (tmp_path / "model.safetensors").read_bytes()
+
+    def full(model, path, *args, **kwargs):
+        Path(path).write_bytes(b"half")  # what a write that ran out of room leaves
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(saving, "save_model", full)
+    with pytest.raises(UserError, match=r"could not write .*model\.safetensors.*No space left on device"):
+        oelm.save_pretrained(model, tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from tiktoken_ext.openai_public import r50k_pat_str
 from torch import nn
 
@@ -242,7 +243,7 @@ def export_hf(
         atomic_write_json(tmp / MARKER, {**marker, "files": sorted([*files, MARKER])})
         follow_umask(tmp)
         _replace_folder(tmp, out)
-    except OSError as err:  # a full disk, a read-only folder: nothing half-written stays
+    except (OSError, SafetensorError) as err:  # a full disk, a read-only folder: nothing half-written stays
         raise write_error(out, err) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_model
 from torch import nn
 
@@ -28,7 +28,7 @@ from oelm.models.gpt import GPT, GPTClassifier
 from oelm.models.llama import Llama
 from oelm.training.checkpoint import load_weights
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, file_times, follow_umask
+from oelm.utils.io import atomic_write_text, file_times, follow_umask, write_error
 
 GPT_FILE = "oelm_model.json"  # our GPT's or Llama's architecture (HF models keep theirs in config.json)
 WEIGHTS_FILE = "model.safetensors"
@@ -71,9 +71,13 @@ def _save_gpt(model: nn.Module, folder: Path) -> None:
     if isinstance(model, GPTClassifier):
         arch.update(num_labels=model.num_labels, causal=model.causal)
     tmp = folder / f".{WEIGHTS_FILE}.tmp{os.getpid()}"
-    save_model(model, str(tmp))  # de-duplicates the tied LM head
-    follow_umask(tmp)
-    os.replace(tmp, folder / WEIGHTS_FILE)  # a kill never leaves a half-written weights file
+    try:
+        save_model(model, str(tmp))  # de-duplicates the tied LM head
+        follow_umask(tmp)
+        os.replace(tmp, folder / WEIGHTS_FILE)  # a kill never leaves a half-written weights file
+    except (OSError, SafetensorError) as err:  # a full disk: no temp file left, the old weights kept
+        tmp.unlink(missing_ok=True)
+        raise write_error(folder / WEIGHTS_FILE, err) from None
     atomic_write_text(folder / GPT_FILE, json.dumps(arch, indent=2) + "\n")
 
 

@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,18 @@ _WRITE_FIXES = {
 }
 
 
-def write_error(path: str | os.PathLike, err: OSError) -> UserError:
-    """One UserError for a failed write of `path`: the file, the system's reason and the fix."""
-    reason = err.strerror or type(err).__name__
-    fix = _WRITE_FIXES.get(err.errno, "check the disk and the folder, then run the command again")
+def write_error(path: str | os.PathLike, err: Exception) -> UserError:
+    """One UserError for a failed write of `path`: the file, the system's reason and the fix.
+
+    `err` is an OSError, or a library's error wrapping one (safetensors raises SafetensorError with
+    "(os error 28)" in its text on a full disk).
+    """
+    code = getattr(err, "errno", None)
+    if code is None:
+        match = re.search(r"os error (\d+)", str(err))
+        code = int(match.group(1)) if match else None
+    reason = getattr(err, "strerror", None) or (os.strerror(code) if code else type(err).__name__)
+    fix = _WRITE_FIXES.get(code, "check the disk and the folder, then run the command again")
     return UserError(f"could not write {str(path)!r} ({reason}); nothing was half-written; {fix}")
 
 

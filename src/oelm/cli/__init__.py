@@ -78,6 +78,32 @@ def add_margin_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_executor_flags(parser: argparse.ArgumentParser) -> None:
+    """--executor and --executor-option: where a sweep's runs train (one wording for every command)."""
+    parser.add_argument(
+        "--executor",
+        default="local",
+        choices=("local", "submitit", "ray"),  # = oelm.experiments.executors.EXECUTORS
+        help="where runs train: local worker processes (default), Slurm through submitit, or Ray; "
+        "--parallel is then the number of runs in flight (docs/distributed.md)",
+    )
+    parser.add_argument(
+        "--executor-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="executor option, repeatable: submitit partition, gpus_per_run, cpus_per_run, timeout_min, "
+        "mem_gb, account, qos, constraint, cluster (auto/slurm/local); ray address, gpus_per_run, cpus_per_run",
+    )
+
+
+def executor_of(args: argparse.Namespace):  # noqa: ANN201 (the type lives in oelm.experiments, imported on use)
+    """The validated executor of parsed flags (imports the experiments layer on use)."""
+    from oelm.experiments.executors import ExecutorSpec
+
+    return ExecutorSpec.parse(args.executor, args.executor_option)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered subcommand."""
     parser = Parser(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from oelm.cli import add_executor_flags, executor_of
 from oelm.experiments.presets import DEFAULT_PRESET, preset_names
 
 
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run (default 1 on CPU)")
     p.add_argument("--out", default=None, help="output directory (default runs/compare/<preset>)")
+    add_executor_flags(p)
     p.set_defaults(func=run)
 
 
@@ -81,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
     )
     out = Path(args.out) if args.out else None
     extend = extend_command(args.preset, out)
-    outcome = run_compare(preset, out=out, parallel=args.parallel, threads=args.threads, extend=extend)
+    outcome = run_compare(
+        preset, out=out, parallel=args.parallel, threads=args.threads, extend=extend, executor=executor_of(args)
+    )
     if outcome.comparison is not None:
         print_summary(outcome.comparison, extend)
     print(

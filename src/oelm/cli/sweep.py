@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from oelm.cli import add_executor_flags, executor_of
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `sweep` subcommand."""
@@ -35,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="sweep directory (default: the spec's out)")
     p.add_argument("--no-report", action="store_true", help="train only; run `oelm report` later")
     p.add_argument("--dry-run", action="store_true", help="validate the spec and list the runs, train nothing")
+    add_executor_flags(p)
     p.set_defaults(func=run)
 
 
@@ -44,12 +47,15 @@ def run(args: argparse.Namespace) -> int:
     from oelm.experiments.sweep import load_spec
     from oelm.reports.report import print_summary
 
+    executor = executor_of(args)
     spec = load_spec(args.spec, seeds=args.seeds, out=args.out, methods=args.methods)
     if args.dry_run:
         for r in spec.selected_runs():
             print(f"{'done' if r.finished() else 'todo'}  {r.run_dir}")
         return 0
-    outcome = run_sweep(spec, parallel=args.parallel, report=not args.no_report, threads=args.threads)
+    outcome = run_sweep(
+        spec, parallel=args.parallel, report=not args.no_report, threads=args.threads, executor=executor
+    )
     if outcome.comparison is not None:
         print_summary(outcome.comparison, spec.extend)
         print(f"report: {outcome.report}")

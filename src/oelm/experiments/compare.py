@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from oelm.experiments.executors import ExecutorSpec
 from oelm.experiments.presets import PRESET_DIR, preset_names
 from oelm.experiments.resolve import read_file
-from oelm.experiments.runner import SweepOutcome, run_sweep
+from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
 from oelm.experiments.sweep import confirm_command, spec_from_dict
 from oelm.reports.reading import reading_lines
 from oelm.training.config import format_validation
@@ -176,6 +177,7 @@ def run_compare(
     parallel: int | None = None,
     threads: int | None = None,
     extend: str | None = None,
+    executor: ExecutorSpec = LOCAL,
 ) -> SweepOutcome:
     """Prepare the data into OUT/data, train every arm with equal budgets, write OUT/report.
 
@@ -196,4 +198,5 @@ def run_compare(
         progress=progress,
         threads=threads or auto_threads,
         epilogue=reading_lines,
+        executor=executor,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -18,7 +17,8 @@ import torch
 from tqdm import tqdm
 
 from oelm.data.lm import read_meta
-from oelm.experiments.dispatch import RunQueue, WorkerPool, drive
+from oelm.experiments.dispatch import RunQueue, drive
+from oelm.experiments.executors import ExecutorSpec, make_pool
 from oelm.experiments.prepare import data_summary, ensure_lm_data
 from oelm.experiments.sweep import RunSpec, SweepSpec, extend_grids
 from oelm.records.sweep import SWEEP_FILE, read_sweep_record
@@ -30,6 +30,7 @@ from oelm.utils.errors import Interrupted, UserError
 from oelm.utils.io import atomic_write_yaml
 from oelm.utils.lock import dir_lock
 
+LOCAL = ExecutorSpec()
 log = logging.getLogger(__name__)
 
 
@@ -145,11 +146,12 @@ def _run_parallel(
     threads: int | None,
     grow: Callable[[list[str]], list[RunSpec]],
     queue_class: type[RunQueue],
+    executor: ExecutorSpec = LOCAL,
 ) -> None:
-    """N worker processes, each on `threads` (default cores // N) threads, fed from one queue: a
-    worker takes the longest expected pending run when it finishes one (experiments.dispatch). An
-    arm whose runs are all finished extends its grid at once, and the new runs join the queue."""
-    threads = threads or max(1, (os.cpu_count() or 1) // parallel)
+    """N slots fed from one queue: a slot takes the longest expected pending run when it finishes
+    one (experiments.dispatch). Local slots are worker processes on `threads` (default cores // N)
+    threads; a remote executor's are jobs (experiments.executors). An arm whose runs are all
+    finished extends its grid at once, and the new runs join the queue."""
     queue = queue_class(pending, finished=[*outcome.skipped, *outcome.trained], slots=parallel)
     shown = ""
 
@@ -177,7 +179,7 @@ def _run_parallel(
 
     # Interrupted or done, leaving the pool stops only the workers this sweep started: SIGTERM lets
     # a busy one finish its step and write a checkpoint; one that does not stop in time is killed.
-    with WorkerPool(_logs(spec), parallel, threads) as pool:
+    with make_pool(executor, _logs(spec), parallel, threads) as pool:
         drive(queue, pool, on_done, on_change)
 
 
@@ -214,8 +216,12 @@ def run_sweep(
     threads: int | None = None,
     epilogue: Callable[[Comparison], list[str]] | None = None,
     queue_class: type[RunQueue] = RunQueue,
+    executor: ExecutorSpec = LOCAL,
 ) -> SweepOutcome:
     """Train every unfinished run of the sweep, then write SWEEP/report/report.md.
+
+    `executor` says where runs train: local worker processes (default), Slurm through submitit, or
+    Ray (experiments.executors); `parallel` is then the number of runs in flight.
 
     `threads` sets torch's intra-op threads per run; on a shared, busy machine 1 thread per run
     avoids the oversubscription that otherwise slows every step several-fold. `epilogue` adds
@@ -227,7 +233,9 @@ def run_sweep(
         raise UserError(f"--parallel and --threads must be at least 1, got {parallel} and {threads}")
 
     with dir_lock(spec.out, "sweep"), _stop_on_signals():
-        return _run_locked(spec, parallel, progress, inner_progress, report, on_report, threads, epilogue, queue_class)
+        return _run_locked(
+            spec, parallel, progress, inner_progress, report, on_report, threads, epilogue, queue_class, executor
+        )
 
 
 def _grow(spec: SweepSpec, known: set[Path], outcome: SweepOutcome, methods: list[str] | None = None) -> list[RunSpec]:
@@ -263,14 +271,15 @@ def _train(
     threads: int | None,
     grow: Callable[[list[str]], list[RunSpec]],
     queue_class: type[RunQueue],
+    executor: ExecutorSpec = LOCAL,
 ) -> None:
-    """Train the pending runs, one at a time in this process or in `parallel` workers."""
+    """Train the pending runs, one at a time in this process or in `parallel` slots."""
     with _bar(total, done, progress) as bar:
-        if parallel == 1:
+        if parallel == 1 and executor.kind == "local":
             with _torch_threads(threads):
                 _run_sequential(spec, pending, outcome, bar, inner_progress)
         else:
-            _run_parallel(spec, pending, outcome, bar, parallel, threads, grow, queue_class)
+            _run_parallel(spec, pending, outcome, bar, parallel, threads, grow, queue_class, executor)
 
 
 def _run_locked(
@@ -283,6 +292,7 @@ def _run_locked(
     threads: int | None,
     epilogue: Callable[[Comparison], list[str]] | None = None,
     queue_class: type[RunQueue] = RunQueue,
+    executor: ExecutorSpec = LOCAL,
 ) -> SweepOutcome:
     """run_sweep's body, holding the sweep directory's lock."""
 
@@ -304,7 +314,7 @@ def _run_locked(
     def grow(methods: list[str] | None = None) -> list[RunSpec]:
         return _grow(spec, known, outcome, methods)
 
-    train_args = (parallel, progress, inner_progress, threads, grow, queue_class)
+    train_args = (parallel, progress, inner_progress, threads, grow, queue_class, executor)
     if parallel > 1:  # arms finished before this call extend now, so their new runs share the queue
         pending += grow()
     total = len(runs) + len(outcome.extended)

@@ -104,6 +104,7 @@ def test_board_reads_points_decides_holm_and_marks_dominated(board_dir: Path, tm
     assert set(explore) == {"bitfit", "freeze-vo"} and explore["bitfit"]["diff"] == pytest.approx(10.0)
     assert all(r["family"].startswith("exploratory") for r in explore.values())
     md = (tmp_path / "out" / "board.md").read_text()
+    assert "freezing Q/K is dominated: bitfit" in md and "freeze-qk -10.00 points" in md
     assert "Exploratory family" in md and "(pareto.png)" in md and (tmp_path / "out" / "pareto.png").stat().st_size
     # Regenerating from the same records gives the same page.
     write_board([board_dir], tmp_path / "again")

@@ -341,6 +341,73 @@ def _table(rows: list[Row], ref_name: str) -> list[str]:
     return lines
 
 
+PEFT = ("lora", "ia3", "bitfit", "ln-tuning")
+
+
+def _said(r: Row) -> str:
+    """An arm's difference and verdict in one phrase."""
+    if r.diff is None:
+        return f"{r.method}: no paired comparison"
+    return f"{r.method} {r.diff:+.2f} points [{r.diff_low:+.2f}, {r.diff_high:+.2f}], {r.verdict}"
+
+
+def reading(b: FinetuneBoard) -> list[str]:
+    """The board in plain words, from its rows only: where frozen Q/K stands, and the advice it supports."""
+    rows = {r.method: r for r in b.rows}
+    ref = rows.get(b.reference)
+    lines = [f"### What this says ({b.title})", ""]
+    frozen = [rows[m] for m in (FROZEN_QK, "oelm-freeze") if m in rows]
+    peft = [rows[m] for m in PEFT if m in rows]
+    if frozen:
+        lines.append("- Frozen Q/K against full fine-tuning: " + "; ".join(_said(r) for r in frozen) + ".")
+    if peft:
+        lines.append("- The fine-tuning field against full fine-tuning: " + "; ".join(_said(r) for r in peft) + ".")
+    controls = [rows[m] for m in ("freeze-k", "freeze-qk-weights", "freeze-vo") if m in rows]
+    if controls:
+        lines.append("- Controls: " + "; ".join(_said(r) for r in controls) + ".")
+    if ref is not None and ref.trainable_params and FROZEN_QK in rows:
+        f = rows[FROZEN_QK]
+        if f.trainable_params is not None:
+            lines.append(
+                f"- Freezing Q/K keeps {f.trainable_params / ref.trainable_params:.1%} of the parameters trainable; "
+                + "; ".join(
+                    f"{r.method} trains {r.trainable_params / ref.trainable_params:.2%}"
+                    for r in peft
+                    if r.trainable_params is not None
+                )
+                + "."
+            )
+    front = [r.method for r in b.rows if not r.dominated_by and r.accuracy is not None]
+    lines.append(f"- Not dominated (means of accuracy and every cost): {', '.join(front) or 'none'}.")
+    lines += ["", "For a practitioner:", ""]
+    if FROZEN_QK in rows:
+        f = rows[FROZEN_QK]
+        better_peft = [m for m in f.dominated_by if m in PEFT]
+        if better_peft:
+            lines.append(
+                f"On this task freezing Q/K is dominated: {', '.join(better_peft)} reached at least its mean "
+                "accuracy while training and storing far less, so there is no reason here to freeze Q/K to save "
+                "compute or memory; use a method of the field (its difference to full fine-tuning is in the table)."
+            )
+        elif f.verdict.startswith("worse"):
+            lines.append(
+                "On this task freezing Q/K costs accuracy (resolved) for a small saving; it is not worth it here."
+            )
+        else:
+            lines.append(
+                "On this task frozen Q/K is not dominated and its cost is not resolved; its saving is small next to "
+                "the field's methods, so freeze Q/K only where its saving is the point and the table's interval is "
+                "an acceptable risk."
+            )
+    lines += [
+        "",
+        "Every statement is at this board's scale (its model, task, budget and seeds); the verdicts say what "
+        "the data resolve, and the detectable differences say what they could not.",
+        "",
+    ]
+    return lines
+
+
 def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.png") -> str:
     """The board page (markdown)."""
     lines = [
@@ -372,6 +439,7 @@ def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.
                 *_table(b.exploratory, FROZEN_QK),
                 "",
             ]
+        lines += reading(b)
         if b.warnings:
             lines += ["Warnings:", "", *(f"- {w}" for w in b.warnings), ""]
     lines += [

@@ -225,11 +225,15 @@ def test_reconfigure_switches_q_identity_and_scale_on_a_built_model():
 
 def test_grad_checkpoint_gives_the_same_gradients():
     x = ids()
-    grads = []
+    grads, calls = [], []
     for flag in (False, True):
         m = model(grad_checkpoint=flag).train()
+        seen = []
+        m.model.layers[0].register_forward_pre_hook(lambda *_, seen=seen: seen.append(1))
         _train_step(m, x)
         grads.append([p.grad.clone() for p in m.parameters()])
+        calls.append(len(seen))
+    assert calls == [1, 2]  # checkpointed: the block runs again in backward
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
 
 

@@ -112,3 +112,20 @@ def test_kv_cache_generate_equals_the_uncached_loop(kw):
     h = m.transformer(prompt, causal=True, caches=caches)
     assert torch.allclose(h, m.transformer(prompt, causal=True), atol=1e-6)
     assert caches[0][0].shape == (2, 4, 5, 4 if kw.get("qk_dim") else 8)  # K: [B, H, T, qk head size]
+
+
+def test_grad_checkpoint_recomputes_blocks_with_the_same_gradients():
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    grads, calls = [], []
+    for flag in (False, True):
+        torch.manual_seed(0)
+        m = GPT(tiny(n_layer=2, dropout=0.0, grad_checkpoint=flag)).train()
+        seen = []
+        m.transformer.h[0].register_forward_pre_hook(lambda *_: seen.append(1))
+        m(x, x, return_logits=False)[1].backward()
+        grads.append([p.grad for p in m.parameters()])
+        calls.append(len(seen))
+    assert calls == [1, 2]  # checkpointed: the block runs again in backward
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+    with pytest.raises(UserError, match="grad_checkpoint"):
+        tiny(grad_checkpoint="yes")

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from oelm.models.fused import fused_kv, fused_qkv
 from oelm.models.loss import linear_cross_entropy
@@ -41,6 +42,8 @@ class GPTConfig:
     q_identity: bool = False
     # Multiplier on the attention scale 1/sqrt(head_dim) (the identity-Q paper halves it: 0.5).
     attn_scale: float = 1.0
+    # Activation checkpointing: recompute each block in backward while training (memory for compute).
+    grad_checkpoint: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -64,8 +67,9 @@ class GPTConfig:
             raise UserError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if not (isinstance(self.init_std, (int, float)) and 0.0 < self.init_std < float("inf")):
             raise UserError(f"GPTConfig.init_std must be a positive finite number, got {self.init_std!r}")
-        if not isinstance(self.q_identity, bool):
-            raise UserError(f"GPTConfig.q_identity must be true or false, got {self.q_identity!r}")
+        for flag in ("q_identity", "grad_checkpoint"):
+            if not isinstance(getattr(self, flag), bool):
+                raise UserError(f"GPTConfig.{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.q_identity and self.qk_width != self.d_model:
             raise UserError(
                 f"GPTConfig.q_identity needs Q as wide as the model, but qk_dim={self.qk_width} < "
@@ -278,6 +282,7 @@ class Backbone(nn.Module):
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.block_size = cfg.block_size
+        self.grad_checkpoint = cfg.grad_checkpoint
 
     def forward(
         self,
@@ -300,7 +305,10 @@ class Backbone(nn.Module):
         # backward is a scatter); same values and gradient.
         x = _dropout((self.wte(idx) + self.wpe.weight[start : start + t]).view(b * t, -1), self.dropout, self.training)
         for i, block in enumerate(self.h):
-            x = block(x, b, causal, attn_mask, caches[i] if caches is not None else None)
+            if self.grad_checkpoint and self.training and torch.is_grad_enabled() and caches is None:
+                x = checkpoint(block, x, b, causal, attn_mask, use_reentrant=False)
+            else:
+                x = block(x, b, causal, attn_mask, caches[i] if caches is not None else None)
         x = self.ln_f(x)
         return x if flat else x.view(b, t, -1)
 

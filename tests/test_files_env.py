@@ -147,3 +147,14 @@ def test_save_pretrained_on_a_full_disk_keeps_the_old_weights_and_no_temp_file(t
         oelm.save_pretrained(model, tmp_path)
     assert (tmp_path / "model.safetensors").read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("name", ["corpus.txt", "corpus.jsonl"])
+def test_prepare_lm_on_a_windows_1252_file_names_it_and_the_fix(name: str, tmp_path: Path) -> None:
+    from oelm.data.lm import prepare_lm
+
+    text = "Once upon a time, a caf\u00e9.\n\nThe end.\n" if name.endswith(".txt") else '{"text": "caf\u00e9"}\n'
+    (tmp_path / name).write_bytes(text.encode("cp1252"))
+    with pytest.raises(UserError, match=rf"{name}' is not UTF-8 .*0xe9.*re-save it as UTF-8"):
+        prepare_lm(tmp_path / name, "byte", tmp_path / "out")
+    assert not (tmp_path / "out" / "meta.json").exists()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from oelm.data.cls_sources import iter_jsonl
+from oelm.data.cls_sources import iter_jsonl, not_utf8
 from oelm.data.tales import tales
 from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
 from oelm.utils.errors import UserError
@@ -288,8 +288,8 @@ def _file_docs(path: Path, text_field: str, whole_if_plain: bool) -> list[str]:
         return _jsonl_docs(path, text_field)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a BOM is no text (it would change the first document)
-    except UnicodeDecodeError as err:
-        raise UserError(f"{str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     return split_documents(text, whole_if_plain=whole_if_plain)
 
 

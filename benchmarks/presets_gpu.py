@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--cpu", action="store_true", help="run on CPU (float32, eager): to try the script, not to time GPUs"
     )
+    p.add_argument(
+        "--grad-checkpoint", action="store_true", help="activation checkpointing (less memory, more compute)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the rows here (rewritten after every preset)")
     args = p.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
@@ -90,7 +93,10 @@ def build_preset(args: argparse.Namespace, preset: str) -> tuple[list[Arm], int]
     arms = []
     for method in args.methods:
         torch.manual_seed(0)
-        model = build_lm(preset_config(preset, vocab_size=args.vocab, block_size=max(seq, PRESETS[preset].block_size)))
+        block = max(seq, PRESETS[preset].block_size)
+        model = build_lm(
+            preset_config(preset, vocab_size=args.vocab, block_size=block, grad_checkpoint=args.grad_checkpoint)
+        )
         apply_method(model, method, seed=0)
         flops = training_flops_per_token(model, seq) * args.batch * seq
         arms.append(Arm(method, model, arm_args, args.batch, flops, theoretical_saving(model, seq)))
@@ -133,6 +139,7 @@ def measure_preset(args: argparse.Namespace, preset: str) -> list[dict[str, Any]
                 "device": device_name(args.device),
                 "dtype": "bfloat16" if cuda else "float32",
                 "compile": bool(args.compile),
+                "grad_checkpoint": args.grad_checkpoint,
                 "batch": args.batch,
                 "seq": seq,
                 "params": params,

@@ -41,3 +41,20 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"offline data folder {SHARED_DATA} not present (see ../shared/data/README.md)")
     return SHARED_DATA.resolve()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 2 MiB tmpfs: a real full disk for fault tests (root with mount rights only, else skipped;
+    injected-OSError tests cover the same code everywhere)."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()[:80]})")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -212,22 +212,6 @@ def test_export_never_overwrites_the_run_itself_and_labels_non_best_numbers(lm_r
     assert "of the run's best checkpoint" in card and "not of the exported `latest`" in card
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 2 MiB tmpfs (root with mount rights only; else skipped): a real full disk."""
-    import subprocess
-
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root; the injected-OSError tests cover the same paths")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()[:80]})")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
-
-
 def test_a_really_full_disk_keeps_the_previous_export_and_ends_in_one_line(lm_run, small_disk, capsys):
     out = small_disk / "x"
     assert main(["export", str(lm_run), "--to", "hf", str(out)]) == 0

@@ -158,3 +158,25 @@ def test_prepare_lm_on_a_windows_1252_file_names_it_and_the_fix(name: str, tmp_p
     with pytest.raises(UserError, match=rf"{name}' is not UTF-8 .*0xe9.*re-save it as UTF-8"):
         prepare_lm(tmp_path / name, "byte", tmp_path / "out")
     assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def test_a_really_full_disk_while_checkpointing_is_one_line_and_leaves_the_last_checkpoint(
+    small_disk: Path, tmp_path: Path, capsys
+) -> None:
+    """safetensors raises SafetensorError, not OSError, when the disk fills (this was a traceback)."""
+    import yaml
+
+    from oelm.cli import main
+    from train_utils import one_thread, synthetic_lm_dir, tiny_config
+
+    run = small_disk / "run"
+    cfg = tiny_config(synthetic_lm_dir(tmp_path / "data", n_train=4000), run, steps=30, checkpoint_every=5)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({**cfg, "eval_every": 5, "keep_last": 10}))
+    with one_thread():
+        assert main(["train", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not write a checkpoint" in err[0] and "the disk is full" in err[0]
+    assert "is intact" in err[0] and "--resume" in err[0]
+    ckpts = run / "checkpoints"
+    assert not list(ckpts.rglob(".*")), "temp files left behind"
+    assert (ckpts / (ckpts / "latest").read_text().strip() / "model.safetensors").is_file()

@@ -177,6 +177,18 @@ def test_weights_holding_nan_are_refused_naming_the_tensor(tmp_path):
         to_gpt2(model)
 
 
+def test_a_llama_holding_nan_is_refused_too():
+    from oelm.hf.export import to_hf
+    from oelm.models.llama import Llama, llama_config
+
+    model = Llama(llama_config("llama-tiny", vocab_size=64, block_size=16)).eval()
+    name, weight = next((n, p) for n, p in model.named_parameters() if p.ndim == 2 and "layers.1" in n)
+    with torch.no_grad():
+        weight[0, 0] = float("nan")
+    with pytest.raises(UserError, match=rf"'{name}' holds 1 non-finite"):
+        to_hf(model)
+
+
 def test_export_says_the_context_it_trained_at_and_writes_a_model_card(tmp_path):
     import transformers
 

@@ -190,6 +190,7 @@ def to_hf(model: nn.Module, eot_id: int | None = None, n_positions: int | None =
     """The Hugging Face causal LM computing our model's logits: GPT2LMHeadModel for our GPT,
     LlamaForCausalLM for our Llama (Qwen3ForCausalLM when it has QK-norm)."""
     if isinstance(model, Llama):
+        check_finite(model)
         return to_llama(model, eot_id, n_positions)
     return to_gpt2(model, eot_id, n_positions)
 

@@ -63,3 +63,18 @@ def test_unknown_method_is_one_clear_error(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "unknown method 'nope'" in err and "oelm-freeze" in err
+
+
+def test_params_says_its_vocabulary_and_takes_another(capsys):
+    """gpt-tiny counts with GPT-2's vocabulary unless told; the README's byte-level gpt-tiny is 494,208."""
+    assert main(["params", "gpt-tiny", "--method", "oelm-freeze"]) == 0
+    out = capsys.readouterr().out
+    assert "vocabulary         50,257  (the preset's default, GPT-2 BPE's; --vocab-size N or --tokenizer" in out
+    byte = params_json(capsys, "gpt-tiny", "--method", "oelm-freeze", "--tokenizer", "byte")
+    given = params_json(capsys, "gpt-tiny", "--method", "oelm-freeze", "--vocab-size", "257")
+    assert (byte["vocab_size"], byte["vocab_source"], given["vocab_source"]) == (257, "tokenizer byte", "--vocab-size")
+    assert byte["total"] == given["total"] == 494_208 and round(100 * byte["frozen_fraction"], 1) == 13.3
+    bert = params_json(capsys, "bert-base-uncased", "--vocab-size", "1000")
+    assert bert["total"] == 109_482_240 - (30_522 - 1000) * 768 and bert["vocab_source"] == "--vocab-size"
+    assert main(["params", "gpt-tiny", "--vocab-size", "0"]) == 2
+    assert "--vocab-size must be a positive number" in capsys.readouterr().err

@@ -62,16 +62,24 @@ def resolve_hf_config(model: str):
         ) from None
 
 
-def build_model(model: str, num_labels: int | None = None, causal_classifier: bool = False) -> nn.Module:
-    """A freshly initialized model: our preset (GPT LM or classifier with num_labels, Llama LM) or HF architecture."""
+def build_model(
+    model: str, num_labels: int | None = None, causal_classifier: bool = False, vocab_size: int | None = None
+) -> nn.Module:
+    """A freshly initialized model: our preset (GPT LM or classifier with num_labels, Llama LM) or HF architecture.
+
+    `vocab_size` replaces the preset's or the config's vocabulary (None: keep it)."""
+    if vocab_size is not None and vocab_size < 1:
+        raise UserError(f"--vocab-size must be a positive number of tokens, got {vocab_size}")
     if model in PRESETS:
         if num_labels and is_llama_preset(model):
             raise UserError(f"{model} is a language model (our Llama family has no classifier); drop --num-labels")
-        cfg = preset_config(model)
+        cfg = preset_config(model, vocab_size=vocab_size)
         return GPTClassifier(cfg, num_labels, causal=causal_classifier) if num_labels else build_lm(cfg)
     import transformers  # heavy optional dependency: imported on use
 
     cfg = resolve_hf_config(model)
+    if vocab_size is not None:
+        cfg.vocab_size = vocab_size
     if num_labels:
         cfg.num_labels = num_labels
         ensure_pad_token_id(cfg)
@@ -81,13 +89,23 @@ def build_model(model: str, num_labels: int | None = None, causal_classifier: bo
     return transformers.AutoModel.from_config(cfg)
 
 
-def param_summary(model_name: str, method: str = "baseline", num_labels: int | None = None, seed: int = 0) -> dict:
-    """Parameter counts of a model under a method, as `oelm params` prints them."""
+def param_summary(
+    model_name: str,
+    method: str = "baseline",
+    num_labels: int | None = None,
+    seed: int = 0,
+    vocab_size: int | None = None,
+    vocab_from: str | None = None,
+) -> dict:
+    """Parameter counts of a model under a method, as `oelm params` prints them.
+
+    `vocab_size` replaces the model's vocabulary; `vocab_from` says where it came from (e.g. a
+    tokenizer), for the `vocab_source` the summary reports."""
 
     torch.manual_seed(seed)
     # Counting needs shapes, not values: build on the meta device (no memory, no init cost).
     with torch.device("meta"):
-        model = build_model(model_name, num_labels)
+        model = build_model(model_name, num_labels, vocab_size=vocab_size)
     state = apply_method(model, method, seed=seed)
     audit = audit_model(model)
     t = audit.totals
@@ -96,6 +114,8 @@ def param_summary(model_name: str, method: str = "baseline", num_labels: int | N
         "family": state.family,
         "method": state.method.name,
         "num_labels": num_labels,
+        "vocab_size": _vocab_size(model),
+        "vocab_source": vocab_from or ("given" if vocab_size is not None else _default_vocab(model_name)),
         "total": t["total"],
         "trainable": t["trainable"],
         "frozen": t["frozen"],
@@ -103,3 +123,15 @@ def param_summary(model_name: str, method: str = "baseline", num_labels: int | N
         "max_orthogonality_error": t["max_orthogonality_error"],
         "by_role": t["by_role"],
     }
+
+
+def _vocab_size(model: nn.Module) -> int | None:
+    """The vocabulary of a built model (its input embedding's rows), or None without one."""
+    config = getattr(model, "config", None) or getattr(model, "cfg", None)
+    size = getattr(config, "vocab_size", None)
+    return int(size) if size is not None else None
+
+
+def _default_vocab(model_name: str) -> str:
+    """Where a model's vocabulary comes from when none is given."""
+    return "the preset's default, GPT-2 BPE's" if model_name in PRESETS else "the model's config"

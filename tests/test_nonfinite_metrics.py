@@ -36,3 +36,18 @@ def test_the_note_reads_a_null_primary_metric_of_older_records_and_finite_ones_s
     assert "not a finite number" in heldout_note(older)
     assert heldout_note({"primary_metric": "test_accuracy", "test_accuracy": 0.8}) == ""
     assert heldout_note({"primary_metric": "test_accuracy"}) == ""  # not recorded at all: nothing to say
+
+
+def test_a_compact_record_of_a_run_with_non_finite_values_is_strict_json(tmp_path: Path) -> None:
+    from oelm.records.compact import dump_record
+    from oelm.records.run import RunRecord
+
+    run = RunRecord(
+        path=tmp_path,
+        status="collapsed",
+        results={"status": "diverged", "best_val_loss": float("nan"), "diverged_loss": float("inf")},
+        _metrics=[{"kind": "eval", "step": 5, "val_loss": float("nan")}],
+        _items={},
+    )
+    record = json.loads(dump_record(run), parse_constant=lambda c: pytest.fail(f"{c} in a record"))
+    assert record["results"]["best_val_loss"] is None and record["evals"][0]["val_loss"] is None

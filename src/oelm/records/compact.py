@@ -17,7 +17,7 @@ from typing import Any
 from oelm.records.artifacts import AuditSummary, TimingStats
 from oelm.records.run import RunRecord, RunResults, classify, normalize_results
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, read_json_object
+from oelm.utils.io import atomic_write_text, clean_json, read_json_object
 
 RECORD_FILE = "record.json"
 RECORD_FORMAT = "oelm run record"
@@ -53,7 +53,8 @@ def dump_record(run: RunRecord, relative_to: str | Path | None = None) -> str:
     """The record's text: one key per line, floats in their shortest exact form (a diff names what
     moved). Paths under `relative_to` (the sweep directory) are written relative to it, so a
     committed record names no machine's folders."""
-    text = json.dumps(record_of(run), indent=1, default=str) + "\n"
+    # Strict JSON: a non-finite value (a diverged run's losses) is null, as in results.json.
+    text = json.dumps(clean_json(record_of(run)), indent=1, default=str, allow_nan=False) + "\n"
     if relative_to is not None:
         for root in {Path(relative_to).as_posix(), Path(relative_to).resolve().as_posix()}:
             text = text.replace(json.dumps(root + "/")[1:-1], "")

@@ -62,7 +62,7 @@ def make_trainer(model, out, callbacks, steps: int = 4):
     return Trainer(model=model, args=args, train_dataset=Rows(), callbacks=callbacks)
 
 
-def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path):
+def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path, capsys):
     from oelm.hf.trainer import AUDIT_FILE, OELMCallback
 
     model = make("bert")
@@ -72,6 +72,15 @@ def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path):
     cb = OELMCallback()
     make_trainer(model, tmp_path, [cb]).train()
     assert [s for s, _ in cb.checks] == [2, 4, 4] and all(c.ok for _, c in cb.checks)
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("oelm: ")]
+    t = cb.audit.totals
+    assert said == [  # one line at the start, one at each verified save
+        f"oelm: oelm-freeze: {t['frozen']:,} of {t['total']:,} parameters frozen ({t['frozen_fraction']:.1%}, 8 "
+        "tensors); start audit ok (8 frozen tensors bit-identical, without gradients, outside the optimizer); "
+        "checked again at every save and at the end",
+        "oelm: checkpoint-2: freeze audit ok (8 frozen tensors bit-identical, without gradients, outside the optimizer)",
+        "oelm: checkpoint-4: freeze audit ok (8 frozen tensors bit-identical, without gradients, outside the optimizer)",
+    ]
     assert cb.final.n_frozen_checked == 2 * 2 * 2  # 2 layers x Q/K x weight/bias
     assert torch.equal(find_targets(model).layers[0].q.get(), q0)
     assert not torch.equal(find_targets(model).layers[0].v.get(), v0)  # the rest did train
@@ -81,7 +90,7 @@ def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path):
     assert {n for n, p in again.named_parameters() if not p.requires_grad} == set(cb.audit.fingerprints)
 
 
-def test_trainer_callback_stops_a_run_that_moves_a_frozen_tensor(tmp_path):
+def test_trainer_callback_stops_a_run_that_moves_a_frozen_tensor(tmp_path, capsys):
     from transformers import TrainerCallback
 
     from oelm.hf.trainer import FreezeViolation, OELMCallback
@@ -95,6 +104,13 @@ def test_trainer_callback_stops_a_run_that_moves_a_frozen_tensor(tmp_path):
     oelm.apply_method(model, "oelm-freeze", seed=0)
     with pytest.raises(FreezeViolation, match="changed during training"):
         make_trainer(model, tmp_path, [OELMCallback(), Nudge()]).train()
+    assert "oelm: step 2: freeze audit FAILED: " in capsys.readouterr().out
+
+    quiet = make("bert")  # verbose=False prints nothing; strict=False records the failure only
+    oelm.apply_method(quiet, "oelm-freeze", seed=0)
+    cb = OELMCallback(strict=False, verbose=False)
+    make_trainer(quiet, tmp_path / "quiet", [cb, Nudge()]).train()
+    assert not cb.final.ok and "oelm:" not in capsys.readouterr().out
 
 
 def test_accelerate_prepared_optimizer_passes_the_audit():

@@ -42,11 +42,17 @@ class OELMCallback(TrainerCallback):
     the optimizer check reads ZeRO's groups of model tensors (ZeRO-1/2/3), and the model's
     `save_pretrained` (checkpoints, `trainer.save_model`) writes the method record taken at the
     last check instead of fingerprinting the shards.
+
+    With verbose=True (default) the main process prints one line at train begin (method, frozen
+    share, the start check) and one at each save's check, and a failed check wherever it happens:
+    printed like the Trainer's own `PrinterCallback`, since a library's logging notes are hidden
+    unless the application configures logging.
     """
 
-    def __init__(self, strict: bool = True, audit: Audit | None = None) -> None:
+    def __init__(self, strict: bool = True, audit: Audit | None = None, verbose: bool = True) -> None:
         self.strict = strict
         self.audit = audit
+        self.verbose = verbose
         self.checks: list[tuple[int, AuditCheck]] = []
         self.record: dict[str, Any] | None = None  # under ZeRO-3: the method record of the last check
 
@@ -55,7 +61,9 @@ class OELMCallback(TrainerCallback):
         """The last check (the end-of-training one once training has finished)."""
         return self.checks[-1][1] if self.checks else None
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any
+    ) -> None:
         base = underlying(model)
         if method_state(base) is None:
             raise UserError("OELMCallback: no method applied to the model; call oelm.apply_method first")
@@ -67,12 +75,18 @@ class OELMCallback(TrainerCallback):
                 self.record = method_record(base)
             base.save_pretrained = _SaveCheckedRecord(base, self)
         keep_record(model)  # a PEFT model's save_pretrained writes the record beside the adapter
+        start = self._check(model, optimizer)  # no tensor moved yet: this checks grads and the optimizer
+        self._say(state, start_line(self.audit, start))
+        if self.strict and not start.ok:
+            raise FreezeViolation("OELM freeze audit failed at train begin: " + "; ".join(start.problems[:5]))
 
     def on_save(
         self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any
     ) -> None:
-        check = self._verify(state.global_step, model, optimizer)
+        check = self._verify(state.global_step, model, optimizer, state)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if check.ok:
+            self._say(state, f"oelm: {folder.name}: freeze audit ok ({check_words(check)})")
         if state.is_world_process_zero and folder.is_dir():
             _write(folder / AUDIT_FILE, self.audit, check)
             if self.record is not None:  # the checkpoint's record, from the gathered tensors
@@ -83,9 +97,10 @@ class OELMCallback(TrainerCallback):
     def on_train_end(
         self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any
     ) -> None:
-        self._verify(state.global_step, model, optimizer)
+        self._verify(state.global_step, model, optimizer, state)
 
-    def _verify(self, step: int, model: Any, optimizer: Any) -> AuditCheck:
+    def _check(self, model: Any, optimizer: Any) -> AuditCheck:
+        """The audit's check of the model now (frozen bytes, grads, optimizer) plus PEFT's placement."""
         if self.audit is None:
             raise UserError("OELMCallback: no audit recorded (on_train_begin did not run)")
         base = underlying(model)
@@ -94,12 +109,35 @@ class OELMCallback(TrainerCallback):
             if self.record is not None:
                 self.record = method_record(base)
         extra = lora_problems(base)
-        if extra:
-            check = AuditCheck(False, check.problems + extra, check.n_frozen_checked)
+        return AuditCheck(False, check.problems + extra, check.n_frozen_checked) if extra else check
+
+    def _verify(self, step: int, model: Any, optimizer: Any, state: Any = None) -> AuditCheck:
+        check = self._check(model, optimizer)
         self.checks.append((step, check))
+        if not check.ok:
+            self._say(state, f"oelm: step {step}: freeze audit FAILED: " + "; ".join(check.problems[:5]))
         if self.strict and not check.ok:
             raise FreezeViolation(f"OELM freeze audit failed at step {step}: " + "; ".join(check.problems[:5]))
         return check
+
+    def _say(self, state: Any, line: str) -> None:
+        if self.verbose and getattr(state, "is_world_process_zero", True):
+            print(line, flush=True)
+
+
+def start_line(audit: Audit, check: AuditCheck) -> str:
+    """The train-begin line: method, frozen share, and the start check."""
+    t = audit.totals
+    verdict = f"ok ({check_words(check)})" if check.ok else "FAILED: " + "; ".join(check.problems[:5])
+    return (
+        f"oelm: {audit.method}: {t['frozen']:,} of {t['total']:,} parameters frozen ({t['frozen_fraction']:.1%}, "
+        f"{len(audit.fingerprints)} tensors); start audit {verdict}; checked again at every save and at the end"
+    )
+
+
+def check_words(check: AuditCheck) -> str:
+    """What a passing check established, in words."""
+    return f"{check.n_frozen_checked} frozen tensors bit-identical, without gradients, outside the optimizer"
 
 
 def _write(path: Path, audit: Audit, check: AuditCheck) -> None:

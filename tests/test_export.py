@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import oelm
 from oelm.cli import main
 from oelm.core.audit import audit_model
-from oelm.hf.export import MARKER, export_hf, hf_tokenizer, max_logit_diff, to_gpt2
+from oelm.hf.export import MARKER, check_target, export_hf, hf_tokenizer, max_logit_diff, to_gpt2
 from oelm.models.gpt import GPT, GPTClassifier, gpt_config
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
@@ -236,3 +238,37 @@ def test_a_really_full_disk_keeps_the_previous_export_and_ends_in_one_line(lm_ru
     assert "could not write" in err and "No space left on device" in err and "Traceback" not in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "x"]
+
+
+NAMES = st.sampled_from(["config.json", "model.safetensors", "README.md", "notes.txt", "sub", "sub/a.bin", "x.lnk"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(listed=st.sets(NAMES, max_size=5), present=st.sets(NAMES, min_size=1, max_size=5))
+def test_overwrite_is_allowed_exactly_when_the_folder_holds_only_what_its_marker_lists(
+    listed, present, tmp_path_factory
+):
+    root = tmp_path_factory.mktemp("target")
+    out, run = root / "out", root / "run"
+    run.mkdir()
+    out.mkdir()
+    for name in sorted(present):
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if name == "x.lnk":
+            path.symlink_to(run, target_is_directory=True)  # a link never counts as what it points to
+        elif name == "sub":
+            path.mkdir(exist_ok=True)
+        elif not path.exists():
+            path.write_text("x")
+    files = sorted(listed | {MARKER})
+    (out / MARKER).write_text(json.dumps({"files": files}))
+    on_disk = {str(p.relative_to(out)) for p in out.rglob("*")}
+    allowed = set(files) | {str(Path(f).parent) for f in files if "/" in f}
+    if on_disk <= allowed:
+        check_target(out, run, overwrite=True)
+    else:
+        with pytest.raises(UserError, match="removes nothing else"):
+            check_target(out, run, overwrite=True)
+    with pytest.raises(UserError, match="pass --overwrite"):
+        check_target(out, run, overwrite=False)

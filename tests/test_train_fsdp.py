@@ -186,7 +186,12 @@ def test_dcp_checkpoint_resumes_at_one_and_three_processes_keeping_the_global_ba
     done = torchrun_train(cfg, tmp_path / "two.yaml", 2)
     assert done.returncode == 0, done.stderr[-3000:]
     step = tmp_path / "two" / "checkpoints" / "step_0000006"
-    assert sorted(p.name for p in (step / SHARDED).iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert sorted(p.name for p in (step / SHARDED).iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+        "shards.json",  # every shard's sha256, checked on resume
+    ]
     state = load_state(step)
     assert (state["world_size"], state["global_batch"], state["strategy"], state["optimizer"]) == (2, 12, "fsdp", None)
     assert (step / STATE).is_file() and (step / WEIGHTS).is_file()  # the last step: whole weights too

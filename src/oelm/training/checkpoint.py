@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import random
@@ -37,6 +38,7 @@ except ImportError:  # a torch without torch.distributed: --strategy fsdp is ref
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
+SHARD_DIGESTS = "shards.json"  # in step_N/dcp/: {"step", "files": {shard file: sha256}}
 SHARDED = "dcp"  # --strategy fsdp: the sharded model + optimizer (torch.distributed.checkpoint)
 SHARDED_META = "meta.json"  # --strategy fsdp: the weights' metadata, as model.safetensors holds it
 BEST_COPY = "best.safetensors"  # best/ weights as of this checkpoint (a kill may leave best/ newer)
@@ -388,12 +390,17 @@ def save_sharded_checkpoint(
             f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); fix the cause "
             "and rerun with --resume"
         ) from None
+    # Every rank's shard digests, so a resume can tell a shard of this save from another one's.
+    digests: list[Any] = [None] * tdist.get_world_size()
+    tdist.all_gather_object(digests, _shard_digests(tmp / SHARDED, tdist.get_rank()))
     whole = full_state_dict(model) if whole_weights else {}
     tdist.barrier()  # every rank's shard is on disk before rank 0 renames the directory
     if not is_main:
         return final
     with _written_or_removed(tmp, ckpt_root, _nbytes(whole) + _nbytes(state)):
         meta = {**metadata, "step": str(step)}
+        files = {name: digest for rank in digests for name, digest in rank.items()}
+        atomic_write_json(tmp / SHARDED / SHARD_DIGESTS, {"step": step, "files": files})
         atomic_write_json(tmp / SHARDED_META, {k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()})
         if whole_weights:
             _save_full(model, whole, tmp / WEIGHTS, meta)
@@ -409,8 +416,50 @@ def save_sharded_checkpoint(
     return final
 
 
+def _shard_digests(folder: Path, rank: int) -> dict[str, str]:
+    """sha256 of the shard files one rank wrote (DCP names them __<rank>_<n>.distcp)."""
+    out = {}
+    for path in sorted(folder.glob(f"__{rank}_*.distcp")):
+        with path.open("rb") as f:
+            out[path.name] = hashlib.file_digest(f, "sha256").hexdigest()
+    return out
+
+
+def shard_problem(step_dir: Path) -> str | None:
+    """Why step_N/dcp/ is not the checkpoint its shards.json describes (None: it is, or it predates
+    shards.json): a shard missing, or one whose bytes are another save's (e.g. from another step)."""
+    folder = step_dir / SHARDED
+    record = folder / SHARD_DIGESTS
+    if not record.is_file():
+        return None
+    try:
+        stored = json.loads(record.read_text(encoding="utf-8"))
+        files = dict(stored["files"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{record} is unreadable ({type(err).__name__}); resume from an earlier checkpoint or pass --overwrite"
+    for name, digest in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            return (
+                f"sharded checkpoint {str(folder)!r} lacks the shard {name} written at step {stored.get('step')}; "
+                "restore the file, resume from an earlier checkpoint, or pass --overwrite"
+            )
+        with path.open("rb") as f:
+            if hashlib.file_digest(f, "sha256").hexdigest() != digest:
+                return (
+                    f"shard {name} in {str(folder)!r} is not the one written at step {stored.get('step')} (its "
+                    "bytes differ: a shard from another save?); resume from an earlier checkpoint or pass --overwrite"
+                )
+    return None
+
+
 def load_sharded_checkpoint(step_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Load step_N/dcp/ into a sharded model and its optimizer, resharded to this job's world size."""
+    """Load step_N/dcp/ into a sharded model and its optimizer, resharded to this job's world size,
+    after rank 0 checked every shard against the digests written with it (shards.json)."""
+    box = [shard_problem(step_dir) if tdist.get_rank() == 0 else None]
+    tdist.broadcast_object_list(box, src=0)
+    if box[0]:
+        raise UserError(box[0])
     model_sd, optim_sd = get_state_dict(model, optimizer)
     loaded = {"model": model_sd, "optim": optim_sd}
     try:

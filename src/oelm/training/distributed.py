@@ -191,6 +191,35 @@ def from_rank0(read: Callable[[], T], info: DistInfo) -> T:
     return value
 
 
+# What each fact means when ranks disagree on it, and the fix.
+AGREE_FIXES = {
+    "config": "every rank must run the same config (same file and overrides on every node)",
+    "data_fingerprint": "every rank must read the same prepared data: prepare it once on a shared file "
+    "system, or copy the same prepared folder to every node",
+    "step": "every rank must resume from the same checkpoint: point --out at one shared run directory",
+    "tokens_seen": "every rank must resume from the same checkpoint: point --out at one shared run directory",
+    "method": "every rank must apply the same method and options",
+}
+
+
+def agree(facts: dict[str, Any], info: DistInfo, when: str) -> None:
+    """Check every rank's `facts` equal rank 0's (`when`: e.g. "before the first step"); otherwise
+    one UserError on every rank, naming the first rank and fact that differ and the fix. A no-op
+    without a process group. The facts travel pickled (all_gather_object): keep them small."""
+    if not info.enabled:
+        return
+    gathered: list[Any] = [None] * info.world
+    dist.all_gather_object(gathered, facts)
+    base = gathered[0]
+    for rank, other in enumerate(gathered[1:], start=1):
+        for key, value in base.items():
+            if other.get(key) != value:
+                fix = AGREE_FIXES.get(key, "every rank must start from the same state")
+                raise UserError(
+                    f"rank {rank} disagrees with rank 0 {when} on {key}: {other.get(key)!r} vs {value!r}; {fix}"
+                )
+
+
 def broadcast_tensors(tensors: Sequence[torch.Tensor], info: DistInfo) -> None:
     """Overwrite each tensor with rank 0's values, in place (weights rank 0 alone has read)."""
     if info.enabled:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import signal
@@ -25,6 +27,7 @@ from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import (
     DistInfo,
+    agree,
     agreed_signal,
     all_reduce_sum,
     barrier,
@@ -188,6 +191,9 @@ class Trainer:
         self.strategy.check_run_dir(self.run_dir)
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
+        # Every rank checks what it runs, reads and resumed against rank 0 before the first step:
+        # different prepared data or a different checkpoint would otherwise train without a word.
+        agree(self._rank_facts(), self.dist, "before the first step")
         self.session_first_step = self.step
         barrier(self.dist)
         self._open_logs()
@@ -197,6 +203,17 @@ class Trainer:
             self.metrics.close()
             self.tb.close()
         return self._finish()
+
+    def _rank_facts(self) -> dict[str, Any]:
+        """What every rank must share with rank 0: config, method, data fingerprint, resumed step."""
+        config = hashlib.sha256(dump_config(self.cfg).encode("utf-8")).hexdigest()[:16]
+        return {
+            "config": config,
+            "method": f"{self.cfg.method} {json.dumps(self.cfg.method_options, sort_keys=True, default=str)}",
+            "data_fingerprint": self.task.model_metadata().get("data_fingerprint"),
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+        }
 
     def _build(self) -> None:
 

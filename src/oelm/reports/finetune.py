@@ -327,8 +327,8 @@ def _bytes(n: float | None) -> str:
 def _table(rows: list[Row], ref_name: str) -> list[str]:
     lines = [
         f"| method | LR | seeds | accuracy % [95% CI] | Δ vs {ref_name}, points [95% CI] | Holm p | verdict | "
-        "trainable | AdamW state | step time ratio | dominated by |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "trainable | AdamW state | peak memory | step time ratio | dominated by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         acc = f"{_fmt(r.accuracy)} [{_fmt(r.accuracy_low)}, {_fmt(r.accuracy_high)}]"
@@ -336,7 +336,7 @@ def _table(rows: list[Row], ref_name: str) -> list[str]:
         lines.append(
             f"| {r.method} | {_fmt(r.lr, 'g')} | {len(r.seeds)} | {acc} | {diff} | {_fmt(r.holm_p, '.3g')} | "
             f"{r.verdict} | {_params(r.trainable_params)} | {_bytes(r.optimizer_bytes)} | "
-            f"{_fmt(r.step_ratio)} | {', '.join(r.dominated_by) or 'no'} |"
+            f"{_bytes(r.peak_memory_bytes)} | {_fmt(r.step_ratio)} | {', '.join(r.dominated_by) or 'no'} |"
         )
     return lines
 
@@ -446,7 +446,9 @@ def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.
         f"![accuracy against trainable parameters, optimizer state and step time]({figure})",
         "",
         "Costs: trainable parameters from the freeze audit; AdamW state = 2 fp32 moments per trainable "
-        "parameter; step time = the runs' own mean step time over full fine-tuning's, paired by seed "
+        "parameter; peak memory as the runs recorded it (on CPU the process's peak resident memory, which "
+        "includes the data and the interpreter); step time = the runs' own mean step time over full "
+        "fine-tuning's, paired by seed "
         "(runs shared the machine, so this ratio is rough). Dominated: another arm has at least the "
         "same mean accuracy at no more of every cost and less of one (means, not tests).",
         "",

@@ -312,7 +312,7 @@ def test_an_unknown_family_is_a_clear_error():
             self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
 
     for model in (Mystery(), torch.nn.Linear(3, 3)):
-        with pytest.raises(UserError, match="no known Q/K layout.*supported families: oelm-gpt, bert"):
+        with pytest.raises(UserError, match="no known Q/K layout.*supported families: oelm-gpt, oelm-llama, bert"):
             oelm.apply_method(model, "oelm-freeze")
     # Several stacks of layers (an encoder-decoder without a row) are never guessed at.
     whisper = T.WhisperModel(T.WhisperConfig(**BART, **IDS))

@@ -215,7 +215,7 @@ def test_random_ablations_are_not_orthogonal():
 
 
 def test_unsupported_family_and_double_application_are_clear_errors():
-    with pytest.raises(UserError, match="supported families: oelm-gpt, bert"):
+    with pytest.raises(UserError, match="supported families: oelm-gpt, oelm-llama, bert"):
         apply_method(torch.nn.Linear(3, 3), "oelm-freeze")
     model = make("oelm-gpt")
     apply_method(model, "oelm-freeze")

@@ -12,6 +12,7 @@ from oelm.core.freezing import optimizer_groups
 from oelm.core.orthogonal import orthogonality_error
 from oelm.core.targets import find_targets
 from oelm.models.gpt import GPT, GPTClassifier, gpt_config
+from oelm.models.llama import Llama, llama_config
 from oelm.utils.errors import UserError
 
 VOCAB = 97
@@ -57,11 +58,13 @@ def make(family: str):
         return GPT(gpt_config("gpt-tiny", vocab_size=VOCAB, block_size=32))
     if family == "oelm-gpt-classifier":
         return GPTClassifier(gpt_config("gpt-tiny", vocab_size=VOCAB, block_size=32), num_labels=3)
+    if family == "oelm-llama":
+        return Llama(llama_config("llama-tiny", vocab_size=VOCAB, block_size=32))
     return _hf(family)
 
 
 def loss_of(model, x: torch.Tensor) -> torch.Tensor:
-    if isinstance(model, GPT):
+    if isinstance(model, (GPT, Llama)):
         return model(x, x)[1]
     y = torch.arange(x.shape[0]) % 3
     if isinstance(model, GPTClassifier):
@@ -69,7 +72,7 @@ def loss_of(model, x: torch.Tensor) -> torch.Tensor:
     return model(input_ids=x, labels=y).loss
 
 
-FAMILIES = ["oelm-gpt", "oelm-gpt-classifier", "bert", "roberta", "distilbert", "gpt2", "llama"]
+FAMILIES = ["oelm-gpt", "oelm-gpt-classifier", "oelm-llama", "bert", "roberta", "distilbert", "gpt2", "llama"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

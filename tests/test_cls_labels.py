@@ -68,13 +68,13 @@ def test_a_pandas_float_label_column_with_nan_is_not_a_third_class(tmp_path: Pat
 def test_a_label_never_seen_in_training_is_refused_not_added(train_labels, other, split, tmp_path_factory) -> None:
     folder = tmp_path_factory.mktemp("cls")
     labels = sorted(train_labels)
-    (folder / "train.csv").write_text("text,label\n" + "".join(f"t{i},{lab}\n" for i, lab in enumerate(labels * 3)))
+    (folder / "train.csv").write_text("text,label\n" + "".join(f"t{i},{lab}\n" for i, lab in enumerate(labels * 10)))
     (folder / f"{split}.csv").write_text(f"text,label\nx,{labels[0]}\ny,{other}\n")
     if other in train_labels:
-        assert load_classification("local", data_dir=folder, val_fraction=0.3).label_names == labels
+        assert load_classification("local", data_dir=folder, val_fraction=0.2).label_names == labels
         return
     with pytest.raises(UserError, match=rf"{split}\.csv: label\(s\) '{other}' never occur in the training file"):
-        load_classification("local", data_dir=folder, val_fraction=0.3)
+        load_classification("local", data_dir=folder, val_fraction=0.2)
 
 
 def test_an_integer_test_label_beyond_training_is_refused_too(tmp_path: Path) -> None:
@@ -145,3 +145,12 @@ def test_a_step_larger_than_the_training_split_is_refused_before_the_run(batch, 
     with pytest.raises(UserError, match=rf"= {batch * accum} rows per optimizer step, but the training split has 12"):
         train(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_class_that_max_train_or_the_carve_leaves_untrained_is_refused(tmp_path: Path) -> None:
+    rows = "".join(f"common {i},a\n" for i in range(30)) + "rare,b\n"
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    (tmp_path / "test.csv").write_text("text,label\nx,a\ny,b\n")
+    assert load_classification("local", data_dir=tmp_path, val_fraction=0.05).num_labels == 2
+    with pytest.raises(UserError, match=r"heldout rows hold class\(es\) 'b' that no training row has .*max_train"):
+        load_classification("local", data_dir=tmp_path, val_fraction=0.05, max_train=5, seed=1)

@@ -208,6 +208,22 @@ def _check_labels_seen_in_training(raw: dict[str, list[tuple[str, str | None, st
             )
 
 
+def _check_evaluated_classes_trained(
+    train: list[Example], evaluated: dict[str, list[Example]], names: list[str]
+) -> None:
+    """Refuse data whose training rows (after splits and caps) lack a class that is evaluated: the
+    model could never predict it (e.g. max_train too small, or a carve that took a rare class)."""
+    seen = {ex.label for ex in train}
+    for split, rows in evaluated.items():
+        missing = sorted({ex.label for ex in rows} - seen)
+        if missing:
+            labels = ", ".join(repr(names[i]) if i < len(names) else str(i) for i in missing[:5])
+            raise UserError(
+                f"the {split} rows hold class(es) {labels} that no training row has ({len(train)} training rows "
+                "after splitting and max_train); raise max_train, or use data where every class is trained"
+            )
+
+
 def _local_plan(has_val: bool, has_test: bool) -> RolePlan:
     if has_val and has_test:
         return RolePlan(validation="validation", heldout="test")
@@ -246,6 +262,7 @@ def load_classification(
     info.update(loaded.notes)
     info["split_seed"] = seed
     train, validation, heldout, extra = _cap(train, validation, heldout, extra, max_train, max_eval, seed, info)
+    _check_evaluated_classes_trained(train, {"validation": validation, "heldout": heldout, **extra}, loaded.label_names)
     return ClassificationData(
         name=display if eval_dataset is None else f"{display}->{_canonical(eval_dataset)}",
         train=train,

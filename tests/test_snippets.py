@@ -11,7 +11,10 @@ source and not on the rendered page; words separated by ";":
     <!-- snippet: skip (why) -->   not run: reported as skipped with the reason; its oelm imports
                                    and `oelm.X.Y` names are still resolved
     <!-- snippet: slow -->         runs under the `slow` marker
-    <!-- snippet: repo-root -->    runs in the repository root (for paths like ../shared/data)
+    <!-- snippet: repo-root -->    runs in the repository root (for repository files)
+
+`../shared/data` resolves from the temporary directory too (a link to the shared data folder), so a
+snippet that reads it and writes files needs no `repo-root`.
 """
 
 from __future__ import annotations
@@ -154,6 +157,8 @@ def run_snippet(snippet: Snippet, workdir: Path) -> None:
     script.write_text(snippet.code, encoding="utf-8")
     cwd = REPO if snippet.repo_root else workdir / "cwd"
     cwd.mkdir(exist_ok=True)
+    if not snippet.repo_root and SHARED_DATA.is_dir():  # `../shared/data` reads as in the repository root
+        (workdir / "shared").symlink_to(SHARED_DATA.parent.resolve(), target_is_directory=True)
     env = {"OMP_NUM_THREADS": "1", **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     # One thread unless asked otherwise: tiny shapes gain nothing from more, and on shared cores
     # torch's spinning threads make a snippet several times slower.

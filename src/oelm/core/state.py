@@ -22,20 +22,14 @@ class MethodState:
     seed: int
     qk_init: str | None
     family: str
-    options: dict[str, Any] = field(
-        default_factory=dict
-    )  # validated, defaults filled in
+    options: dict[str, Any] = field(default_factory=dict)  # validated, defaults filled in
     layers: list[int] = field(default_factory=list)  # layer indices the method touched
     inits: dict[str, str] = field(default_factory=dict)  # parameter name -> init used
-    orthogonal_heads: dict[str, int] = field(
-        default_factory=dict
-    )  # frozen orthogonal weight -> n_heads
+    orthogonal_heads: dict[str, int] = field(default_factory=dict)  # frozen orthogonal weight -> n_heads
     # For weights on the meta device (parameter counting without memory): the orthogonality
     # error of the values that were written, in the parameter's dtype.
     meta_orthogonality: dict[str, float] = field(default_factory=dict)
-    scheduled: list[str] = field(
-        default_factory=list
-    )  # projection names a schedule switches
+    scheduled: list[str] = field(default_factory=list)  # projection names a schedule switches
     # Fraction of training steps the scheduled projections spend frozen: from the option f until
     # oelm.core.schedules.FreezeSchedule knows the step count.
     scheduled_frozen_fraction: float = 0.0
@@ -47,11 +41,7 @@ class MethodState:
 
     def record(self) -> dict[str, Any]:
         """The method and its options, as stored in checkpoints (enough to re-apply it)."""
-        return {
-            "method": self.method.name,
-            "method_options": dict(self.options),
-            "method_seed": self.seed,
-        }
+        return {"method": self.method.name, "method_options": dict(self.options), "method_seed": self.seed}
 
 
 def method_state(model: nn.Module) -> MethodState | None:

@@ -11,7 +11,7 @@ import yaml
 
 from oelm.cli import main
 from oelm.records import run as records
-from oelm.reports.finetune import _replicates, write_board
+from oelm.reports.finetune import replicates, write_board
 
 N = 400  # held-out examples
 
@@ -129,7 +129,7 @@ def test_interval_includes_test_noise_even_when_seeds_agree(tmp_path: Path) -> N
 
 def test_replicates_pair_arms_on_one_draw() -> None:
     a = np.array([[1, 0, 1, 1], [1, 1, 0, 1]], dtype=float)
-    reps = _replicates([a, a.copy()], resamples=200)
+    reps = replicates([a, a.copy()], resamples=200)
     assert reps.shape == (2, 200) and np.array_equal(reps[0], reps[1])
 
 

@@ -104,7 +104,7 @@ def _items(arm: Arm) -> dict[int, np.ndarray]:
     return out
 
 
-def _replicates(rows: Sequence[np.ndarray], resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+def replicates(rows: Sequence[np.ndarray], resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
     """Bootstrap replicates of the mean over seeds of each row's mean over examples.
 
     rows: [seeds, examples] arrays (one per arm, seeds aligned); every arm gets the same example
@@ -147,14 +147,14 @@ def _fill(row: Row, arm: Arm, ref: Arm | None) -> np.ndarray | None:
     if ref is None:
         seeds = sorted(mine)
         if seeds:
-            reps = _replicates([np.stack([mine[s] for s in seeds])])[0] * 100
+            reps = replicates([np.stack([mine[s] for s in seeds])])[0] * 100
             row.accuracy_low, row.accuracy_high = _interval(reps)
         return None
     theirs = _items(ref)
     seeds = sorted(set(mine) & set(theirs))
     if len(seeds) < 2 or len({len(mine[s]) for s in seeds} | {len(theirs[s]) for s in seeds}) != 1:
         return None
-    reps = _replicates([np.stack([mine[s] for s in seeds]), np.stack([theirs[s] for s in seeds])]) * 100
+    reps = replicates([np.stack([mine[s] for s in seeds]), np.stack([theirs[s] for s in seeds])]) * 100
     row.accuracy_low, row.accuracy_high = _interval(reps[0])
     diff = reps[0] - reps[1]
     full = np.mean([mine[s].mean() - theirs[s].mean() for s in seeds]) * 100

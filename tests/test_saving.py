@@ -326,3 +326,21 @@ def test_a_record_written_before_qk_fingerprints_still_loads(tmp_path: Path) -> 
     path.write_text(json.dumps(record))
     with pytest.raises(UserError, match=r"field\(s\) qk_tensors differ"):
         oelm.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (lambda a: "{not json", "is corrupt"),
+        (lambda a: json.dumps({"class": "GPT"}), "does not describe a model"),
+        (lambda a: json.dumps({**a, "gpt_config": {**a["gpt_config"], "bogus": 1}}), "does not describe a model"),
+    ],
+)
+def test_a_corrupt_architecture_file_is_one_error_naming_it(edit, words, tmp_path: Path) -> None:
+    model = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16))
+    oelm.apply_method(model, "oelm-freeze", seed=0)
+    oelm.save_pretrained(model, tmp_path)
+    path = tmp_path / "oelm_model.json"
+    path.write_text(edit(json.loads(path.read_text())))
+    with pytest.raises(UserError, match=rf"oelm_model\.json'? {words}.*re-save"):
+        oelm.from_pretrained(tmp_path)

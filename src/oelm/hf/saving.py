@@ -28,7 +28,7 @@ from oelm.models.gpt import GPT, GPTClassifier
 from oelm.models.llama import Llama
 from oelm.training.checkpoint import load_weights
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, file_times, follow_umask, write_error
+from oelm.utils.io import atomic_write_text, file_times, follow_umask, read_json_object, write_error
 
 GPT_FILE = "oelm_model.json"  # our GPT's or Llama's architecture (HF models keep theirs in config.json)
 WEIGHTS_FILE = "model.safetensors"
@@ -83,9 +83,21 @@ def _save_gpt(model: nn.Module, folder: Path) -> None:
 
 def _build_gpt(folder: Path) -> nn.Module:
 
-    arch = json.loads((folder / GPT_FILE).read_text())
-    cfg = config_from_meta(arch)
-    return GPTClassifier(cfg, arch["num_labels"], arch["causal"]) if arch["class"] == "GPTClassifier" else build_lm(cfg)
+    fix = "re-save the model with oelm.save_pretrained"
+    arch = read_json_object(folder / GPT_FILE, fix)
+    try:
+        cfg = config_from_meta(arch)
+        if cfg is None:
+            raise KeyError("no model config")
+        return (
+            GPTClassifier(cfg, arch["num_labels"], arch["causal"])
+            if arch["class"] == "GPTClassifier"
+            else build_lm(cfg)
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(
+            f"{str(folder / GPT_FILE)!r} does not describe a model ({type(err).__name__}: {err}); {fix}"
+        ) from None
 
 
 def _load_added(model: nn.Module, folder: Path) -> None:

@@ -344,3 +344,12 @@ def test_a_corrupt_architecture_file_is_one_error_naming_it(edit, words, tmp_pat
     path.write_text(edit(json.loads(path.read_text())))
     with pytest.raises(UserError, match=rf"oelm_model\.json'? {words}.*re-save"):
         oelm.from_pretrained(tmp_path)
+
+
+def test_a_method_record_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
+    model = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16))
+    oelm.apply_method(model, "oelm-freeze", seed=0)
+    oelm.save_pretrained(model, tmp_path)
+    (tmp_path / RECORD_FILE).write_bytes('{"method": "caf\u00e9"}'.encode("cp1252"))
+    with pytest.raises(UserError, match=r"oelm_method\.json' is not valid JSON .*re-save the model"):
+        oelm.from_pretrained(tmp_path)

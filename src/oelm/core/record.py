@@ -205,8 +205,8 @@ def read_record(folder: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{str(path)!r} is not valid JSON ({err}); re-save the model") from None
     if not isinstance(record, dict):
         raise UserError(f"{str(path)!r} is not a method record (not a JSON object); re-save the model")

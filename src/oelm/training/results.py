@@ -134,9 +134,8 @@ def build_results(tr: RunFacts, freeze_check: dict[str, Any], timing: dict[str, 
         "data_fingerprint": tr.data_fingerprint,
     }
     out: dict[str, Any] = {**common, **tr.task_results}
-    out["config_identity_sha256"] = identity_digest(
-        cfg.identity()
-    )  # of RUN/config.yaml as written: a resume refuses edits
+    # The digest of RUN/config.yaml as written: a resume refuses the file once edited.
+    out["config_identity_sha256"] = identity_digest(cfg.identity())
     out.update({alias: out.get(key) for alias, key in tr.result_aliases.items()})
     # Named, not only nulled by the JSON writer: a report says so instead of dropping the run's value.
     non_finite = sorted(k for k, v in out.items() if isinstance(v, float) and not math.isfinite(v))

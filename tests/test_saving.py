@@ -25,7 +25,7 @@ from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
 
 def _logits(model, x: torch.Tensor) -> torch.Tensor:
-    out = model(input_ids=x) if not isinstance(model, oelm.GPT) else model(x)
+    out = model(x) if isinstance(model, (oelm.GPT, oelm.Llama)) else model(input_ids=x)
     return out[0] if isinstance(out, tuple) else out.logits
 
 

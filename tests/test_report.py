@@ -286,7 +286,7 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
         f"pilot: 3 seeds (LRs chosen on them); a confirmation on fresh seeds needs {n_gap} to resolve "
         f"the observed gap of {abs(gaps.mean()):.2f}% or {n_margin} to resolve a gap of the ±1% margin"
     ) in md
-    assert f"`oelm confirm plan SW --seeds {min(n_gap, n_margin)} --out C`" in md
+    assert f"`oelm confirm plan SW --seeds {min(n_gap, n_margin)} --out C --all`" in md  # no pilot claim
     assert "--seeds $(seq" not in md and "reuses the finished runs" not in md
     assert "no difference" not in md.replace("not evidence of no difference", "").replace(
         "never means 'no difference'", ""

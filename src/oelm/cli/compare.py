@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
     )
     out = Path(args.out) if args.out else None
-    extend = extend_command(args.preset, out)
+    extend = extend_command(preset, out)
     outcome = run_compare(
         preset, out=out, parallel=args.parallel, threads=args.threads, extend=extend, executor=executor_of(args)
     )

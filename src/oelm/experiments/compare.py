@@ -151,12 +151,13 @@ def default_out(preset: ComparePreset) -> Path:
     return Path(DEFAULT_OUT) / (preset.name or "custom")
 
 
-def extend_command(preset_arg: str, out: Path | None) -> str:
-    """The `oelm confirm plan` call that checks this comparison on fresh seeds ({seeds} filled in later).
+def extend_command(preset: ComparePreset, out: Path | None) -> str:
+    """The `oelm confirm plan` call that checks this comparison on fresh seeds ({seeds} filled in later),
+    on the folder `run_compare` writes (`out`, else `default_out`: a preset file's `name`, not its stem).
 
     The comparison's own seeds chose every arm's LR: its verdicts are pilot results.
     """
-    return confirm_command(out or Path(DEFAULT_OUT) / Path(preset_arg).stem)
+    return confirm_command(out or default_out(preset))
 
 
 def default_parallel(device: str = "cpu") -> tuple[int, int | None]:

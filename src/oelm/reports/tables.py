@@ -266,6 +266,9 @@ def pilot_text(arm: Arm, group: Group, confirm: str = CONFIRM_PLAN) -> str:
         return f"pilot: {pw.n} seeds (LRs chosen on them)."
     n_plan = min(n for n in (n_gap, n_margin) if n is not None)
     cmd = confirm.format(seeds=n_plan)
+    if d is None or d.verdict == stats.UNRESOLVED:
+        # No pilot claim: a plain plan refuses ("no claim to confirm"); --all compares every arm afresh.
+        cmd += " --all"
     return (
         f"pilot: {pw.n} seeds (LRs chosen on them); a confirmation on fresh seeds needs "
         f"{' or '.join(needs)} (power {pw.power:g}, from the pilot's paired SD {pw.sd_diff:.2f}%): `{cmd}`."

@@ -108,11 +108,15 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
     check_not_edited(run_dir, stored, results)
     diff = differences(cfg, stored)
     state = "finished" if finished else "unfinished"
+    if not cfg.resume and diff:  # --resume would be refused too: it continues only the same settings
+        raise UserError(
+            f"output directory {str(run_dir)!r} already holds a different {state} run (differs in: "
+            f"{', '.join(diff)}); choose another --out, or pass --overwrite to replace that run"
+        )
     if not cfg.resume:
-        what = f"a different {state} run (differs in: {', '.join(diff)})" if diff else f"a {state} run"
         action = "reuse its results" if finished else "continue it"
         raise UserError(
-            f"output directory {str(run_dir)!r} already holds {what}; pass --resume to {action} "
+            f"output directory {str(run_dir)!r} already holds a {state} run; pass --resume to {action} "
             "or --overwrite to replace it (or choose another --out)"
         )
     if diff:

@@ -179,9 +179,24 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        metric = results.get("primary_metric")
-        print(f"{cfg.run_dir()}: {metric} = {results.get(metric)}, freeze_check ok = {results['freeze_check']['ok']}")
+        print(final_line(cfg.run_dir(), results))
     return 0
+
+
+def final_line(run_dir: Path, results: dict[str, Any]) -> str:
+    """The run's final number, rounded, with the split it is on and the freeze check."""
+    metric = results.get("primary_metric")
+    value = results.get(metric)
+    shown = f"{value:.4g}" if isinstance(value, float | int) else "null (not finite)"
+    split = results.get("final_split")
+    if split == "val":
+        where = "on the validation split, which also chose the checkpoint: not a held-out number (no test split)"
+    else:
+        source = results.get("test_source")
+        where = f"on the {split or 'test'} split" + (f" ({source})" if source else "")
+    step = results.get("best_step")
+    at = f", best validation checkpoint (step {step})" if step is not None else ""
+    return f"{run_dir}: {metric} = {shown} {where}{at}; freeze_check ok = {results['freeze_check']['ok']}"
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,24 @@ from oelm.training.distributed import all_reduce_tensor
 from oelm.training.task import Batch, Task, checked_model_config
 from oelm.utils.errors import UserError
 
+log = logging.getLogger(__name__)
+RAW_TEXT = (".txt", ".raw", ".jsonl", ".json", ".md")  # what `oelm prepare lm` reads, never what it writes
+
 
 def read_lm_meta(data_dir: Path) -> dict[str, Any]:
     """meta.json of an LM data directory, with a clear error when it is not one."""
 
+    prepare = f"`oelm prepare lm {data_dir} --tokenizer TOK --out DIR`, then pass --data DIR"
+    if data_dir.is_file():
+        raise UserError(f"--data {str(data_dir)!r} is a file, not a prepared data folder; prepare it first: {prepare}")
     if not data_dir.is_dir():
         raise UserError(f"data directory {str(data_dir)!r} does not exist; create it with `oelm prepare lm`")
+    texts = [p.name for p in data_dir.iterdir() if p.suffix in RAW_TEXT and p.is_file()]
+    if texts and not (data_dir / "meta.json").exists():
+        raise UserError(
+            f"--data {str(data_dir)!r} is a folder of text files ({', '.join(sorted(texts)[:3])}), not a "
+            f"prepared data folder; prepare it first: {prepare}"
+        )
     meta = read_meta(data_dir)
     for key in ("vocab_size", "dtype", "splits"):
         if key not in meta:
@@ -92,6 +105,13 @@ class LMTask(Task):
         for split in ("train", "val"):
             if split not in self.splits:
                 raise UserError(f"{str(self.data_dir)!r} lacks {split}.bin; re-run `oelm prepare lm`")
+        if "test" not in self.splits and self.dist.is_main and self.cfg.progress:  # a sweep's report says it
+            log.warning(
+                "%s has no test split: the run's final number will be val_perplexity, on the validation "
+                "split that also chooses the checkpoint (not a held-out number); for one, prepare the data "
+                "with `oelm prepare lm ... --test-fraction F` (or a source with its own test file)",
+                self.data_dir,
+            )
 
     def build_model(self) -> nn.Module:
         """Our GPT or Llama (the preset's family) with the data's vocabulary."""

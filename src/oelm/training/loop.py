@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -68,6 +69,15 @@ def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = No
     finally:
         if owns_group:  # after a failure no barrier: this rank exits now, and torchrun stops the rest
             shutdown_distributed(info, clean=ok)
+
+
+EVAL_SHOWN = ("loss", "perplexity", "accuracy", "macro_f1", "sequence_accuracy")  # in this order
+
+
+def eval_line(step: int, steps: int, metrics: dict[str, Any], best: bool) -> str:
+    """One validation result as training prints it: 4 significant digits, the best so far marked."""
+    shown = ", ".join(f"{k} {metrics[k]:.4g}" for k in EVAL_SHOWN if isinstance(metrics.get(k), float | int))
+    return f"step {step}/{steps}: validation {shown}" + (" (best so far)" if best else "")
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -435,10 +445,13 @@ class Trainer:
         self.metrics.write(record)
         self.tb.scalars("val", record, self.step)
         score = self.task.selection_score(metrics)
-        if score < self.best_score:
+        best = score < self.best_score
+        if best:
             self.best_score = score
             self.best_val_loss, self.best_step = metrics["loss"], self.step
             self.strategy.save_best(self.ckpt_root, self.model, {**self._weights_meta(), "val_loss": metrics["loss"]})
+        if self.dist.is_main and self.cfg.progress:  # above the bar, as each evaluation comes
+            tqdm.write(eval_line(self.step, self.cfg.steps, metrics, best), file=sys.stderr)
 
     def _run_eval(self, split: str, final: bool) -> tuple[dict[str, float], float]:
         if self.device.type == "cuda":

@@ -147,6 +147,27 @@ def test_methods_option_trains_only_the_named_arms_in_the_spec_s_form(tmp_path: 
         load_spec(path, out=tmp_path / "s", methods=["oelm-temp"])
 
 
+def test_dry_run_ends_with_the_counts_and_a_time_estimate(tmp_path: Path) -> None:
+    """Each run todo / done, then '8 runs: 5 to do, 3 done' and the rest's time at the done runs' mean."""
+    from oelm.experiments.sweep import dry_run
+    from test_report import make_run
+
+    spec = spec_from_dict(_spec(tmp_path))  # 2 methods x 2 LRs x 2 seeds
+    lines = list(dry_run(spec.runs()))
+    assert len(lines) == 9 and all(line.startswith("todo  ") for line in lines[:8])
+    assert lines[-1] == "8 runs: 8 to do, 0 done; no finished run yet to estimate their time from"
+    for seed, wall in ((0, 60.0), (1, 120.0)):
+        run = make_run(spec.out, "baseline", 1e-3, seed, total_wall_time=wall, test_perplexity=5.0)
+        assert run in {r.run_dir for r in spec.runs()}
+    make_run(spec.out, "oelm-freeze", 3e-3, 0, total_wall_time=90.0, test_perplexity=5.0)
+    lines = list(dry_run(spec.runs()))
+    assert sum(line.startswith("done  ") for line in lines) == 3
+    assert lines[-1] == (  # 5 runs x 90 s mean
+        "8 runs: 5 to do, 3 done; about 8 min in one process at the mean wall time of 3 finished run(s) "
+        "(90 s), less with --parallel"
+    )
+
+
 def test_dry_run_piped_into_a_reader_that_stops_is_not_an_error(tmp_path: Path) -> None:
     """`oelm sweep SPEC --dry-run | head -1`: the closed pipe ends the listing quietly, exit 0."""
     import subprocess

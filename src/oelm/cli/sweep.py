@@ -44,14 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate the spec up front, then run the sweep."""
     from oelm.experiments.runner import run_sweep
-    from oelm.experiments.sweep import load_spec
+    from oelm.experiments.sweep import dry_run, load_spec
     from oelm.reports.report import print_summary
 
     executor = executor_of(args)
     spec = load_spec(args.spec, seeds=args.seeds, out=args.out, methods=args.methods)
     if args.dry_run:
-        for r in spec.selected_runs():
-            print(f"{'done' if r.finished() else 'todo'}  {r.run_dir}")
+        for line in dry_run(spec.selected_runs()):
+            print(line)
         return 0
     outcome = run_sweep(
         spec, parallel=args.parallel, report=not args.no_report, threads=args.threads, executor=executor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ from typing import Any
 from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.records.load import load_run
-from oelm.records.run import run_finished
+from oelm.records.run import read_results, run_finished
 from oelm.records.sweep import LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
@@ -292,6 +292,38 @@ def confirm_command(sweep_dir: Path) -> str:
     """`oelm confirm plan` of a pilot sweep directory, {seeds} left to fill in."""
     out = sweep_dir.as_posix()
     return f"oelm confirm plan {out} --seeds {{seeds}} --out {out}-confirm"
+
+
+def dry_run(runs: Sequence[RunSpec]) -> Iterator[str]:
+    """`oelm sweep --dry-run`'s lines: 'todo' or 'done' and each run's folder, then the counts and,
+    from the finished runs' own wall times, about how long the rest takes in one process."""
+    walls: list[float] = []
+    done = 0
+    for run in runs:
+        finished = run.finished()
+        done += finished
+        wall = (read_results(run.run_dir) or {}).get("total_wall_time") if finished else None
+        if isinstance(wall, int | float) and wall > 0:
+            walls.append(float(wall))
+        yield f"{'done' if finished else 'todo'}  {run.run_dir}"
+    todo = len(runs) - done
+    line = f"{len(runs)} runs: {todo} to do, {done} done"
+    if todo and walls:
+        mean = sum(walls) / len(walls)
+        line += (
+            f"; about {_duration(todo * mean)} in one process at the mean wall time of {len(walls)} finished "
+            f"run(s) ({mean:.0f} s), less with --parallel"
+        )
+    elif todo:
+        line += "; no finished run yet to estimate their time from"
+    yield line
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as a reader says them: s, min or h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _check_methods(raw: Any, names: Sequence[str], path: Path) -> list[str]:

@@ -153,3 +153,17 @@ def test_the_compare_extend_command_is_accepted(
     for command in commands:
         accepted(command, capsys)
         shutil.rmtree("runs/compare/tiny-regime-confirm")
+
+
+def test_a_text_files_prepare_line_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--data naming a text file: the error's `oelm prepare lm FILE --tokenizer TOK --out DIR`, filled
+    in, prepares a folder that the same training then accepts."""
+    text = tmp_path / "stories.txt"
+    text.write_text("\n\n".join(f"story {i}: " + "the cat sat on the mat. " * 12 for i in range(300)), encoding="utf-8")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({**TINY, "progress": False}))
+    argv = ["train", str(config), "--out", str(tmp_path / "run")]
+    err = refusal([*argv, "--data", str(text)], capsys)
+    (command,) = suggested(err.replace("TOK", "byte").replace("DIR", str(tmp_path / "prepared")), "prepare lm")
+    accepted(command, capsys)
+    accepted("oelm " + shlex.join([*argv, "--data", str(tmp_path / "prepared")]), capsys)

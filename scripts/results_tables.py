@@ -73,6 +73,7 @@ DEFAULT_FILES = (
     "README.md",
     "docs/results/twin-board/README.md",
     "docs/results/scale/README.md",
+    "docs/results/claims-ledger.md",
 )
 CLOSE = "<!-- /generated -->"
 BLOCK = re.compile(

@@ -24,6 +24,7 @@ COMMANDS: list[str] = [
     "export",
     "leaderboard",
     "finetune",
+    "ladder",
     "confirm",
 ]
 

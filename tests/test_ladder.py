@@ -1,0 +1,83 @@
+"""The scale ladder: gap to the twin per rung, Holm within a rung, and a trend with its interval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oelm.cli import main
+from oelm.reports.ladder import architecture_of, write_ladder
+from test_report import make_run
+
+SIZES = {"s1": 50_000, "s2": 200_000, "s3": 800_000}
+# The true gap of oelm-freeze to its twin shrinks by 4 points per decade of parameters.
+GAP = {"s1": 12.0, "s2": 12.0 - 4 * np.log10(4), "s3": 12.0 - 4 * np.log10(16)}
+
+
+def rung(root: Path, name: str, model: str = "gpt-tiny") -> Path:
+    rng = np.random.default_rng(len(name) + SIZES[name] % 97)
+    out = root / f"{model}-{name}"
+    total = SIZES[name]
+    for seed in range(4):
+        twin = 20.0 + rng.normal(0, 0.1)
+        ppl = {
+            "oelm-nofreeze": twin,
+            "baseline": twin * 1.01,
+            "oelm-freeze": twin * (1 + (GAP[name] + rng.normal(0, 0.3)) / 100),
+        }
+        for method, value in ppl.items():
+            frozen = total // 10 if method == "oelm-freeze" else 0
+            make_run(
+                out,
+                method,
+                1e-3,
+                seed,
+                test_perplexity=value,
+                best_val_loss=float(np.log(value)),
+                trainable_params=total - frozen,
+                frozen_params=frozen,
+                model=model,
+            )
+    return out
+
+
+def test_ladder_compares_each_frozen_method_with_its_twin_and_fits_the_trend(tmp_path: Path, capsys) -> None:
+    rungs = [rung(tmp_path, n) for n in SIZES]
+    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    steps = data["steps"]
+    assert [s["params"] for s in steps] == sorted(SIZES.values())
+    assert {s["method"] for s in steps} == {"oelm-freeze"} and {s["twin"] for s in steps} == {"oelm-nofreeze"}
+    for s, name in zip(steps, SIZES):
+        assert s["gap"] == pytest.approx(GAP[name], abs=0.5) and s["verdict"] == "worse (resolved)"
+        assert s["unstable"] == "0 of 4"
+    (trend,) = data["trends"]
+    assert trend["rungs"] == 3 and trend["slope_low"] < -4.0 < trend["slope_high"]
+    assert trend["at"] == 10 * SIZES["s3"] and "extrapolation" in trend["note"]
+    assert trend["predicted_low"] < 12.0 - 4 * np.log10(160) < trend["predicted_high"]
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "(ladder.png)" in md and (tmp_path / "out" / "ladder.png").stat().st_size > 0
+    assert "trend gpt oelm-freeze" in capsys.readouterr().out
+
+
+def test_two_rungs_give_no_interval_and_say_so(tmp_path: Path) -> None:
+    _, ladder = write_ladder([rung(tmp_path, "s1"), rung(tmp_path, "s2")], tmp_path / "out")
+    (trend,) = ladder.trends
+    assert trend.slope is None and "at least 3" in trend.note
+
+
+def test_a_rung_without_a_twin_is_refused(tmp_path: Path, capsys) -> None:
+    make_run(tmp_path / "lonely", "baseline", 1e-3, 0, test_perplexity=20.0, best_val_loss=3.0)
+    assert main(["ladder", str(tmp_path / "lonely"), "--out", str(tmp_path / "out")]) == 2
+    assert "needs both arms" in capsys.readouterr().err
+
+
+def test_architecture_of_names_our_families() -> None:
+    assert [architecture_of(m) for m in ("gpt-tiny", "llama-small", "bert-base-uncased")] == [
+        "gpt",
+        "llama",
+        "bert-base-uncased",
+    ]

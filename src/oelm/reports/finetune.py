@@ -399,6 +399,14 @@ def reading(b: FinetuneBoard) -> list[str]:
                 "the field's methods, so freeze Q/K only where its saving is the point and the table's interval is "
                 "an acceptable risk."
             )
+    study = rows.get("oelm-freeze")
+    if study is not None and study.diff is not None:
+        dominated = [m for m in study.dominated_by if m in PEFT]
+        lines.append(
+            f"\nThe study's recipe (oelm-freeze: pretrained Q/K re-orthogonalized, then frozen) is {study.verdict} "
+            f"against full fine-tuning ({study.diff:+.2f} points)"
+            + (f" and dominated by {', '.join(dominated)}." if dominated else ".")
+        )
     lines += [
         "",
         "Every statement is at this board's scale (its model, task, budget and seeds); the verdicts say what "

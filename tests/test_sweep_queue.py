@@ -230,7 +230,7 @@ def test_kill_9_of_a_parallel_sweep_stops_its_workers_and_the_same_command_resum
     """The workers get SIGTERM when the sweep's process dies (Linux), checkpoint and stop; the
     same command then resumes those runs from their checkpoints and trains the rest."""
     raw = _queue_spec(tmp_path, "sweep", seeds=[0])
-    raw["config"] = {**raw["config"], "steps": 400, "checkpoint_every": 400, "eval_every": 400}
+    raw["config"] = {**raw["config"], "steps": 800, "checkpoint_every": 800, "eval_every": 800}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(raw))
     cmd = [sys.executable, "-m", "oelm", "sweep", str(path), "--parallel", "2", "--threads", "1", "--no-report"]
@@ -250,8 +250,12 @@ def test_kill_9_of_a_parallel_sweep_stops_its_workers_and_the_same_command_resum
         time.sleep(0.2)
     started = [r for r in sweep.glob("runs/*/*/seed0") if (r / "metrics.jsonl").exists()]
     assert len(started) == 2
-    for run in started:  # each run in progress wrote a checkpoint and no results
+    # On an idle machine a run can reach its last step before the kill lands: it is finished, not
+    # in progress. Every run still in progress wrote a checkpoint and no results.
+    interrupted = [r for r in started if not (r / "results.json").exists()]
+    assert interrupted, "both runs finished before the kill: nothing was interrupted"
+    for run in interrupted:
         assert list(run.glob("checkpoints/step_*/model.safetensors")), run
-        assert not (run / "results.json").exists()
+    done = len(started) - len(interrupted)
     again = run_sweep(load_spec(path), parallel=2, threads=1, progress=False, report=False)
-    assert len(again.trained) == 4 and not again.failed and not again.skipped
+    assert len(again.trained) == 4 - done and not again.failed and len(again.skipped) == done

@@ -76,7 +76,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .arms import LOGITS, NOBIAS, Arm, SkippedWork, build_arms
+from .arms import ARMS, LOGITS, NOBIAS, Arm, SkippedWork, build_arms
 from .count_ops import count
 from .harness import (
     balanced_orders,
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     done: list[dict] = []
     for batch in args.batch:
         fresh_compile_caches(args.compile)
-        arms = build_arms(args, batch)
+        arms = build_arms(args, batch, args.arms)
         skipped = {a.name: SkippedWork(a) for a in arms if a.frozen_bytes}
         order = [*arms, *skipped.values()]
         # Whole cycles of the balanced order unless --rounds says otherwise.
@@ -282,6 +282,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--steps", type=int, help="steps per arm per round (default 10 on CUDA, 3 on CPU)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default 5 on CUDA, 1 on CPU; +compile)")
+    p.add_argument(
+        "--arms",
+        nargs="+",
+        default=list(ARMS),
+        choices=list(ARMS),
+        metavar="ARM",
+        help=f"the arms to time, reference and baseline among them (default every one: {', '.join(ARMS)})",
+    )
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument(
         "--time-budget",
@@ -324,6 +332,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--processes must be >= 1, and 1 with --count-ops or --profile-ops")
     if args.top < 1:
         p.error("--top must be >= 1")
+    if not {"reference", "baseline"} <= set(args.arms):
+        p.error("--arms must include reference and baseline (the ratios are taken against them)")
+    args.arms = tuple(dict.fromkeys(args.arms))
     return _defaults(args)
 
 
@@ -448,12 +459,16 @@ def main(argv: list[str] | None = None) -> int:
     base = {(r["batch"], r["name"]): r for r in rows if r["name"] in ("baseline", NOBIAS, LOGITS)}
     for r in rows:
         if r["name"] in ("oelm-freeze", "oelm-qk-ffn"):
-            aa = next(x for x in rows if x["name"] == "baseline-AA" and x["batch"] == r["batch"])
+            aa = next((x for x in rows if x["name"] == "baseline-AA" and x["batch"] == r["batch"]), None)
+            aa_note = (
+                "no A/A arm"
+                if aa is None
+                else f"A/A {aa['speedup_vs_baseline']:.3f}x {fmt_ci(aa['speedup_vs_baseline_ci'])}"
+            )
             print(
                 f"batch {r['batch']} {r['name']}: speed-up {r['speedup_vs_baseline']:.3f}x {fmt_ci(r['speedup_vs_baseline_ci'])} "
                 f"vs theoretical {r['theoretical_speedup']:.3f}x (realized {fmt_pct(r['saving_realized'])} "
-                f"{fmt_ci(r['saving_realized_ci'], 100, '%')} of the FLOP saving; A/A {aa['speedup_vs_baseline']:.3f}x "
-                f"{fmt_ci(aa['speedup_vs_baseline_ci'])}); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
+                f"{fmt_ci(r['saving_realized_ci'], 100, '%')} of the FLOP saving; {aa_note}); memory -{r['memory_saving_vs_baseline_bytes'] / 2**20:.1f} MiB "
                 f"(frozen grads + AdamW state {r['frozen_grad_and_optimizer_bytes'] / 2**20:.1f} MiB, the moments alone "
                 f"{r['frozen_optimizer_state_bytes'] / 2**20:.1f} MiB)"
                 + (f"; the step's peak is in {r['peak_phase']}, at {r['peak_op']}" if r["peak_op"] else ""),

@@ -532,3 +532,40 @@ def test_presets_gpu_refuses_a_cpu_machine_and_times_tiny_presets_with_cpu(
     base, frozen = rows[2], rows[3]
     assert base["speedup"] == 1.0 and base["theoretical_saving"] == 0.0
     assert frozen["theoretical_saving"] > 0 and frozen["trainable"] < frozen["params"] == base["params"]
+
+
+def test_vs_reference_times_only_the_arms_asked_for(tmp_path, load_benchmark, capsys):
+    bench = load_benchmark("vs_reference")
+    out = tmp_path / "rows.json"
+    tiny = ["--device", "cpu", "--preset", "gpt-tiny", "--vocab", "97", "--seq", "16", "--batch", "2"]
+    tiny += ["--rounds", "2", "--steps", "1", "--threads", "1", "--json", str(out)]
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main([*tiny, "--arms", "reference", "baseline", "oelm-freeze"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["name"] for r in json.loads(out.read_text())] == ["reference", "baseline", "oelm-freeze"]
+    assert "no A/A arm" in capsys.readouterr().out  # oelm-freeze's summary line without baseline-AA
+    with pytest.raises(SystemExit) as exc:
+        bench.parse([*tiny, "--arms", "reference", "oelm-freeze"])
+    assert exc.value.code == 2 and "--arms must include reference and baseline" in capsys.readouterr().err
+
+
+def test_gpu_suite_refuses_a_cpu_machine_and_its_steps_parse(tmp_path, capsys, monkeypatch, load_benchmark):
+    suite = load_benchmark("gpu_suite")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        suite.main(["--out", str(tmp_path / "gpu")])
+    assert exc.value.code == 2 and "no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "gpu").exists()  # refused before any work
+    steps = suite.steps(tmp_path)
+    assert list(steps) == ["tests", "vs_reference_eager", "vs_reference_compiled", "presets"]
+    assert sum(limit for _, limit, _ in steps.values()) <= 8 * 60  # the budget: under 8 minutes
+    # Every benchmark step's arguments are valid for its script (parsed here with the CPU twin).
+    vs, presets = load_benchmark("vs_reference"), load_benchmark("presets_gpu")
+    for name in ("vs_reference_eager", "vs_reference_compiled"):
+        argv = steps[name][0][3:]
+        args = vs.parse([a if a != "cuda" else "cpu" for a in argv])
+        assert args.batch == [8] and args.json == tmp_path / f"{name}.json"
+    args = presets.parse_args([*steps["presets"][0][3:], "--cpu"])
+    assert args.presets == ["gpt-medium-512", "gpt-gpt2s", "llama-gpt2s"] and "identity-q" in args.methods

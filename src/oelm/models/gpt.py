@@ -105,6 +105,9 @@ PRESETS: dict[str, GPTConfig] = {
     "gpt-small": GPTConfig(n_layer=4, d_model=256, n_head=4),
     "gpt-medium-512": GPTConfig(n_layer=6, d_model=512, n_head=8, d_ff=2048, block_size=512),
     "gpt-large": GPTConfig(n_layer=8, d_model=768, n_head=12),
+    # GPT-2 small's shape (12 layers, 768, 12 heads, context 1024): where the published
+    # identity-Q result was measured, and the GPU benchmarks' second shape.
+    "gpt-gpt2s": GPTConfig(n_layer=12, d_model=768, n_head=12, block_size=1024),
 }
 
 

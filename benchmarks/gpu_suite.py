@@ -1,0 +1,158 @@
+"""The GPU check in one command: every GPU figure oelm reports, in one JSON, inside about 7 minutes.
+
+Steps, each a fresh process with its own time limit (a step that fails or runs out is recorded
+with its exit status and the tail of its output, and the next step runs):
+
+1. `tests`: the gpu-marked tests (`pytest -m gpu tests/test_gpu.py`): bf16/fp16 autocast, fused
+   AdamW, CUDA-event timing, the fused QKV CUDA path.
+2. `vs_reference_eager`: our baseline against the fused nanoGPT-style reference at the study's
+   gpt-medium-512 shape (batch 8, seq 512, bf16, eager), with oelm-freeze's realized share of its
+   FLOP saving and each arm's peak memory (benchmarks/vs_reference.py, every arm).
+3. `vs_reference_compiled`: the same under torch.compile (reference, baseline, A/A, oelm-freeze).
+4. `presets`: tokens/s, step time and peak memory of baseline, oelm-freeze and identity-q at
+   gpt-medium-512 and at GPT-2 small's shape in both families (gpt-gpt2s, llama-gpt2s), eager bf16
+   (benchmarks/presets_gpu.py; eager so that the step fits the time budget: compiled figures come
+   from step 3).
+
+    python -m benchmarks.gpu_suite --out gpu-out            # writes gpu-out/gpu_suite.json (+ one log)
+    python -m benchmarks.gpu_suite --out gpu-out --only tests presets
+
+The summary JSON is rewritten after every step, so a run stopped early keeps what it measured.
+Without CUDA it refuses (CPU figures are not GPU figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PRESETS = ("gpt-medium-512", "gpt-gpt2s", "llama-gpt2s")
+METHODS = ("baseline", "oelm-freeze", "identity-q")
+
+
+def steps(out: Path) -> dict[str, tuple[list[str], int, Path | None]]:
+    """Each step: its command, its time limit in seconds and the JSON it writes (None: none)."""
+    py = [sys.executable]
+    vs = [*py, "-m", "benchmarks.vs_reference", "--device", "cuda", "--batch", "8", "--time-budget", "40"]
+    return {
+        "tests": ([*py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu.py"], 120, None),
+        "vs_reference_eager": (
+            [*vs, "--json", str(out / "vs_reference_eager.json")],
+            90,
+            out / "vs_reference_eager.json",
+        ),
+        "vs_reference_compiled": (
+            [
+                *vs,
+                "--compile",
+                "--arms",
+                "reference",
+                "baseline",
+                "baseline-AA",
+                "oelm-freeze",
+                "--json",
+                str(out / "vs_reference_compiled.json"),
+            ],
+            150,
+            out / "vs_reference_compiled.json",
+        ),
+        "presets": (
+            [
+                *py,
+                "-m",
+                "benchmarks.presets_gpu",
+                "--no-compile",
+                "--presets",
+                *PRESETS,
+                "--methods",
+                *METHODS,
+                "--rounds",
+                "6",
+                "--steps",
+                "4",
+                "--json",
+                str(out / "presets.json"),
+            ],
+            120,
+            out / "presets.json",
+        ),
+    }
+
+
+def device_facts() -> dict:
+    import torch
+
+    facts = {"torch": torch.__version__, "python": platform.python_version(), "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        facts.update(
+            device=p.name,
+            capability=f"{p.major}.{p.minor}",
+            memory_gib=round(p.total_memory / 2**30, 1),
+            multiprocessors=p.multi_processor_count,
+        )
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        facts["nvidia_smi"] = smi.stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        facts["nvidia_smi"] = f"unavailable: {e}"
+    return facts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_suite", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="folder for gpu_suite.json, the steps' JSON and the log")
+    p.add_argument("--only", nargs="+", choices=list(steps(Path("."))), help="run these steps only")
+    args = p.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        p.exit(2, "gpu_suite: no CUDA GPU here; run it on a GPU machine (CPU figures are not GPU figures)\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "facts": device_facts(), "steps": {}}
+    path = args.out / "gpu_suite.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(args.out / "gpu_suite.log", "a") as log:
+        for name, (cmd, limit, json_out) in steps(args.out).items():
+            if args.only and name not in args.only:
+                continue
+            print(f"== {name} (limit {limit} s): {' '.join(cmd[1:])}", flush=True)
+            log.write(f"\n== {name}: {' '.join(cmd)}\n")
+            log.flush()
+            t0 = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=env)
+                rc, text = proc.returncode, proc.stdout + proc.stderr
+            except subprocess.TimeoutExpired as e:
+                rc = "timeout"
+                text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+                text += (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            wall = time.perf_counter() - t0
+            log.write(text)
+            log.flush()
+            rows = None
+            if json_out is not None and json_out.exists():
+                try:
+                    rows = json.loads(json_out.read_text())
+                except json.JSONDecodeError as e:
+                    rows = f"unreadable: {e}"
+            summary["steps"][name] = {"rc": rc, "wall_s": round(wall, 1), "tail": text[-3000:], "rows": rows}
+            path.write_text(json.dumps(summary, indent=1, default=str))
+            print(text[-1500:], flush=True)
+            print(f"== {name}: rc {rc}, {wall:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

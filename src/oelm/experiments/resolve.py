@@ -111,5 +111,16 @@ def resolve_config(
 ) -> Resolved:
     """Resolve and validate one run's config (UserError naming the problem and the fix)."""
     raw, meta = resolve_raw(source, scale, flags, overrides)
+    study_id = (meta.get("study") or {}).get("id")
+    if study_id and not raw.get("out"):
+        raw["out"] = study_run_dir(str(study_id), scale, raw)
     cfg = make_config(raw)
     return Resolved(cfg, raw, meta)
+
+
+def study_run_dir(study_id: str, scale: str | None, raw: dict[str, Any]) -> str:
+    """A study config's default run folder, one per experiment, scale, method and seed:
+    runs/study/<id>-<scale>-<method>-s<seed> (e.g. runs/study/gpt-02-smoke-oelm-freeze-s0), so that
+    two study configs never share the folder that TrainConfig's default would give them both."""
+    name = f"{study_id.lower()}-{scale or 'full'}-{raw.get('method', 'baseline')}-s{raw.get('seed', 0)}"
+    return f"runs/study/{name}"

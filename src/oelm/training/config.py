@@ -130,7 +130,10 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, gt=0, description="log training loss every N steps")
     timing_warmup: int = Field(5, ge=0, description="first steps left out of the timing statistics")
 
-    out: str | None = Field(None, description="run directory (default: runs/<task>-<model>-<method>-s<seed>)")
+    out: str | None = Field(
+        None,
+        description="run directory (default: runs/<task>-<model>-<method>-s<seed>; a study config's: runs/study/<id>-<scale>-<method>-s<seed>)",
+    )
     resume: bool = Field(False, description="continue the unfinished run in --out (or reuse a finished one)")
     allow_change: list[str] = Field(
         default_factory=list,

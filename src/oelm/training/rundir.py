@@ -88,6 +88,14 @@ def has_progress(run_dir: Path) -> bool:
     return latest_checkpoint(run_dir / "checkpoints") is not None or (run_dir / RESULTS_FILE).is_file()
 
 
+def free_dir(run_dir: Path) -> str:
+    """The first of RUN_DIR-2, RUN_DIR-3, ... that does not exist: a folder a suggested --out can use."""
+    n = 2
+    while run_dir.with_name(f"{run_dir.name}-{n}").exists():
+        n += 1
+    return run_dir.with_name(f"{run_dir.name}-{n}").as_posix()
+
+
 def plan_run(cfg: TrainConfig) -> RunPlan:
     """Inspect cfg's output directory; raise UserError when using it would mix two runs."""
     run_dir = cfg.run_dir()
@@ -111,7 +119,8 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
     if not cfg.resume and diff:  # --resume would be refused too: it continues only the same settings
         raise UserError(
             f"output directory {str(run_dir)!r} already holds a different {state} run (differs in: "
-            f"{', '.join(diff)}); choose another --out, or pass --overwrite to replace that run"
+            f"{', '.join(diff)}); choose another --out (e.g. --out {free_dir(run_dir)}, which is free), or pass "
+            "--overwrite to replace that run"
         )
     if not cfg.resume:
         action = "reuse its results" if finished else "continue it"

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from oelm.models import sampling
 from oelm.models.fused import fused_kv, fused_qkv
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
@@ -406,9 +407,7 @@ class GPT(nn.Module):
         window (one position per step after the prompt); past it each step re-reads the window,
         as use_cache=False does at every step.
         """
-        window = self.config.block_size if context is None else context
-        if not 0 < window <= self.config.block_size:
-            raise UserError(f"context {context} must be in 1..{self.config.block_size} (the block size)")
+        window = sampling.window(context, self.config.block_size)
         caches: list[list] | None = None
         start = 0
         for _ in range(max_new_tokens):
@@ -420,15 +419,7 @@ class GPT(nn.Module):
             else:
                 ctx = idx[:, -window:]
                 logits = self(ctx)[0][:, -1, :].float()
-            if temperature <= 0:
-                nxt = logits.argmax(-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
-            idx = torch.cat([idx, nxt], dim=1)
+            idx = torch.cat([idx, sampling.pick_next(logits, temperature, top_k, generator)], dim=1)
         return idx
 
 

@@ -22,6 +22,7 @@ from packaging.version import Version
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from oelm.models import sampling
 from oelm.models.fused import compute_dtype, fused_qkv
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
@@ -434,9 +435,7 @@ class Llama(nn.Module):
         `context` tokens are re-read from position 0 each step, which is what use_cache=False
         does at every step.
         """
-        window = self.config.block_size if context is None else context
-        if not 0 < window <= self.config.block_size:
-            raise UserError(f"context {context} must be in 1..{self.config.block_size} (the block size)")
+        window = sampling.window(context, self.config.block_size)
         caches: list[list] | None = None
         start = 0
         for _ in range(max_new_tokens):
@@ -452,18 +451,5 @@ class Llama(nn.Module):
                 start = total
             last = h.view(idx.shape[0], feed.shape[1], -1)[:, -1, :]
             logits = self.lm_head(last).float()
-            idx = torch.cat([idx, _pick(logits, temperature, top_k, generator)], dim=1)
+            idx = torch.cat([idx, sampling.pick_next(logits, temperature, top_k, generator)], dim=1)
         return idx
-
-
-def _pick(
-    logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
-) -> torch.Tensor:
-    """The next token [B, 1] from last-position logits: argmax at temperature 0, else a top-k sample."""
-    if temperature <= 0:
-        return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(F.softmax(logits, -1), 1, generator=generator)

@@ -46,9 +46,10 @@ def pages(root: Path) -> list[dict]:
 def command(page: dict) -> list[str]:
     """The oelm command line of one page (paths relative to the repository root)."""
     out = os.path.normpath(RESULTS / page["out"])
+    records = page["records"] if isinstance(page["records"], list) else [page["records"]]  # ladder: one per rung
     return [
         page["command"],
-        (RESULTS / page["records"]).as_posix(),
+        *((RESULTS / r).as_posix() for r in records),
         "--out",
         Path(out).as_posix(),
         *page.get("args", []),

@@ -346,3 +346,23 @@ def test_a_trainable_control_saving_by_architecture_cannot_meet_the_target(tmp_p
     assert not thin["meets_target"] and thin["misses"][0].startswith("freezes nothing")
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "Closest: oelm-freeze" in md  # the frozen variant, not the trainable control
+
+
+def test_lm_board_shows_bits_per_byte_beside_perplexity(tmp_path: Path) -> None:
+    """Bits per byte (one scale across tokenizers) is a column of an LM board and of its JSON; a
+    method whose runs predate it reads 'n/a (not recorded)'."""
+    _sweep(tmp_path, {"oelm-freeze": ARMS["oelm-freeze"]})
+    for seed in range(3):  # the baseline's chosen LR recorded it, oelm-freeze's runs did not
+        rec = tmp_path / "runs" / "baseline" / "lr0.001" / f"seed{seed}" / "results.json"
+        results = json.loads(rec.read_text())
+        rec.write_text(json.dumps({**results, "test_bits_per_byte": 1.1 + seed / 10}))
+    md_path, _ = write_leaderboard([tmp_path], tmp_path / "lb")
+    md = md_path.read_text()
+    assert "test bits per byte (comparable across tokenizers): mean ± 95% CI (n)" in md
+    rows = {
+        line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")
+    }
+    assert "| 1.200 ± " in rows["baseline"] and "| n/a (not recorded) |" in rows["oelm-freeze"]
+    ranked = {e["method"]: e for e in _read(tmp_path / "lb")["tables"][0]["ranked"]}
+    assert ranked["baseline"]["bits_per_byte"]["mean"] == pytest.approx(1.2)
+    assert ranked["oelm-freeze"]["bits_per_byte"]["n"] == 0

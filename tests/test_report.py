@@ -765,7 +765,7 @@ def test_paired_bootstrap_resamples_seeds_too() -> None:
 
 def test_lm_tables_show_bits_per_byte_where_the_runs_recorded_it(tmp_path: Path) -> None:
     """Bits per byte (comparable across tokenizers, where perplexity is not) sits beside the
-    perplexity when the runs recorded it, and the column is absent when none did."""
+    perplexity when the runs recorded it, and reads 'n/a (not recorded)' for runs that predate it."""
     for method, bpb in (("baseline", 1.20), ("oelm-freeze", 1.25)):
         for seed in range(3):
             make_run(tmp_path / "a", method, 1e-3, seed, test_perplexity=5.0 + seed / 10, best_val_loss=1.6)
@@ -775,6 +775,13 @@ def test_lm_tables_show_bits_per_byte_where_the_runs_recorded_it(tmp_path: Path)
             )  # fmt: skip
     md_a, _ = write_report([tmp_path / "a"], tmp_path / "ra")
     md_b, _ = write_report([tmp_path / "b"], tmp_path / "rb")
-    assert "bits per byte" not in md_a.read_text()
+    head = "test bits per byte (comparable across tokenizers): mean ± 95% CI (n)"
+    old = md_a.read_text()
+    assert head in old and old.count("| n/a (not recorded) |") == 2  # one per arm, no crash
     text = md_b.read_text()
-    assert "test bits per byte: mean ± 95% CI (n)" in text and "| 1.260 ± " in text
+    assert head in text and "| 1.260 ± " in text and "| n/a (not recorded) |" not in text
+    arms = {a["method"]: a for a in json.loads((tmp_path / "rb" / "report.json").read_text())["groups"][0]["arms"]}
+    assert arms["oelm-freeze"]["bits_per_byte"]["mean"] == pytest.approx(1.26)
+    assert arms["oelm-freeze"]["bits_per_byte"]["key"] == "test_bits_per_byte"
+    old_arms = json.loads((tmp_path / "ra" / "report.json").read_text())["groups"][0]["arms"]
+    assert {a["bits_per_byte"]["n"] for a in old_arms} == {0}

@@ -21,7 +21,11 @@ from oelm.reports.reading import READING_PAGE, how_to_read
 from oelm.reports.tables import (
     CONFIRM_PLAN,
     NA,
+    bits_per_byte,
+    bits_per_byte_head,
+    bits_per_byte_key,
     family_lines,
+    fmt_bits_per_byte,
     fmt_fraction,
     fmt_gap,
     fmt_int,
@@ -90,11 +94,13 @@ def _table(board: Board) -> list[str]:
     g = board.group
     scale = pct_scale(g)
     direction = "higher" if g.higher_is_better else "lower"
+    bpb = bits_per_byte_key(g)  # LM boards: bits per byte beside the perplexity
     head = [
         "rank",
         "method",
         "lr (chosen on val)",
         f"{g.primary_metric}: mean ± 95% CI (n seeds), {direction} is better",
+        *([bits_per_byte_head(bpb)] if bpb else []),
         f"gap vs {g.baseline or BASELINE} (%, + = worse) [paired 95% CI]",
         "p (paired t), Holm-adjusted",
         f"verdict vs {g.baseline or BASELINE}",
@@ -123,6 +129,7 @@ def _table(board: Board) -> list[str]:
                 e.method,
                 fmt_lr(e.arm.lr),
                 fmt_summary(e.arm.primary, scale),
+                *([fmt_bits_per_byte(e.arm, bpb)] if bpb else []),
                 fmt_gap(e.arm, g),
                 fmt_p(e.arm, g) if not is_base else "—",
                 fmt_verdict(e.arm, g),
@@ -255,8 +262,8 @@ def _summary_json(s: stats.Summary | None) -> dict | None:
     return None if s is None else s.to_dict()
 
 
-def _entry_json(e: Entry) -> dict[str, Any]:
-    """One row for leaderboard.json."""
+def _entry_json(e: Entry, bpb: str | None = None) -> dict[str, Any]:
+    """One row for leaderboard.json (`bpb`: the results key of bits per byte on an LM board)."""
     a, vs = e.arm, e.versus
     return {
         "rank": e.rank,
@@ -264,6 +271,7 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "lr": a.lr,
         "setting": a.setting,
         "primary": a.primary.to_dict(),
+        **({"bits_per_byte": {"key": bpb, **bits_per_byte(a, bpb).to_dict()}} if bpb else {}),
         "by_seed": {str(k): v for k, v in sorted(a.by_seed.items())},
         "gap_percent": vs.gap,
         "gap_paired": _summary_json(vs.gap_paired),
@@ -331,8 +339,8 @@ def to_json(
                 "closest": b.closest,
                 "pareto_front": b.front,
                 "warnings": b.warnings,
-                "ranked": [_entry_json(e) for e in b.ranked],
-                "incomplete": [_entry_json(e) for e in b.unranked],
+                "ranked": [_entry_json(e, bits_per_byte_key(b.group)) for e in b.ranked],
+                "incomplete": [_entry_json(e, bits_per_byte_key(b.group)) for e in b.unranked],
             }
             for b in boards
         ],

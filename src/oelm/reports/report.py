@@ -14,7 +14,7 @@ from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.stability import RULE as STABILITY_RULE
 from oelm.records.sweep import declared_lr_rule, declared_primary, read_sweep_record
-from oelm.reports import plots, stats
+from oelm.reports import plots
 from oelm.reports.aggregate import (
     BASELINE,
     INSTABILITY_POLICY,
@@ -34,7 +34,11 @@ from oelm.reports.study_numbers import StudyNumbers
 from oelm.reports.tables import (
     CONFIRM_PLAN,
     NA,
+    bits_per_byte,
+    bits_per_byte_head,
+    bits_per_byte_key,
     family_lines,
+    fmt_bits_per_byte,
     fmt_gap,
     fmt_gap_interval,
     fmt_int,
@@ -66,26 +70,17 @@ def _study_cell(arm: Arm) -> str:
     return f"{arm.study['value']} {arm.study.get('unit', '')} ({arm.study['id']})".replace("  ", " ")
 
 
-BPB = "test_bits_per_byte"  # loss per byte of text: one scale across tokenizers (LM records)
-
-
-def _bits_per_byte(arm: Arm) -> stats.Summary:
-    """The arm's test bits per byte over its chosen setting's seeds (n = 0 where not recorded)."""
-    values = [r.results.get(BPB) for r in arm.runs]
-    return stats.summarize([float(v) for v in values if isinstance(v, (int, float))])
-
-
 def _main_table(group: Group, scale: float) -> list[str]:
-    """Markdown rows of a dataset's main table (with test bits per byte where the runs recorded it:
-    perplexities of different tokenizers are not comparable, bits per byte are)."""
+    """Markdown rows of a dataset's main table (LM tables: bits per byte beside the perplexity, since
+    perplexities of different tokenizers are not comparable and bits per byte are; n/a where not recorded)."""
     unit = " (%)" if scale == 100.0 else ""
-    bpb = any(_bits_per_byte(a).n for a in group.arms)
+    bpb = bits_per_byte_key(group)
     sel_dir = "higher" if group.higher_is_better else "lower"  # one direction per task
     head = [
         "method",
         f"setting chosen on val ({group.lr_rule} rule on {group.selection_metric}, {sel_dir} is better)",
         f"{metric_label(group.primary_metric, group.splits)}{unit}: mean ± 95% CI (n seeds)",
-        *(["test bits per byte: mean ± 95% CI (n)"] if bpb else []),
+        *([bits_per_byte_head(bpb)] if bpb else []),
         f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI"
         + (": what noise it includes]" if group.facts.item_noise_interval else "]"),
     ]
@@ -112,7 +107,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
             arm.method,
             NA if arm.setting is None else arm.setting,
             fmt_summary(arm.primary, scale),
-            *([fmt_summary(_bits_per_byte(arm))] if bpb else []),
+            *([fmt_bits_per_byte(arm, bpb)] if bpb else []),
             fmt_gap_interval(arm, group),
         ]
         if group.higher_is_better:
@@ -277,13 +272,15 @@ def render(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _arm_json(arm: Arm, vs: Versus) -> dict[str, Any]:
-    """Numbers of one arm and its comparison with the reference for report.json."""
+def _arm_json(arm: Arm, vs: Versus, bpb: str | None = None) -> dict[str, Any]:
+    """Numbers of one arm and its comparison with the reference for report.json (`bpb`: the results
+    key of bits per byte in an LM table; its summary has n = 0 where the runs did not record it)."""
     return {
         "method": arm.method,
         "lr": arm.lr,
         "setting": arm.setting,
         "primary": arm.primary.to_dict(),
+        **({"bits_per_byte": {"key": bpb, **bits_per_byte(arm, bpb).to_dict()}} if bpb else {}),
         "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
         "gap_percent": vs.gap,
         "gap_paired": vs.gap_paired.to_dict() if vs.gap_paired else None,
@@ -380,7 +377,7 @@ def to_json(comparison: Comparison, provenance: dict[str, Any] | None = None) ->
                 "warnings": g.warnings,
                 "heldout_notes": [{"path": str(r.path), "note": n} for r, n in g.heldout_notes],
                 "reading": _reading(g),
-                "arms": [_arm_json(a, g.versus_of(a.method)) for a in g.arms],
+                "arms": [_arm_json(a, g.versus_of(a.method), bits_per_byte_key(g)) for a in g.arms],
                 "crossings": _crossings_json(g),
             }
             for g in comparison.groups

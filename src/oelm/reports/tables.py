@@ -397,6 +397,37 @@ def fmt_sensitivity(arm: Arm) -> str:
     return f"{NA} (no validation losses; {len(arm.cells)} LRs{stable})"
 
 
+PERPLEXITY = "perplexity"  # an LM table's primary metric: {split}_perplexity
+BPB_SUFFIX = "bits_per_byte"  # results key {split}_bits_per_byte: one scale across tokenizers
+
+
+def bits_per_byte_key(group: Group) -> str | None:
+    """The results key of bits per byte on the primary metric's split ('test_bits_per_byte' beside
+    'test_perplexity'), or None for a table whose primary metric is not a perplexity."""
+    metric = group.primary_metric
+    if not metric.endswith(PERPLEXITY):
+        return None
+    return metric[: -len(PERPLEXITY)] + BPB_SUFFIX
+
+
+def bits_per_byte(arm: Arm, key: str) -> Summary:
+    """The arm's bits per byte over its chosen setting's seeds (the Student-t interval of the primary
+    metric); n = 0 where no run recorded it (records written before `oelm prepare` counted bytes)."""
+    values = [r.results.get(key) for r in arm.runs]
+    return stats.summarize([float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)])
+
+
+def fmt_bits_per_byte(arm: Arm, key: str) -> str:
+    """'1.234 ± 0.012 (n=3)', or 'n/a (not recorded)' for runs that predate bits per byte."""
+    s = bits_per_byte(arm, key)
+    return fmt_summary(s) if s.n else f"{NA} (not recorded)"
+
+
+def bits_per_byte_head(key: str) -> str:
+    """The column header of bits per byte on the key's split."""
+    return f"{key.split('_')[0]} bits per byte (comparable across tokenizers): mean ± 95% CI (n)"
+
+
 def fmt_lr_check(cell: LrCell, arm: Arm) -> str:
     """Whether the robust LR rule's stability check passes a setting, or why not (shown under either
     rule; '—' for a single setting)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -11,6 +12,7 @@ import yaml
 
 from oelm.cli import main
 from oelm.experiments.resolve import resolve_config
+from oelm.training.lm import tokenizer_name
 from test_sweep import TINY
 from train_utils import synthetic_lm_dir
 
@@ -50,7 +52,8 @@ def test_two_study_configs_run_one_after_the_other(shared_data, tmp_path, monkey
         assert main(["train", str(STUDY / f"{config}.yaml"), "--scale", "smoke", f"data={data}", *tiny]) == 0
     out = capsys.readouterr().out
     assert "runs/study/gpt-02-smoke-oelm-freeze-s0" in out and "runs/study/gpt-05-smoke-oelm-freeze-s0" in out
-    assert (work / "runs/study/gpt-05-smoke-oelm-freeze-s0/results.json").is_file()
+    results = json.loads((work / "runs/study/gpt-05-smoke-oelm-freeze-s0/results.json").read_text())
+    assert results["tokenizer"] == "byte"  # what its perplexity is per: a report needs it beside the study's
 
 
 @pytest.mark.slow
@@ -69,3 +72,12 @@ def test_a_taken_folders_suggested_out_is_accepted(tmp_path: Path, capsys: pytes
     argv = ["train", str(config), "lr=0.01", *shlex.split(suggested.group(1))]
     assert main(argv) == 0, capsys.readouterr().err
     assert (tmp_path / "run-3" / "results.json").is_file()
+
+
+def test_a_runs_tokenizer_is_recorded_by_name_without_a_machines_path() -> None:
+    assert [tokenizer_name(s) for s in ("byte", "gpt2", "gpt2:/home/me/gpt2", "/data/tok/gpt2.tiktoken")] == [
+        "byte",
+        "gpt2",
+        "gpt2",
+        "gpt2.tiktoken",
+    ]

@@ -87,6 +87,7 @@ class RunResults(CommonResults, total=False):
     val_windows: int  # LM: validation windows read (the selection set)
     val_windows_all: int  # LM: non-overlapping windows in the whole validation split
     val_subset: bool  # LM: the selection set is evenly spaced windows, not the whole split
+    tokenizer: str  # LM: the prepared data's tokenizer (byte, gpt2, ...); absent in older records
     # False only in a compact record rebuilt from a stored table whose run directories are lost:
     # the selection value was not kept (the setting is the one the lost runs chose on validation).
     selection_kept: bool

@@ -222,6 +222,8 @@ class LMTask(Task):
             "val_bits_per_byte": self._bits_per_byte(val["loss"], "val"),
             "test_bits_per_byte": self._bits_per_byte(test["loss"], "test") if test else None,
             "final_perplexity": test["perplexity"] if test else None,
+            # What a perplexity is per: a report compares it with another's only for the same tokenizer.
+            "tokenizer": tokenizer_name(str(self.meta.get("tokenizer") or "")) or None,
             "final_split": "test" if test else "val",
             "test_source": self._test_source() if test else None,
             "primary_metric": "test_perplexity" if test else "val_perplexity",
@@ -284,3 +286,11 @@ class LMTask(Task):
 
 def perplexity(loss: float) -> float:
     return math.exp(loss) if loss < 700 else float("inf")
+
+
+def tokenizer_name(spec: str) -> str:
+    """The tokenizer a prepared folder's spec names, without a machine's path: 'byte', 'gpt2'
+    (also for 'gpt2:DIR', GPT-2's BPE from local files), else the spec's last path part."""
+    if spec.startswith("gpt2:"):
+        return "gpt2"
+    return spec if spec in ("byte", "gpt2") else Path(spec).name

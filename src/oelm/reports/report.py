@@ -30,6 +30,7 @@ from oelm.reports.aggregate import (
 )
 from oelm.reports.reading import budget, how_to_read, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
+from oelm.reports.study_compare import study_rows, study_section, study_summary
 from oelm.reports.study_numbers import StudyNumbers
 from oelm.reports.tables import (
     CONFIRM_PLAN,
@@ -63,13 +64,6 @@ from oelm.reports.tables import (
 from oelm.utils.io import atomic_write_text, writable_dir
 
 
-def _study_cell(arm: Arm) -> str:
-    """The study's reported number for this arm, with its experiment id."""
-    if not arm.study:
-        return NA
-    return f"{arm.study['value']} {arm.study.get('unit', '')} ({arm.study['id']})".replace("  ", " ")
-
-
 def _main_table(group: Group, scale: float) -> list[str]:
     """Markdown rows of a dataset's main table (LM tables: bits per byte beside the perplexity, since
     perplexities of different tokenizers are not comparable and bits per byte are; n/a where not recorded)."""
@@ -98,7 +92,6 @@ def _main_table(group: Group, scale: float) -> list[str]:
         "step-time ratio vs reference (measured)",
         "theoretical saving",
         "trainable / frozen params",
-        "study (reported)",
     ]
     rows = []
     for arm in group.arms:
@@ -124,7 +117,6 @@ def _main_table(group: Group, scale: float) -> list[str]:
             NA if vs.step_time_ratio is None else f"{vs.step_time_ratio:.3f}",
             fmt_saving(arm.theoretical_saving),
             f"{fmt_int(arm.trainable_params)} / {fmt_int(arm.frozen_params)}",
-            _study_cell(arm),
         ]
         rows.append(cells)
     return md_table(head, rows)
@@ -210,6 +202,7 @@ def _group_section(group: Group, out: Path, index: int, extend: str = CONFIRM_PL
     power = [t for a in group.arms if (t := power_text(a, group, extend))]
     if power:
         lines += ["### Verdicts and power", "", *[f"- {t}" for t in power], ""]
+    lines += study_section(group)
     lines += ["### Learning-rate sweep (validation)", ""]
     lines += _lr_table(group)
     slug = f"{index:02d}-{_slug(group.title)}"
@@ -284,7 +277,7 @@ def _arm_json(arm: Arm, vs: Versus, bpb: str | None = None) -> dict[str, Any]:
         "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
         "gap_percent": vs.gap,
         "gap_paired": vs.gap_paired.to_dict() if vs.gap_paired else None,
-        "gap_bootstrap": vs.gap_bootstrap.to_dict() if vs.gap_bootstrap else None,
+        "gap_seeds_items": vs.gap_items.to_dict() if vs.gap_items else None,
         "delta": vs.delta,
         "paired_test": vs.test.to_dict() if vs.test else None,
         "power": vs.power.to_dict() if vs.power else None,
@@ -379,6 +372,7 @@ def to_json(comparison: Comparison, provenance: dict[str, Any] | None = None) ->
                 "reading": _reading(g),
                 "arms": [_arm_json(a, g.versus_of(a.method), bits_per_byte_key(g)) for a in g.arms],
                 "crossings": _crossings_json(g),
+                "study": [r.to_dict() for r in study_rows(g)],  # the study's runs beside ours (study_compare)
             }
             for g in comparison.groups
         ],
@@ -514,7 +508,7 @@ def print_summary(comparison: Comparison, extend: str = CONFIRM_PLAN) -> None:
         console.print(group.title, style="bold", markup=False, highlight=False, soft_wrap=True)
         if ref := reference_line(group):
             console.print(ref.replace("**", ""), markup=False, highlight=False)
-        for line in summary_table(group):
+        for line in [*summary_table(group), *study_summary(group)]:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         for warning in group.warnings:
             console.print(f"[yellow]warning:[/] {escape(warning)}")

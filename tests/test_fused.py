@@ -10,7 +10,7 @@ import torch
 from oelm import apply_method
 from oelm.core.audit import audit_model, verify_audit
 from oelm.core.flops import executed_flops
-from oelm.models.fused import FusedRowsLinear, fused_qkv
+from oelm.models.fused import FusedRowsLinear, IdentityQKV, fused_qkv, identity_qkv
 from oelm.models.gpt import GPT, SelfAttention, gpt_config
 from oelm.training import checkpoint as ckpt
 
@@ -37,7 +37,7 @@ def _loss_and_grads(model: GPT, x: torch.Tensor, bf16: bool) -> tuple[torch.Tens
     return logits.detach().float(), {n: p.grad for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("method", ["baseline", "oelm-freeze", "oelm-qk-ffn"])
+@pytest.mark.parametrize("method", ["baseline", "oelm-freeze", "oelm-qk-ffn", "identity-q"])
 @pytest.mark.parametrize("bf16,rtol", [(False, 1e-5), (True, 2e-2)])
 def test_fused_matches_unfused_outputs_and_gradients(method, bf16, rtol):
     fused, plain = _pair(method)
@@ -152,3 +152,38 @@ def test_bias_all_or_none():
     w = torch.ones(2, 2)
     with pytest.raises(ValueError, match="all of Q, K, V"):
         fused_qkv(torch.ones(1, 2), w, w, w, torch.ones(2), None, None)
+
+
+@pytest.mark.parametrize("train_k,train_v", [(True, True), (False, True), (True, False), (False, False)])
+def test_identity_qkv_gradients_match_autograd_for_any_trainable_blocks(train_k, train_v):
+    """W_Q = I: q is x, kv one GEMM; the input gradient (dq folded into one addmm) and each
+    wanted weight gradient equal autograd's on the plain expression; unwanted ones are None."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    wk = torch.randn(4, 8, dtype=torch.float64, generator=g, requires_grad=train_k)
+    wv = torch.randn(8, 8, dtype=torch.float64, generator=g, requires_grad=train_v)
+    assert torch.autograd.gradcheck(lambda *a: IdentityQKV.apply(*a), (x, wk, wv))
+    q, kv = identity_qkv(x, wk, wv)
+    dq, dkv = torch.randn_like(q), torch.randn_like(kv)
+    grads = torch.autograd.grad((q * dq).sum() + (kv * dkv).sum(), [t for t in (x, wk, wv) if t.requires_grad])
+    ref_x = x.detach().clone().requires_grad_()
+    ref_k, ref_v = wk.detach().clone().requires_grad_(train_k), wv.detach().clone().requires_grad_(train_v)
+    ref = (ref_x * dq).sum() + (ref_x @ torch.cat((ref_k, ref_v)).t() * dkv).sum()
+    expect = torch.autograd.grad(ref, [t for t in (ref_x, ref_k, ref_v) if t.requires_grad])
+    assert len(grads) == len(expect) and all(torch.allclose(a, b) for a, b in zip(grads, expect))
+
+
+def test_identity_qkv_reads_one_cast_of_x_and_runs_one_input_gradient_gemm():
+    """Under bf16 autocast q is the bf16 copy the K/V GEMM reads, and backward runs the input
+    gradient as one addmm (no separate add of q's gradient): the kernels an H100 profile found."""
+    x = torch.randn(6, 8, requires_grad=True)
+    wk, wv = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q, kv = identity_qkv(x, wk, wv)
+    assert q.dtype == kv.dtype == torch.bfloat16
+    loss = q.float().sum() + kv.float().sum()
+    with torch.profiler.profile() as prof:
+        loss.backward()
+    names = [e.name for e in prof.events()]
+    assert "aten::addmm" in names and "aten::add" not in names and "aten::add_" not in names
+    assert x.grad.dtype == torch.float32 and wk.grad.dtype == wv.grad.dtype == torch.float32

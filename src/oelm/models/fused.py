@@ -134,11 +134,57 @@ def fused_qkv(
     return F.linear(x.to(dt), torch.cat((wq, wk, wv)).to(dt), b)
 
 
-def fused_kv(x: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor) -> torch.Tensor:
-    """x [..., in] -> [..., rows_k + rows_v] in one GEMM (no Q: a model with W_Q = I).
+class IdentityQKV(torch.autograd.Function):
+    """(q, kv) = (x, x @ cat(W_k, W_v).T) for W_Q = I, with the input gradient in one GEMM.
 
-    The same row-skipping backward as `fused_qkv`, with an empty, never-trained Q block.
+    q is x in the matmul dtype: the same cast the K/V GEMM reads, not a second one. Backward
+    folds q's gradient into the input gradient's GEMM (dx = dq + dkv @ W, one addmm) instead of a
+    separate add: without this a W_Q = I model ran three extra elementwise kernels per layer (a
+    cast, an add and a copy) that cost more than the Q matmul it removes (an H100 profile in
+    docs/results/vs_reference). Weight gradients: one GEMM over the blocks that want one.
     """
-    if torch.is_grad_enabled() and wk.requires_grad != wv.requires_grad:
-        return FusedRowsLinear.apply(x, wk.detach()[:0], wk, wv, None, None, None)
-    return F.linear(_cast(x, compute_dtype(x)), _cast(torch.cat((wk, wv)), compute_dtype(x)))
+
+    @staticmethod
+    def forward(ctx, x, wk, wv):  # type: ignore[override]
+        dt = compute_dtype(x)
+        w = _cast(torch.cat((wk, wv)), dt)
+        xc = _cast(x, dt)
+        x2 = xc.reshape(-1, xc.shape[-1])
+        ctx.save_for_backward(x2 if (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]) else None, w)
+        ctx.x_dtype, ctx.x_shape, ctx.rows = x.dtype, x.shape, (wk.shape[0], wv.shape[0])
+        ctx.w_dtypes = (wk.dtype, wv.dtype)
+        kv = x2.mm(w.t()).view(*x.shape[:-1], w.shape[0])
+        # q aliases x when no cast is needed; a view keeps autograd's bookkeeping of outputs simple.
+        return xc.view_as(xc), kv
+
+    @staticmethod
+    def backward(ctx, dq, dkv):  # type: ignore[override]
+        x2, w = ctx.saved_tensors
+        g2 = _cast(dkv.reshape(-1, dkv.shape[-1]), w.dtype)
+        dx = None
+        if ctx.needs_input_grad[0]:
+            if dq is None:
+                dx = g2.mm(w)
+            else:
+                dx = torch.addmm(_cast(dq.reshape(-1, dq.shape[-1]), w.dtype), g2, w)
+            dx = _cast(dx.view(ctx.x_shape), ctx.x_dtype)
+        need_k, need_v = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        gk = gv = None
+        rk = ctx.rows[0]
+        if need_k and need_v:
+            gw = g2.t() @ x2
+            gk, gv = _cast(gw[:rk], ctx.w_dtypes[0]), _cast(gw[rk:], ctx.w_dtypes[1])
+        elif need_k:
+            gk = _cast(g2[:, :rk].t() @ x2, ctx.w_dtypes[0])
+        elif need_v:
+            gv = _cast(g2[:, rk:].t() @ x2, ctx.w_dtypes[1])
+        return dx, gk, gv
+
+
+def identity_qkv(x: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, kv) for W_Q = I: q is x in the matmul dtype, kv = x @ cat(W_k, W_v).T [..., rows_k + rows_v]."""
+    if torch.is_grad_enabled() and (x.requires_grad or wk.requires_grad or wv.requires_grad):
+        return IdentityQKV.apply(x, wk, wv)
+    dt = compute_dtype(x)
+    xc = _cast(x, dt)
+    return xc, F.linear(xc, _cast(torch.cat((wk, wv)), dt))

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from oelm.models import sampling
-from oelm.models.fused import fused_kv, fused_qkv
+from oelm.models.fused import fused_qkv, identity_qkv
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
 
@@ -162,11 +162,12 @@ class SelfAttention(nn.Module):
     def _identity_qkv(self, x: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor, ...]:
         """W_Q = I: q is x itself (a view, no matmul), K and V come from one GEMM; [B, T, H, Dh] each."""
         if self.fused:
-            kv = fused_kv(x, self.k_proj.weight, self.v_proj.weight)
+            q, kv = identity_qkv(x, self.k_proj.weight, self.v_proj.weight)
         else:
             kv = torch.cat([self.k_proj(x), self.v_proj(x)], dim=-1)
+            q = x.to(kv.dtype)
         k, v = kv.view(batch, t, 2, self.n_head, -1).unbind(2)
-        return x.to(kv.dtype).view(batch, t, self.n_head, -1), k, v
+        return q.view(batch, t, self.n_head, -1), k, v
 
     def forward(
         self,

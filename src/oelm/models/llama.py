@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from oelm.models import sampling
-from oelm.models.fused import compute_dtype, fused_qkv
+from oelm.models.fused import fused_qkv, identity_qkv
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
 
@@ -183,14 +183,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
-def _kv_gemm(x: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor) -> torch.Tensor:
-    """[K | V] in one GEMM for W_Q = I; a frozen K skips its weight gradient (an empty Q block)."""
-    if torch.is_grad_enabled() and wk.requires_grad != wv.requires_grad:
-        return fused_qkv(x, wk.detach()[:0], wk, wv)
-    dt = compute_dtype(x)
-    return F.linear(x.to(dt), torch.cat((wk, wv)).to(dt))
-
-
 class LlamaAttention(nn.Module):
     """Grouped-query self attention: bias-free Q/K/V/O, optional per-head QK RMSNorm, then RoPE.
 
@@ -227,9 +219,13 @@ class LlamaAttention(nn.Module):
         wk, wv = self.k_proj.weight, self.v_proj.weight
         sizes = (wk.shape[0], wv.shape[0])
         if self.q_proj is None:
-            kv = _kv_gemm(x, wk, wv) if self.fused else torch.cat([self.k_proj(x), self.v_proj(x)], -1)
+            if self.fused:
+                q, kv = identity_qkv(x, wk, wv)
+            else:
+                kv = torch.cat([self.k_proj(x), self.v_proj(x)], -1)
+                q = x.to(kv.dtype)
             k, v = kv.split(sizes, dim=-1)
-            return x.to(kv.dtype), k, v
+            return q, k, v
         wq = self.q_proj.weight
         if self.fused:
             qkv = fused_qkv(x, wq, wk, wv)

@@ -13,6 +13,7 @@ import numpy as np
 from oelm.core.methods import get_method
 from oelm.core.schedules import saved_before_switch, switch_step
 from oelm.records.compact import FROM_RUN
+from oelm.records.comparable import check_protocol
 from oelm.records.facts import ReportingFacts, facts_of
 from oelm.records.layout import setting_lr
 from oelm.records.run import COLLAPSED, COMPLETE, INVALID, RunRecord, heldout_note
@@ -168,9 +169,9 @@ class Versus:
     # next to the seed spread of that difference.
     paired_noise: Noise | None = None
     step_time_ratio: float | None = None
-    # Classifiers whose runs stored per-example test correctness: the gap's interval from a paired
-    # bootstrap over seeds and test examples (test-set noise included); None: seeds-only interval.
-    gap_bootstrap: stats.BootstrapGap | None = None
+    # Classifiers whose runs stored per-example test correctness: the gap's Student-t interval over
+    # seeds x test examples (stats.paired_items_gap, test-set noise included); None: seeds-only interval.
+    gap_items: stats.ItemsInterval | None = None
     # The verdict (Holm-adjusted over the family of comparisons it was decided in).
     decision: stats.Decision | None = None
 
@@ -531,21 +532,19 @@ def _paired_noise(runs: list[RunRecord], base_runs: list[RunRecord]) -> Noise | 
     return Noise(f"{metric} difference", float(sum(ses) / len(ses)), stats.summarize(diffs).std, size, unit)
 
 
-BOOTSTRAP_METRIC = "heldout_accuracy"  # classifiers' per-example 0/1 correctness (test_items.json)
+ITEMS_METRIC = "heldout_accuracy"  # classifiers' per-example 0/1 correctness (test_items.json)
 
 
-def bootstrap_gap(
-    runs: list[RunRecord], base_runs: list[RunRecord], higher_is_better: bool
-) -> stats.BootstrapGap | None:
-    """The accuracy gap's interval with the test set's noise: a paired bootstrap over the seeds both
-    arms share and the test examples (stats.paired_bootstrap_gap). None unless every shared seed of
+def items_gap(runs: list[RunRecord], base_runs: list[RunRecord], higher_is_better: bool) -> stats.ItemsInterval | None:
+    """The accuracy gap's interval with the test set's noise: the Student-t interval over the seeds
+    both arms share and the shared test examples (stats.paired_items_gap). None unless every shared seed of
     both arms stored per-example correctness of one test set (>= 2 seeds): the report then shows
     the seeds-only interval, labelled as such."""
     base_by_seed = {r.seed: r for r in base_runs if r.seed is not None}
     rows_m, rows_b = [], []
     for run in sorted((r for r in runs if r.seed in base_by_seed), key=lambda r: r.seed):
         mine, theirs = run.test_items(), base_by_seed[run.seed].test_items()
-        if not mine or not theirs or {mine["metric"], theirs["metric"]} != {BOOTSTRAP_METRIC}:
+        if not mine or not theirs or {mine["metric"], theirs["metric"]} != {ITEMS_METRIC}:
             return None
         if len(mine["values"]) != len(theirs["values"]) or (rows_m and len(mine["values"]) != len(rows_m[0])):
             return None
@@ -553,7 +552,7 @@ def bootstrap_gap(
         rows_b.append(theirs["values"])
     if len(rows_m) < 2 or len(rows_m[0]) < 2:
         return None
-    return stats.paired_bootstrap_gap(np.array(rows_m), np.array(rows_b), higher_is_better)
+    return stats.paired_items_gap(np.array(rows_m), np.array(rows_b), higher_is_better)
 
 
 def gap_by_seed(arm: Arm, base: Arm, higher_is_better: bool) -> dict[int, float]:
@@ -567,7 +566,7 @@ def gap_by_seed(arm: Arm, base: Arm, higher_is_better: bool) -> dict[int, float]
 def compare_arm(arm: Arm, base: Arm, higher_is_better: bool, decision: stats.Decision | None = None) -> Versus:
     """An arm against one reference arm, as a new value (nothing is changed): the gap of the means,
     delta and step-time ratio; for another arm also the paired interval, test and power (all on the
-    per-seed % gaps), the paired test-set noise and the bootstrap interval. `decision` is the verdict,
+    per-seed % gaps), the paired test-set noise and the seeds x test items interval. `decision` is the verdict,
     which needs the whole family (`compare_pairs`)."""
     gap = delta = ratio = None
     if arm.primary.mean is not None and base.primary.mean is not None:
@@ -588,7 +587,7 @@ def compare_arm(arm: Arm, base: Arm, higher_is_better: bool, decision: stats.Dec
         power=stats.power_analysis(list(gaps.values())),
         paired_noise=_paired_noise(arm.runs, base.runs),
         step_time_ratio=ratio,
-        gap_bootstrap=bootstrap_gap(arm.runs, base.runs, higher_is_better),
+        gap_items=items_gap(arm.runs, base.runs, higher_is_better),
         decision=decision,
     )
 
@@ -925,21 +924,6 @@ def _check_same_data(key: tuple, runs: Sequence[RunRecord]) -> None:
         )
 
 
-def _check_once(key: tuple, runs: Sequence[RunRecord]) -> None:
-    """Refuse a (method, setting, seed) that two runs claim (a copied run directory, or one sweep
-    passed twice): it would be counted as two seeds of one arm."""
-    seen: dict[tuple, RunRecord] = {}
-    for run in runs:
-        ident = (run.method, run.setting, run.seed)
-        if ident in seen:
-            raise UserError(
-                f"two runs of {' / '.join(map(str, key))} are {run.method} {run.setting} seed {run.seed}: "
-                f"{seen[ident].path} and {run.path}; each seed counts once. Remove the copy, or pass each "
-                "sweep directory once"
-            )
-        seen[ident] = run
-
-
 def compare(
     runs: Sequence[RunRecord],
     baseline: str = BASELINE,
@@ -964,7 +948,7 @@ def compare(
         grouped[_group_key(run)].append(run)
     for key, members in grouped.items():
         _check_same_data(key, members)
-        _check_once(key, members)
+        check_protocol(f"{key[1]} ({key[0]}, {key[2]})", members)
     if lr_rule not in LR_RULES:
         raise UserError(f"lr_rule {lr_rule!r} is not a rule; use one of {', '.join(LR_RULES)}")
     pairs = [(str(m), str(r)) for m, r in primary]

@@ -40,6 +40,7 @@ def rung(root: Path, name: str, model: str = "gpt-tiny") -> Path:
                 trainable_params=total - frozen,
                 frozen_params=frozen,
                 model=model,
+                theoretical_saving=0.0444 if method == "oelm-freeze" else 0.0,
             )
     return out
 
@@ -53,12 +54,13 @@ def test_ladder_compares_each_frozen_method_with_its_twin_and_fits_the_trend(tmp
     assert {s["method"] for s in steps} == {"oelm-freeze"} and {s["twin"] for s in steps} == {"oelm-nofreeze"}
     for s, name in zip(steps, SIZES):
         assert s["gap"] == pytest.approx(GAP[name], abs=0.5) and s["verdict"] == "worse (resolved)"
-        assert s["unstable"] == "0 of 4"
+        assert s["unstable"] == "0 of 4" and s["saving"] == pytest.approx(0.0444)
     (trend,) = data["trends"]
     assert trend["rungs"] == 3 and trend["slope_low"] < -4.0 < trend["slope_high"]
     assert trend["at"] == 10 * SIZES["s3"] and "extrapolation" in trend["note"]
     assert trend["predicted_low"] < 12.0 - 4 * np.log10(160) < trend["predicted_high"]
     md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "| training-FLOP saving |" in md and "| 4.44% |" in md
     assert "(ladder.png)" in md and (tmp_path / "out" / "ladder.png").stat().st_size > 0
     assert "trend gpt oelm-freeze" in capsys.readouterr().out
 

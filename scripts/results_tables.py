@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oelm.reports.aggregate import Arm, Group, Noise, Versus
-from oelm.reports.stats import MARGIN, BootstrapGap, Decision, PairedTest, Power, Summary
+from oelm.reports.stats import MARGIN, Decision, ItemsInterval, PairedTest, Power, Summary
 from oelm.reports.tables import (
     NA,
     fmt_gap,
@@ -138,7 +138,7 @@ def _versus(d: dict, reference: str | None) -> Versus:
         power=Power(**power) if power else None,
         paired_noise=_noise_record(d.get("paired_noise")),
         step_time_ratio=ratio,
-        gap_bootstrap=BootstrapGap(**d["gap_bootstrap"]) if d.get("gap_bootstrap") else None,
+        gap_items=ItemsInterval(**d["gap_seeds_items"]) if d.get("gap_seeds_items") else None,
         decision=Decision(**d["decision"]) if d.get("decision") else None,
     )
 

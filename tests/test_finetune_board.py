@@ -11,7 +11,8 @@ import yaml
 
 from oelm.cli import main
 from oelm.records import run as records
-from oelm.reports.finetune import replicates, write_board
+from oelm.reports import stats
+from oelm.reports.finetune import write_board
 
 N = 400  # held-out examples
 
@@ -127,10 +128,15 @@ def test_interval_includes_test_noise_even_when_seeds_agree(tmp_path: Path) -> N
     assert row.mde is not None and row.mde > 0
 
 
-def test_replicates_pair_arms_on_one_draw() -> None:
-    a = np.array([[1, 0, 1, 1], [1, 1, 0, 1]], dtype=float)
-    reps = replicates([a, a.copy()], resamples=200)
-    assert reps.shape == (2, 200) and np.array_equal(reps[0], reps[1])
+def test_the_difference_is_paired_by_seed_and_example() -> None:
+    """Two arms that make the same predictions differ by exactly 0, with no width; one more right
+    answer per seed moves the difference by 100 / N points on every seed."""
+    a = np.array([[1, 0, 1, 1], [1, 1, 0, 1]], dtype=float) * 100
+    same = stats.seeds_items_interval(a - a.copy())
+    assert same.mean == 0 and same.ci_low == same.ci_high == 0 and same.p_value() is None and same.tost_p(0.5) == 0
+    b = a.copy()
+    b[:, 1] = 100  # the second example right on both seeds
+    assert stats.seeds_items_interval(b - a).mean == pytest.approx(100 / 4 / 2)
 
 
 def test_board_refuses_a_sweep_without_full_fine_tuning(tmp_path: Path, capsys) -> None:

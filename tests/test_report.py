@@ -130,7 +130,7 @@ def test_report_names_its_reading_guide_which_says_what_the_numbers_mean(lm_swee
     assert reading_sections(md) == ["report"]
     page = READING.read_text(encoding="utf-8")
     section = " ".join(page[page.index("## Report") : page.index("## Leaderboard")].split())
-    for needle in ("Student-t", "(m/b - 1)·100", "paired bootstrap", "seeds only", "Wilcoxon", "Holm", "TOST"):
+    for needle in ("Student-t", "(m/b - 1)·100", "seeds x test examples", "seeds only", "Wilcoxon", "Holm", "TOST"):
         assert needle in section, needle
     assert "noncentral t" in section and "study_numbers.yaml" in section
 
@@ -710,7 +710,7 @@ def _cls_run(root: Path, method: str, seed: int, correct: np.ndarray | None) -> 
 
 
 def test_classifier_gap_interval_includes_test_set_noise(tmp_path: Path) -> None:
-    """Seeds that agree exactly still leave the test set's noise: the bootstrap interval shows it."""
+    """Seeds that agree exactly still leave the test set's noise: the seeds x test examples interval shows it."""
     rng = np.random.default_rng(0)
     n = 200  # a small test set: its noise dominates
     base = (rng.random(n) < 0.8).astype(int)
@@ -721,9 +721,9 @@ def test_classifier_gap_interval_includes_test_set_noise(tmp_path: Path) -> None
         _cls_run(tmp_path / "boot", "oelm-freeze", seed, worse)
     md_path, comp = write_report([tmp_path / "boot"])
     vs = comp.groups[0].versus_of("oelm-freeze")
-    boot = vs.gap_bootstrap
+    boot = vs.gap_items
     gap = (base.mean() - worse.mean()) / base.mean() * 100
-    assert boot is not None and boot.n_seeds == 3 and boot.n_examples == n
+    assert boot is not None and boot.n_seeds == 3 and boot.n_items == n
     assert boot.mean == pytest.approx(gap) and boot.ci_low < gap < boot.ci_high
     # The paired difference of 10 of 200 examples: its SE in % of the reference, paired by example.
     se = np.std(base - worse, ddof=1) / np.sqrt(n) / base.mean() * 100
@@ -732,35 +732,31 @@ def test_classifier_gap_interval_includes_test_set_noise(tmp_path: Path) -> None
     # 200-example test set does not give.
     assert vs.gap_paired.ci_low == pytest.approx(vs.gap_paired.ci_high)
     md = md_path.read_text()
-    assert f"[{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples, bootstrap)" in md
+    assert f"[{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples)" in md
     report = json.loads((tmp_path / "boot" / "report" / "report.json").read_text())
-    assert _arm(report, "oelm-freeze")["gap_bootstrap"]["method"].startswith("numpy two-level")
-    # The same records give the same interval (fixed resampling seed).
-    assert (
-        write_report([tmp_path / "boot"], tmp_path / "again")[1].groups[0].versus_of("oelm-freeze").gap_bootstrap
-        == boot
-    )
+    assert _arm(report, "oelm-freeze")["gap_seeds_items"]["method"].startswith("Student t, seeds x test items")
     # Records without per-example data keep the seeds-only interval, labelled as such.
     for seed in range(3):
         _cls_run(tmp_path / "old", "baseline", seed, None)
         _cls_run(tmp_path / "old", "oelm-freeze", seed, None)
     md_path, comp = write_report([tmp_path / "old"])
-    assert comp.groups[0].versus_of("oelm-freeze").gap_bootstrap is None and "(seeds only)" in md_path.read_text()
+    assert comp.groups[0].versus_of("oelm-freeze").gap_items is None and "(seeds only)" in md_path.read_text()
 
 
-def test_paired_bootstrap_resamples_seeds_too() -> None:
+def test_seeds_items_interval_widens_with_seed_spread() -> None:
     """Seed-to-seed spread widens the interval beyond the test examples' own noise."""
     rng = np.random.default_rng(1)
     ref = (rng.random((4, 500)) < 0.8).astype(float)
-    same = stats.paired_bootstrap_gap(ref * 0 + ref, ref, True)
-    assert same.ci_low == same.ci_high == 0.0  # identical arms: no gap in any replicate
+    same = stats.paired_items_gap(ref * 0 + ref, ref, True)
+    assert same.ci_low == same.ci_high == 0.0  # identical arms: no gap at all
     spread = ref.copy()
     spread[0, :40] = 0  # one seed much worse: the seeds disagree
-    wide = stats.paired_bootstrap_gap(spread, ref, True)
-    narrow = stats.paired_bootstrap_gap(np.repeat(spread[:1], 4, 0), np.repeat(ref[:1], 4, 0), True)
+    wide = stats.paired_items_gap(spread, ref, True)
+    narrow = stats.paired_items_gap(np.repeat(spread[:1], 4, 0), np.repeat(ref[:1], 4, 0), True)
     assert wide.ci_high - wide.ci_low > narrow.ci_high - narrow.ci_low
-    with pytest.raises(ValueError, match="seeds, examples"):
-        stats.paired_bootstrap_gap(ref[0], ref[0], True)
+    assert wide.mean == pytest.approx(np.mean((ref.mean(1) - spread.mean(1)) / ref.mean(1) * 100))
+    with pytest.raises(ValueError, match="seeds, items"):
+        stats.paired_items_gap(ref[0], ref[0], True)
 
 
 def test_lm_tables_show_bits_per_byte_where_the_runs_recorded_it(tmp_path: Path) -> None:

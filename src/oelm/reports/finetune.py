@@ -6,12 +6,14 @@ the field's methods (LoRA, BitFit, LayerNorm tuning, (IA)^3)? Built only from st
 
 - Each arm's setting (LR) is chosen on validation by the same rule as `oelm report` (`compare`).
 - Held-out accuracy per seed at that setting; the difference to the reference (full fine-tuning)
-  in accuracy points, paired by seed, with a two-level bootstrap over seeds and test examples (the
-  same example draw for both arms), so its interval includes the test set's noise.
-- The verdict in the reports' vocabulary, from the bootstrap: worse / better (resolved) when the
+  in accuracy points, paired by seed and by test example, with a Student-t interval over seeds x
+  test examples (stats.seeds_items_interval: crossed variance components, Satterthwaite df), so its
+  interval includes the test set's noise and holds its coverage at 3-5 seeds
+  (tests/test_interval_coverage.py).
+- The verdict in the reports' vocabulary, from the same t statistic: worse / better (resolved) when the
   Holm-adjusted two-sided p < alpha; equivalent within ±margin points when the Holm-adjusted
   TOST p < alpha; otherwise unresolved, with the smallest difference the data could detect
-  (80% power at Holm's strictest level alpha/m, from the bootstrap's standard error).
+  (80% power at Holm's strictest level alpha/m, from the interval's standard error and df).
 - Families, declared here once: the primary family is every arm against full fine-tuning; the
   exploratory family compares frozen Q/K (`freeze-qk`, pretrained Q/K as they are) with each
   other arm that saves something. Holm runs within each family.
@@ -34,15 +36,13 @@ import numpy as np
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.reports import stats
-from oelm.reports.aggregate import BOOTSTRAP_METRIC, Arm, Group, compare
+from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 
 REFERENCE = "baseline"  # full fine-tuning
 FROZEN_QK = "freeze-qk"  # the practitioner's "freeze Q/K": pretrained Q/K kept, frozen
 MARGIN_POINTS = 0.5  # the field's scale of a difference that matters (accuracy points)
-RESAMPLES = 4000
-SEED = 0
 ADAMW_BYTES = 8  # two fp32 moments per trainable parameter
 COSTS = ("trainable_params", "optimizer_bytes", "step_ratio")
 
@@ -55,7 +55,7 @@ class Row:
     lr: float | None
     seeds: list[int]
     accuracy: float | None  # mean held-out accuracy (%) over seeds
-    accuracy_low: float | None = None  # two-level bootstrap 95% interval of the mean (%)
+    accuracy_low: float | None = None  # 95% interval of the mean over seeds x test examples (%)
     accuracy_high: float | None = None
     diff: float | None = None  # mean paired difference to the reference, accuracy points (+ = better)
     diff_low: float | None = None
@@ -64,7 +64,7 @@ class Row:
     holm_p: float | None = None
     tost_p: float | None = None
     tost_holm_p: float | None = None
-    se: float | None = None  # bootstrap standard error of diff
+    se: float | None = None  # standard error of diff (seeds x test examples)
     mde: float | None = None  # smallest |diff| detectable at 80% power, Holm's strictest level
     m: int = 0
     verdict: str = ""
@@ -91,7 +91,7 @@ class FinetuneBoard:
 
 
 # ---------------------------------------------------------------------------------------------
-# Two-level bootstrap in accuracy points
+# Intervals over seeds x test examples, in accuracy points
 
 
 def _items(arm: Arm) -> dict[int, np.ndarray]:
@@ -99,88 +99,54 @@ def _items(arm: Arm) -> dict[int, np.ndarray]:
     out = {}
     for run in arm.runs:
         items = run.test_items()
-        if run.seed is not None and items and items.get("metric") == BOOTSTRAP_METRIC:
+        if run.seed is not None and items and items.get("metric") == ITEMS_METRIC:
             out[int(run.seed)] = np.asarray(items["values"], dtype=np.float64)
     return out
 
 
-def replicates(rows: Sequence[np.ndarray], resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
-    """Bootstrap replicates of the mean over seeds of each row's mean over examples.
-
-    rows: [seeds, examples] arrays (one per arm, seeds aligned); every arm gets the same example
-    draw and the same seed draw per replicate (paired). Returns [arms, resamples].
-    """
-    data = np.stack([np.asarray(r, dtype=np.float64) for r in rows])  # [arms, seeds, examples]
-    _, n_seeds, n_ex = data.shape
-    rng = np.random.default_rng(seed)
-    out = []
-    chunk = 100
-    for start in range(0, resamples, chunk):
-        c = min(chunk, resamples - start)
-        draw = rng.integers(0, n_ex, size=(c, n_ex)) + (np.arange(c) * n_ex)[:, None]
-        weights = np.bincount(draw.ravel(), minlength=c * n_ex).reshape(c, n_ex) / n_ex
-        per_seed = data @ weights.T  # [arms, seeds, c]
-        pick = rng.integers(0, n_seeds, size=(c, n_seeds))
-        out.append(per_seed[:, pick, np.arange(c)[:, None]].mean(axis=2))  # [arms, c]
-    return np.concatenate(out, axis=1)
-
-
-def _p_two_sided(reps: np.ndarray) -> float:
-    n = len(reps)
-    return float(min(1.0, 2 * min((1 + np.sum(reps >= 0)) / (n + 1), (1 + np.sum(reps <= 0)) / (n + 1))))
-
-
-def _p_tost(reps: np.ndarray, margin: float) -> float:
-    n = len(reps)
-    return float(max((1 + np.sum(reps >= margin)) / (n + 1), (1 + np.sum(reps <= -margin)) / (n + 1)))
-
-
-def _interval(reps: np.ndarray) -> tuple[float, float]:
-    low, high = np.percentile(reps, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def _fill(row: Row, arm: Arm, ref: Arm | None) -> np.ndarray | None:
-    """Accuracy interval and the paired difference to `ref` (None: the reference itself); returns
-    the difference's bootstrap replicates (None without a paired comparison)."""
+def _fill(row: Row, arm: Arm, ref: Arm | None) -> stats.ItemsInterval | None:
+    """Accuracy interval and the paired difference to `ref` (None: the reference itself), both
+    Student-t intervals over seeds x test examples (stats.seeds_items_interval); returns the
+    difference's interval (None without a paired comparison)."""
     mine = _items(arm)
     if ref is None:
         seeds = sorted(mine)
-        if seeds:
-            reps = replicates([np.stack([mine[s] for s in seeds])])[0] * 100
-            row.accuracy_low, row.accuracy_high = _interval(reps)
+        if len(seeds) >= 2:
+            acc = stats.seeds_items_interval(np.stack([mine[s] for s in seeds]) * 100)
+            row.accuracy_low, row.accuracy_high = acc.ci_low, acc.ci_high
         return None
     theirs = _items(ref)
     seeds = sorted(set(mine) & set(theirs))
     if len(seeds) < 2 or len({len(mine[s]) for s in seeds} | {len(theirs[s]) for s in seeds}) != 1:
         return None
-    reps = replicates([np.stack([mine[s] for s in seeds]), np.stack([theirs[s] for s in seeds])]) * 100
-    row.accuracy_low, row.accuracy_high = _interval(reps[0])
-    diff = reps[0] - reps[1]
-    full = np.mean([mine[s].mean() - theirs[s].mean() for s in seeds]) * 100
-    row.diff, row.se = float(full), float(np.std(diff, ddof=1))
-    row.diff_low, row.diff_high = _interval(diff)
-    row.p = _p_two_sided(diff)
+    m, b = np.stack([mine[s] for s in seeds]) * 100, np.stack([theirs[s] for s in seeds]) * 100
+    acc = stats.seeds_items_interval(m)
+    row.accuracy_low, row.accuracy_high = acc.ci_low, acc.ci_high
+    diff = stats.seeds_items_interval(m - b)
+    row.diff, row.se = diff.mean, diff.se
+    row.diff_low, row.diff_high = diff.ci_low, diff.ci_high
+    row.p = diff.p_value()
     return diff
 
 
 def _decide(
-    rows: list[Row], reps: dict[str, np.ndarray], margin: float, alpha: float = stats.ALPHA, power: float = stats.POWER
+    rows: list[Row],
+    reps: dict[str, stats.ItemsInterval],
+    margin: float,
+    alpha: float = stats.ALPHA,
+    power: float = stats.POWER,
 ) -> None:
-    """Holm over the rows that have a difference (`reps`: their replicates); the verdict in the vocabulary."""
-    from scipy.stats import norm  # heavy optional dependency: imported on use
-
+    """Holm over the rows that have a difference (`reps`: their intervals); the verdict in the vocabulary."""
     tested = [r for r in rows if r.method in reps]
     for r in tested:
-        r.tost_p = _p_tost(reps[r.method], margin)
+        r.tost_p = reps[r.method].tost_p(margin)
     holm_p = stats.holm([r.p for r in tested])
     holm_t = stats.holm([r.tost_p for r in tested])
     m = len(tested)
     level = alpha / max(m, 1)
-    z = float(norm.ppf(1 - level / 2) + norm.ppf(power))
     for r, hp, ht in zip(tested, holm_p, holm_t):
         r.holm_p, r.tost_holm_p, r.m = hp, ht, m
-        r.mde = z * r.se if r.se is not None else None
+        r.mde = reps[r.method].mde(level, power)
         if hp is not None and hp < alpha and r.diff:
             r.verdict = "better (resolved)" if r.diff > 0 else "worse (resolved)"
         elif ht is not None and ht < alpha:
@@ -259,7 +225,7 @@ def board_of(group: Group, reference: str = REFERENCE, margin: float = MARGIN_PO
         raise UserError(
             f"{group.title}: no finished arm {reference!r} (full fine-tuning) to compare with; arms: {', '.join(arms)}"
         )
-    if group.primary_metric != BOOTSTRAP_METRIC:
+    if group.primary_metric != ITEMS_METRIC:
         raise UserError(
             f"{group.title}: the fine-tuning board reads held-out accuracy, but this table's metric is "
             f"{group.primary_metric}; use `oelm report` for it"
@@ -300,7 +266,7 @@ def build(
     """Every classification table under the paths as a fine-tuning board."""
     runs: list[RunRecord] = load_runs(paths)
     comparison = compare(runs, baseline=reference)
-    groups = [g for g in comparison.groups if g.primary_metric == BOOTSTRAP_METRIC]
+    groups = [g for g in comparison.groups if g.primary_metric == ITEMS_METRIC]
     if not groups:
         raise UserError("no classification runs with held-out accuracy under the given paths")
     return [board_of(g, reference, margin) for g in groups]
@@ -424,7 +390,7 @@ def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.
         f"Generated by `{command}` from stored run records; do not edit by hand.",
         "",
         "Each arm's LR is chosen on validation; accuracy is on the held-out set at that LR. Intervals "
-        "are a two-level bootstrap over seeds and test examples (test-set noise included). Verdicts: "
+        "are Student-t intervals over seeds x test examples (test-set noise included). Verdicts: "
         "Holm-adjusted within each family; equivalence by TOST within ±margin points.",
         "",
     ]
@@ -465,7 +431,7 @@ def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.
 
 
 def plot(boards: Sequence[FinetuneBoard], path: Path) -> Path:
-    """Accuracy (bootstrap interval) against trainable parameters, AdamW state and step time."""
+    """Accuracy (seeds x test examples interval) against trainable parameters, AdamW state and step time."""
     import matplotlib  # heavy optional dependency: imported on use
 
     matplotlib.use("Agg")

@@ -106,7 +106,7 @@ def fmt_fraction(x: float | None, digits: int = 2) -> str:
     return NA if x is None else f"{x * 100:.{digits}f}%"
 
 
-def fmt_interval(s: Summary | stats.BootstrapGap | None) -> str:
+def fmt_interval(s: Summary | stats.ItemsInterval | None) -> str:
     """' [-0.50, +1.20]': the 95% interval of a summary of signed percentages, or '' without one."""
     if s is None or s.ci_low is None:
         return ""
@@ -151,16 +151,16 @@ def fmt_gap(arm: Arm, group: Group) -> str:
 def fmt_gap_interval(arm: Arm, group: Group) -> str:
     """The gap with the interval a report shows, saying what noise it includes.
 
-    Classifiers whose runs stored per-example test correctness: the paired bootstrap over seeds and
-    test examples ('seeds + test examples'); other classifier records: the paired-by-seed interval,
+    Classifiers whose runs stored per-example test correctness: the Student-t interval over seeds x
+    test examples ('seeds + test examples', stats.paired_items_gap); other classifier records: the paired-by-seed interval,
     labelled 'seeds only' (the test set's noise is not in it). LMs: fmt_gap (seeds).
     """
     vs = group.versus_of(arm.method)
     if arm.method == group.baseline or vs.gap is None:
         return fmt_gap(arm, group)
-    boot = vs.gap_bootstrap
-    if boot is not None:
-        return f"{fmt_pct(vs.gap)}{fmt_interval(boot)} (seeds + test examples, bootstrap)"
+    items = vs.gap_items
+    if items is not None:
+        return f"{fmt_pct(vs.gap)}{fmt_interval(items)} (seeds + test examples)"
     if group.facts.item_noise_interval and vs.gap_paired is not None and vs.gap_paired.ci_low is not None:
         return f"{fmt_gap(arm, group)} (seeds only)"
     return fmt_gap(arm, group)

@@ -16,12 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oelm.cli import main
+from oelm.experiments.resolve import resolve_config as resolve
+from oelm.experiments.runner import run_sweep
+from oelm.experiments.sweep import spec_from_dict
 from oelm.records.comparable import RUNTIME
 from oelm.records.load import load_runs
 from oelm.reports.aggregate import compare
-from oelm.training.config import RUNTIME_FIELDS
+from oelm.training.config import RUNTIME_FIELDS, dump_config
 from oelm.utils.errors import UserError
 from test_report import make_run
+from test_sweep import TINY
 
 ARMS = ("baseline", "oelm-freeze")
 
@@ -205,3 +209,32 @@ def test_a_table_is_one_protocol_or_refused(seeds, lrs, change, key, picks) -> N
         for arm in group.arms:
             assert all(c.finished == seeds for c in arm.cells)
             assert sorted(arm.by_seed) == list(range(seeds))
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep: run folders that already hold runs of other settings are refused before any run.
+
+
+def test_a_sweep_whose_folders_hold_runs_of_other_settings_is_refused_before_any_run(tmp_path: Path) -> None:
+    """The spec edited between two invocations (sweep.yaml gone, so the record cannot say): the
+    finished run of the old option would be skipped and reported as the new option's."""
+    spec = spec_from_dict(
+        {
+            "out": str(tmp_path / "sweep"),
+            "prepare": {"source": "builtin:python-docs", "tokenizer": "byte", "max_docs": 20},
+            "config": {**TINY, "data": str(tmp_path / "data")},
+            "methods": {"baseline": {"lr": [1e-3]}, "oelm-lowrank": {"lr": [1e-3], "method_options": {"rank": 2}}},
+            "seeds": [0],
+        }
+    )
+    lowrank = next(r for r in spec.runs() if r.method == "oelm-lowrank")
+    lowrank.run_dir.mkdir(parents=True)
+    (lowrank.run_dir / "config.yaml").write_text(
+        dump_config(resolve({**lowrank.config, "method_options": {"rank": 4}, "progress": False}).config)
+    )
+    with pytest.raises(UserError, match=r"1 run folder\(s\) .*\(differs in: method_options\.rank\)"):
+        run_sweep(spec, progress=False, threads=1)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "sweep" / "sweep.yaml").exists()
+    # The same settings (a runtime field aside) are this spec's run: nothing to refuse.
+    (lowrank.run_dir / "config.yaml").write_text(dump_config(resolve({**lowrank.config, "progress": False}).config))
+    assert lowrank.stored_differences() == []

@@ -10,10 +10,12 @@ import pytest
 import yaml
 
 from oelm.cli import main
-from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, NOT_CONFIRMED, run_confirmation, write_plan
+from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, NOT_CONFIRMED, plan_spec, run_confirmation, write_plan
+from oelm.experiments.resolve import resolve_config
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
 from oelm.records.plan import PLAN_FILE, ConfirmationPlan, content_hash, read_plan, write_plan_file
+from oelm.training.config import dump_config
 from oelm.utils.errors import UserError
 from test_report import make_run
 from test_sweep import TINY
@@ -42,6 +44,14 @@ def _pilot(tmp_path: Path) -> Path:
     record = {"name": "pilot", "base": base, "methods": methods, "seeds": [0, 1, 2], "grid": {}, "baseline": "baseline"}
     (root / "sweep.yaml").write_text(yaml.safe_dump(record))
     return root
+
+
+def _as_planned(out: Path) -> None:
+    """Give the fresh runs written by make_run the config the plan trains them with (a sweep refuses
+    run folders that hold runs of other settings)."""
+    for run in plan_spec(read_plan(out), out).runs():
+        if run.run_dir.is_dir():
+            (run.run_dir / "config.yaml").write_text(dump_config(resolve_config(run.config).config))
 
 
 def test_plan_fixes_claims_lrs_and_fresh_seeds_under_a_hash(tmp_path: Path) -> None:
@@ -147,6 +157,7 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
         make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=ppl * (1 + [0.10, 0.105, 0.095][i]), best_val_loss=1.6)
         make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * (1 + [0.01, -0.01, 0.005][i]), best_val_loss=1.6)
     make_run(out, "oelm-random", 3e-3, 0, test_perplexity=99.0, best_val_loss=1.6)  # a stray pilot seed: ignored
+    _as_planned(out)
     capsys.readouterr()
     assert main(["confirm", "run", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -185,6 +196,7 @@ def test_all_plans_every_arm_and_unresolved_pilots_make_no_claim(tmp_path: Path)
         make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=ppl * (1 + [0.10, 0.105, 0.095][i]), best_val_loss=1.6)
         make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * (1 + [0.05, 0.045, 0.05][i]), best_val_loss=1.6)
         make_run(out, "oelm-qknorm", 3e-3, seed, test_perplexity=ppl * (1 + [0.04, 0.041, 0.039][i]), best_val_loss=1.6)
+    _as_planned(out)
     conf = run_confirmation(out, progress=False)
     by = {c.claim.method: c for c in conf.results}
     assert by["oelm-freeze"].result == CONFIRMED and by["oelm-random"].result == CONFIRMED

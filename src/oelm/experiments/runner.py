@@ -20,7 +20,7 @@ from oelm.data.lm import read_meta
 from oelm.experiments.dispatch import RunQueue, drive
 from oelm.experiments.executors import ExecutorSpec, make_pool
 from oelm.experiments.prepare import data_summary, ensure_lm_data
-from oelm.experiments.sweep import RunSpec, SweepSpec, extend_grids
+from oelm.experiments.sweep import RunSpec, SweepSpec, check_stored_runs, extend_grids
 from oelm.records.sweep import SWEEP_FILE, read_sweep_record
 from oelm.reports.aggregate import Comparison
 from oelm.reports.report import write_report
@@ -56,6 +56,7 @@ def _check_existing(spec: SweepSpec) -> None:
             f"{spec.out} already holds a sweep with a different base config, grid or method options (differs in: "
             f"{', '.join(diff)}); equal budgets need the same base: use another --out"
         )
+    check_stored_runs(spec)
 
 
 def _write_spec(spec: SweepSpec) -> None:

@@ -11,8 +11,9 @@ from typing import Any
 
 from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
+from oelm.records.comparable import flat_config
 from oelm.records.load import load_run
-from oelm.records.run import read_results, run_finished
+from oelm.records.run import read_results, read_yaml_mapping, run_finished
 from oelm.records.sweep import LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
@@ -65,6 +66,19 @@ class RunSpec:
         """Whether the run directory holds a finished run (the one rule, records.run.run_finished)."""
 
         return run_finished(self.run_dir)
+
+    def stored_differences(self) -> list[str]:
+        """The fields (dotted) in which the run its directory already holds was trained otherwise
+        than this run plans ([] without one). Runtime fields never count (records.comparable), nor a
+        field the stored config lacks (written before the field existed)."""
+        path = self.run_dir / "config.yaml"
+        if not path.is_file():
+            return []
+        stored = flat_config(read_yaml_mapping(path))
+        planned = flat_config(resolve_config(self.config).identity())
+        tops = {k.split(".", 1)[0] for k in stored}
+        keys = {k for k in set(planned) | set(stored) if k.split(".", 1)[0] in tops}
+        return sorted(k for k in keys if planned.get(k) != stored.get(k))
 
 
 @dataclass
@@ -333,6 +347,20 @@ def _check_methods(raw: Any, names: Sequence[str], path: Path) -> list[str]:
     if missing:
         raise UserError(f"--methods {' '.join(missing)}: not an arm of {path}; its arms are {', '.join(arms)}")
     return list(dict.fromkeys(names))
+
+
+def check_stored_runs(spec: SweepSpec) -> None:
+    """Refuse a sweep whose run folders already hold runs trained otherwise than the spec plans them
+    (the spec edited between two invocations, sweep.yaml gone, another sweep's runs): a finished one
+    would be skipped and reported as this spec's, pooled with runs of the new settings."""
+    stale = [(run, diff) for run in spec.runs() if (diff := run.stored_differences())]
+    if stale:
+        run, diff = stale[0]
+        raise UserError(
+            f"{len(stale)} run folder(s) under {spec.out} hold runs trained otherwise than this spec plans them, "
+            f"e.g. {run.run_dir} (differs in: {', '.join(diff[:5])}); the sweep would count them as this spec's. "
+            "Run the spec they were trained with, or give this one another --out"
+        )
 
 
 def validate(spec: SweepSpec) -> None:

@@ -233,3 +233,21 @@ def test_run_trains_only_the_planned_runs(tmp_path: Path) -> None:
     assert {c.result for c in conf.results} <= {CONFIRMED, NOT_CONFIRMED} and len(conf.results) == 1
     again = run_confirmation(out, progress=False, threads=1)  # resumable: nothing trains twice
     assert again.outcome is not None and not again.outcome.trained and len(again.outcome.skipped) == 6
+
+
+def test_a_warning_of_the_fresh_table_reaches_the_file_and_the_terminal(tmp_path: Path, capsys) -> None:
+    """Unequal budgets among the fresh runs change what a confirmed verdict means: confirmation.md and
+    `oelm confirm run` both say so (issue 40, class 2)."""
+    pilot, out = _pilot(tmp_path), tmp_path / "confirm"
+    assert main(["confirm", "plan", str(pilot), "--seeds", "3", "--out", str(out)]) == 0
+    for i, seed in enumerate((3, 4, 5)):
+        make_run(out, "baseline", 1e-3, seed, test_perplexity=10 + i / 10, best_val_loss=1.5)
+        for method in ("oelm-freeze", "oelm-random"):
+            short = {"tokens_seen": 900} if method == "oelm-random" else {}
+            make_run(out, method, 3e-3, seed, test_perplexity=11 + i / 10, best_val_loss=1.6, **short)
+    _as_planned(out)
+    capsys.readouterr()
+    assert main(["confirm", "run", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "warning: unequal budgets (tokens_seen differ" in printed
+    assert "- **Warning:** unequal budgets (tokens_seen differ" in (out / "confirmation.md").read_text()

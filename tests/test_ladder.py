@@ -71,6 +71,17 @@ def test_two_rungs_give_no_interval_and_say_so(tmp_path: Path) -> None:
     assert trend.slope is None and "at least 3" in trend.note
 
 
+def test_a_rung_s_table_warning_reaches_the_file_and_the_terminal(tmp_path: Path, capsys) -> None:
+    """A rung whose arms saw unequal budgets: the gap's meaning changes, so ladder.md and the
+    terminal both carry the table's warning (issue 40, class 2)."""
+    rungs = [rung(tmp_path, n) for n in ("s1", "s2")]
+    short = rungs[0] / "runs" / "oelm-freeze" / "lr0.001" / "seed0" / "results.json"
+    short.write_text(json.dumps({**json.loads(short.read_text()), "tokens_seen": 100}))
+    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    assert "  warning: tinystories (lm, gpt-tiny): unequal budgets (tokens_seen" in capsys.readouterr().out
+    assert "- tinystories (lm, gpt-tiny): unequal budgets (tokens_seen" in (tmp_path / "out" / "ladder.md").read_text()
+
+
 def test_a_rung_without_a_twin_is_refused(tmp_path: Path, capsys) -> None:
     make_run(tmp_path / "lonely", "baseline", 1e-3, 0, test_perplexity=20.0, best_val_loss=3.0)
     assert main(["ladder", str(tmp_path / "lonely"), "--out", str(tmp_path / "out")]) == 2

@@ -88,10 +88,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_run(args: argparse.Namespace) -> int:
     """Run the plan and print each claim's result."""
-    from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, run_confirmation, summary_lines
+    from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, run_confirmation, summary_lines, verdict_warnings
 
     conf = run_confirmation(args.dir, parallel=args.parallel, threads=args.threads, executor=executor_of(args))
     print("\n".join(summary_lines(conf)))
+    for warning in verdict_warnings(conf):  # what changes a verdict's meaning shows here, not only in the file
+        print(f"warning: {warning}")
     ok = sum(c.result == CONFIRMED for c in conf.results)
     claims = sum(c.result != NO_CLAIM for c in conf.results)
     compared = (

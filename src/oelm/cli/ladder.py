@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("name the rung directories (one sweep per size) and --out DIR")
     path, ladder = write_ladder(args.rungs, args.out)
     print(f"{len(ladder.steps)} step(s) -> {path}")
+    for warning in ladder.warnings:  # what changes a verdict's meaning shows here, not only in the file
+        print(f"  warning: {warning}")
     for s in ladder.steps:
         gap = "n/a" if s.gap is None else f"{s.gap:+.2f}%"
         print(f"  {s.architecture} {s.params} {s.method} vs {s.twin}: {gap} {s.verdict}")

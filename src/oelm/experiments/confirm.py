@@ -505,10 +505,18 @@ def render(conf: Confirmation) -> list[str]:
             else ""
         ),
         "",
+        *[f"- **Warning:** {w}" for w in verdict_warnings(conf)],
+        *([""] if verdict_warnings(conf) else []),
         *(family_lines(conf.group) if conf.group is not None else []),
         *([""] if conf.plan.seed_plan else []),
         *seed_plan_lines(conf.plan, conf.results),
     ]
+
+
+def verdict_warnings(conf: Confirmation) -> list[str]:
+    """The fresh table's warnings (unequal budgets, unstable runs, ...): each changes how a verdict
+    reads, so confirmation.md and the terminal both carry them."""
+    return list(conf.group.warnings) if conf.group is not None else []
 
 
 def summary_lines(conf: Confirmation) -> list[str]:

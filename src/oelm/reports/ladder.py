@@ -96,11 +96,14 @@ def _freezes(method: str) -> bool:
     return bool(m.freeze) or getattr(m, "q_identity", False)
 
 
-def rung(paths: Sequence[str | Path]) -> list[Step]:
-    """The steps of one rung (one sweep): every frozen method against its twin."""
+def rung(paths: Sequence[str | Path], warnings: list[str] | None = None) -> list[Step]:
+    """The steps of one rung (one sweep): every frozen method against its twin. Its tables' warnings
+    (unequal budgets, unstable runs, ...) are added to `warnings`, named by the table."""
     comparison = compare(load_runs(paths), baseline=BASELINE)
     steps: list[Step] = []
     for group in comparison.groups:
+        if warnings is not None:
+            warnings += [f"{group.title}: {w}" for w in group.warnings]
         arms = {a.method: a for a in group.arms}
         base = arms.get(BASELINE)
         size = _params(base) if base is not None else None
@@ -170,7 +173,7 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
     """The ladder of several rungs (each a list of paths: one sweep or its records)."""
     ladder = Ladder()
     for paths in rungs:
-        ladder.steps += rung(paths)
+        ladder.steps += rung(paths, ladder.warnings)
     if not ladder.steps:
         raise UserError("no frozen method with a twin in the given sweeps; a ladder rung needs both arms")
     by_series: dict[tuple[str, str], list[Step]] = {}

@@ -495,15 +495,16 @@ def summary_table(group: Group) -> list[str]:
 def print_summary(comparison: Comparison, extend: str = CONFIRM_PLAN) -> None:
     """The main numbers of every table on the console, for `oelm sweep` / `oelm compare`.
 
-    Fits SUMMARY_WIDTH columns: the table keeps the headline columns (summary_table), long lines
-    wrap there when the output is not a terminal, and report.md holds the rest.
+    Fits SUMMARY_WIDTH columns: the table keeps the headline columns (summary_table) and report.md
+    holds the rest. On a terminal long lines wrap at its width; piped or written to a file, every
+    line is one line (soft wrap: no hard breaks, no trailing padding), for grep and diff.
     """
     from rich.console import Console  # heavy optional dependency: imported on use
     from rich.markup import escape  # heavy optional dependency: imported on use
 
     console = Console()
-    if not console.is_terminal:  # piped or captured: wrap at the summary's width, not at 80
-        console = Console(width=SUMMARY_WIDTH)
+    if not console.is_terminal:
+        console = Console(width=SUMMARY_WIDTH, soft_wrap=True)
     for group in comparison.groups:
         console.print(group.title, style="bold", markup=False, highlight=False, soft_wrap=True)
         if ref := reference_line(group):

@@ -272,3 +272,23 @@ def test_overwrite_is_allowed_exactly_when_the_folder_holds_only_what_its_marker
             check_target(out, run, overwrite=True)
     with pytest.raises(UserError, match="pass --overwrite"):
         check_target(out, run, overwrite=False)
+
+
+@pytest.mark.slow  # a fresh interpreter: DeepSpeed warns once per process, at its import
+def test_export_cli_prints_no_deepspeed_accelerator_warning_without_a_gpu(lm_run, tmp_path):
+    """transformers' save_pretrained imports DeepSpeed where it is installed, which then warned
+    "Setting accelerator to CPU" on every `oelm export` of a CPU machine."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed: no warning to silence")
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU DeepSpeed picks CUDA and does not warn")
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    cmd = [sys.executable, "-m", "oelm", "export", str(lm_run), "--to", "hf", str(tmp_path / "hf")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "wrote GPT2LMHeadModel" in done.stdout
+    assert "accelerator" not in done.stderr.lower(), done.stderr

@@ -26,8 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export and print what was written, the logit check and the tokenizer note."""
+    import os
+
+    import torch
+
     from oelm.hf.export import export_hf
 
+    # transformers' save_pretrained imports DeepSpeed when it is installed, and DeepSpeed then warns
+    # that it "set the accelerator to CPU": noise on a machine without a GPU, where CPU is right.
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     report = export_hf(args.run_dir, args.out_dir, which=args.checkpoint, overwrite=args.overwrite)
     print(f"wrote {report['architecture']} to {report['out_dir']}")
     print(f"max |logit difference| vs oelm.load_model on random input: {report['max_abs_logit_diff']:.2e}")

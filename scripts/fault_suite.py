@@ -1,5 +1,6 @@
 """Fault suite (not in CI; minutes on CPU): kill -9 `oelm train` and `oelm sweep` at random moments,
-resume, and compare with uninterrupted runs; race two sweeps; answer every generated bad input.
+resume, and compare with uninterrupted runs; kill -9 one rank of a 2-process gloo job (DDP and
+FSDP) mid-step and mid-save; race two sweeps; answer every generated bad input.
 
     PYTHONPATH=src python scripts/fault_suite.py [--kills 24] [--sweep-kills 6] [--seed 0] [--work DIR]
 
@@ -30,6 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the shared fixtures and generated bad
 
 from bad_input_cases import all_cases, run_case  # noqa: E402
 from oelm.training import checkpoint as ckpt  # noqa: E402
+from test_train_ddp import torchrun_with_rank1_hook  # noqa: E402
 from train_utils import synthetic_lm_dir  # noqa: E402
 
 ENV = {
@@ -320,6 +322,76 @@ def bad_inputs(work: Path) -> dict:
     }
 
 
+def _kill_rank1(where: str, n: int) -> str:
+    """sitecustomize body for rank 1: SIGKILL itself at its n-th forward (mid-step) or on entering
+    its n-th checkpoint save (mid-save: under FSDP every rank writes its shard)."""
+    head = "    import os, signal\n    calls = []\n"
+    if where == "step":
+        return head + (
+            "    from oelm.training.lm import LMTask\n    real = LMTask.loss\n"
+            "    def loss(self, model, batch):\n        calls.append(1)\n"
+            f"        if len(calls) == {n}:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
+            "        return real(self, model, batch)\n    LMTask.loss = loss\n"
+        )
+    return head + (
+        "    from oelm.training import strategy as S\n"
+        "    for cls in (S.DDPStrategy, S.FSDPStrategy):\n        real = cls.save_checkpoint\n"
+        "        def save(self, *a, _real=real, **k):\n            calls.append(1)\n"
+        f"            if len(calls) == {n}:\n                os.kill(os.getpid(), signal.SIGKILL)\n"
+        "            return _real(self, *a, **k)\n        cls.save_checkpoint = save\n"
+    )
+
+
+def distributed_kills(work: Path, rng: random.Random, steps: int = 16) -> dict:
+    """Rank 1 of a 2-process gloo job killed mid-step and mid-save (DDP, FSDP): the job must end with
+    one line naming the lost rank and --resume (no backend traceback of ours), the last complete
+    checkpoint must stay in place with no temporary folder beside it, and the same command with
+    --resume must finish with the uninterrupted job's numbers."""
+    problems, cases = [], []
+    cfg = {"checkpoint_every": 4}
+    for strategy in ("ddp", "fsdp"):
+        ref_dir = work / f"dist-{strategy}-ref"
+        ref_dir.mkdir(parents=True, exist_ok=True)
+        ref, _ = torchrun_with_rank1_hook(ref_dir, "    pass\n", steps, {**cfg, "strategy": strategy})
+        if ref.returncode != 0:
+            problems.append(f"{strategy}: the uninterrupted job failed: {ref.stderr[-500:]}")
+            continue
+        expected = json.loads((ref_dir / "ddp" / "results.json").read_text())
+        for where in ("step", "save"):
+            n = rng.randint(5, steps - 2) if where == "step" else rng.randint(2, steps // 4 - 1)
+            name = f"{strategy} rank 1 killed {'at forward' if where == 'step' else 'in save'} {n}"
+            folder = work / f"dist-{strategy}-{where}"
+            folder.mkdir(parents=True, exist_ok=True)
+            done, _ = torchrun_with_rank1_hook(folder, _kill_rank1(where, n), steps, {**cfg, "strategy": strategy})
+            lines = [x for x in done.stderr.splitlines() if x.startswith("oelm: error:")]
+            root = folder / "ddp" / "checkpoints"
+            last = ckpt.latest_checkpoint(root)
+            debris = [p.name for p in root.iterdir() if p.name.startswith(".tmp")] if root.is_dir() else []
+            bad = []
+            if done.returncode == 0:
+                bad.append("exit code 0")
+            if len(lines) != 1 or "lost rank 1" not in lines[0] or "--resume" not in lines[0]:
+                bad.append(f"not one line naming rank 1 and --resume: {lines or done.stderr[-800:]}")
+            if "[rank0]: Traceback" in done.stderr:
+                bad.append("rank 0 ended in a traceback")
+            if last is None or debris:
+                bad.append(f"last checkpoint {last}, debris {debris}")
+            again, _ = torchrun_with_rank1_hook(
+                folder, "    pass\n", steps, {**cfg, "strategy": strategy, "resume": True}
+            )
+            got = json.loads((folder / "ddp" / "results.json").read_text()) if again.returncode == 0 else {}
+            if again.returncode != 0:
+                bad.append(f"--resume failed: {again.stderr[-800:]}")
+            elif got.get("steps") != steps or got.get("best_val_loss") != expected.get("best_val_loss"):
+                bad.append(
+                    f"resumed {got.get('steps')} steps, best_val_loss {got.get('best_val_loss')} vs "
+                    f"uninterrupted {expected.get('best_val_loss')}"
+                )
+            cases.append({"case": name, "kept": last.name if last else None, "ok": not bad})
+            problems += [f"{name}: {b}" for b in bad]
+    return {"cases": cases, "problems": problems}
+
+
 def fuzz(examples: int) -> dict:
     """tests/test_fuzz_inputs.py with many more generated inputs (the CI run draws a few dozen)."""
     env = {**os.environ, "OELM_FUZZ_EXAMPLES": str(examples)}
@@ -344,7 +416,7 @@ def main() -> int:
     ap.add_argument("--sweep-kills", type=int, default=6, help="SIGKILLs of `oelm sweep` (default 6)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default=None, help="work folder (default: a temp folder, removed at the end)")
-    ap.add_argument("--only", nargs="+", default=["train", "sweep", "race", "bad", "fuzz"])
+    ap.add_argument("--only", nargs="+", default=["train", "sweep", "dist", "race", "bad", "fuzz"])
     ap.add_argument("--fuzz", type=int, default=5000, help="generated configs, tables, YAML files each (default 5000)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -359,6 +431,8 @@ def main() -> int:
             if not (work / "data" / "meta.json").is_file():
                 synthetic_lm_dir(work / "data", n_train=20_000)
             results["sweep_kills"] = sweep_kills(work, args.sweep_kills, rng)
+        if "dist" in args.only:
+            results["distributed_kills"] = distributed_kills(work, rng)
         if "race" in args.only:
             results["sweep_race"] = sweep_race(work)
         if "bad" in args.only:

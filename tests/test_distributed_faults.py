@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from oelm.training.checkpoint import SHARD_DIGESTS, SHARDED
+from oelm.training.checkpoint import SHARD_DIGESTS, SHARDED, latest_checkpoint
+from oelm.training.distributed import DistInfo, lost_peer, peer_text
 from oelm.training.loop import train
 from oelm.utils.errors import UserError
 from test_train_ddp import torchrun_with_rank1_hook
@@ -59,3 +61,51 @@ def test_ranks_that_read_different_data_stop_before_the_first_step_naming_the_ra
     assert "rank 1 disagrees with rank 0 before the first step on data_fingerprint" in done.stderr
     assert "prepare it once on a shared file system" in done.stderr
     assert not (tmp_path / "ddp" / "results.json").exists()
+
+
+def test_lost_peer_reads_only_a_collective_whose_peer_left() -> None:
+    gloo = RuntimeError(
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:6556: "
+        "Connection reset by peer. This is typically caused by a remote worker hanging"
+    )
+    assert lost_peer(gloo, DistInfo(rank=0, world=2)) == "Read error [127.0.0.1]:6556: Connection reset by peer"
+    assert lost_peer(gloo, DistInfo()) is None  # no process group: not a peer's fault
+    assert lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), DistInfo(rank=0, world=2)) is None
+    assert peer_text(DistInfo(rank=1, world=2)) == "rank 0" and peer_text(DistInfo(rank=0, world=3)) == "another rank"
+
+
+KILL_RANK1 = {  # rank 1 SIGKILLs itself at its 11th forward (mid-step) or entering its 2nd checkpoint save
+    "step": "    from oelm.training.lm import LMTask\n    real, calls = LMTask.loss, []\n"
+    "    def loss(self, model, batch):\n        calls.append(1)\n"
+    "        if len(calls) == 11:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
+    "        return real(self, model, batch)\n    LMTask.loss = loss\n",
+    "save": "    from oelm.training import strategy as S\n    calls = []\n"
+    "    for cls in (S.DDPStrategy, S.FSDPStrategy):\n        real = cls.save_checkpoint\n"
+    "        def save(self, *a, _real=real, **k):\n            calls.append(1)\n"
+    "            if len(calls) == 2:\n                os.kill(os.getpid(), signal.SIGKILL)\n"
+    "            return _real(self, *a, **k)\n        cls.save_checkpoint = save\n",
+}
+
+
+@pytest.mark.slow  # torchrun with two processes, twice: ~15 s
+@pytest.mark.parametrize(("strategy", "where", "kept"), [("ddp", "step", 8), ("fsdp", "save", 4)])
+def test_a_rank_killed_mid_step_or_mid_save_ends_the_job_in_one_line(tmp_path: Path, strategy, where, kept) -> None:
+    """Rank 1 is SIGKILLed: rank 0 ends with one line naming the lost rank and --resume instead of a
+    gloo traceback; the last complete checkpoint stays in place, no temporary folder is left, and
+    the same command with --resume finishes the run."""
+    hook = "    import os, signal\n" + KILL_RANK1[where]
+    cfg = {"checkpoint_every": 4, "strategy": strategy}
+    done, _ = torchrun_with_rank1_hook(tmp_path, hook, steps=16, cfg_overrides=cfg)
+    assert done.returncode != 0
+    lines = [x for x in done.stderr.splitlines() if x.startswith("oelm: error:")]
+    assert len(lines) == 1, done.stderr[-4000:]
+    line = lines[0]
+    assert "rank 0 of 2 lost rank 1" in line and "by peer" in line
+    assert f"the last complete checkpoint, step_{kept:07d}, is in place" in line and "with --resume" in line
+    assert "[rank0]: Traceback" not in done.stderr
+    root = tmp_path / "ddp" / "checkpoints"
+    assert latest_checkpoint(root).name == f"step_{kept:07d}"
+    assert not [p.name for p in root.iterdir() if p.name.startswith(".tmp")]
+    again, _ = torchrun_with_rank1_hook(tmp_path, "    pass\n", steps=16, cfg_overrides={**cfg, "resume": True})
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((tmp_path / "ddp" / "results.json").read_text())["steps"] == 16

@@ -378,23 +378,26 @@ def save_sharded_checkpoint(
         ckpt_root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-    tdist.barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    try:
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / SHARDED))
-    except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
+    try:  # a rank that leaves mid-save (killed, crashed) fails the collectives here: no debris stays
+        tdist.barrier()
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        try:
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / SHARDED))
+        except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
+            raise UserError(
+                f"could not write the sharded checkpoint {step_dir_name(step)} in {str(ckpt_root)!r} "
+                f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); fix the cause "
+                "and rerun with --resume"
+            ) from None
+        # Every rank's shard digests, so a resume can tell a shard of this save from another one's.
+        digests: list[Any] = [None] * tdist.get_world_size()
+        tdist.all_gather_object(digests, _shard_digests(tmp / SHARDED, tdist.get_rank()))
+        whole = full_state_dict(model) if whole_weights else {}
+        tdist.barrier()  # every rank's shard is on disk before rank 0 renames the directory
+    except BaseException:
         if is_main:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(
-            f"could not write the sharded checkpoint {step_dir_name(step)} in {str(ckpt_root)!r} "
-            f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); fix the cause "
-            "and rerun with --resume"
-        ) from None
-    # Every rank's shard digests, so a resume can tell a shard of this save from another one's.
-    digests: list[Any] = [None] * tdist.get_world_size()
-    tdist.all_gather_object(digests, _shard_digests(tmp / SHARDED, tdist.get_rank()))
-    whole = full_state_dict(model) if whole_weights else {}
-    tdist.barrier()  # every rank's shard is on disk before rank 0 renames the directory
+        raise
     if not is_main:
         return final
     with _written_or_removed(tmp, ckpt_root, _nbytes(whole) + _nbytes(state)):

@@ -220,6 +220,29 @@ def agree(facts: dict[str, Any], info: DistInfo, when: str) -> None:
                 )
 
 
+# What a collective raises on a rank whose peer left (killed, crashed, out of memory): gloo's
+# socket errors (also inside NCCL's messages), and torch's DistNetworkError.
+LOST_PEER = ("by peer", "connection closed", "pair closure", "broken pipe", "connection refused", "socket closed")
+
+
+def lost_peer(err: BaseException, info: DistInfo) -> str | None:
+    """A one-line reason when `err` is a collective that failed because another rank of the job left
+    (None otherwise, and always without a process group): what the loop turns into one line naming
+    the rank and the fix instead of a backend traceback."""
+    if not info.enabled or not isinstance(err, RuntimeError):
+        return None
+    text = str(err)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if isinstance(err, dist.DistNetworkError) or any(marker in text.lower() for marker in LOST_PEER):
+        return first.split("] ", 1)[-1].split(". ", 1)[0][:160]
+    return None
+
+
+def peer_text(info: DistInfo) -> str:
+    """Which rank this one lost: the other one in a job of two, else 'another rank'."""
+    return f"rank {1 - info.rank}" if info.world == 2 else "another rank"
+
+
 def broadcast_tensors(tensors: Sequence[torch.Tensor], info: DistInfo) -> None:
     """Overwrite each tensor with rank 0's values, in place (weights rank 0 alone has read)."""
     if info.enabled:

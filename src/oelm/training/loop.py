@@ -34,6 +34,8 @@ from oelm.training.distributed import (
     barrier,
     from_rank0,
     init_distributed,
+    lost_peer,
+    peer_text,
     shutdown_distributed,
 )
 from oelm.training.results import RunFacts, build_results, build_timing
@@ -209,10 +211,29 @@ class Trainer:
         self._open_logs()
         try:
             self._loop()
+        except RuntimeError as err:
+            if (reason := lost_peer(err, self.dist)) is None:
+                raise
+            raise UserError(self._lost_peer_text(reason)) from None
         finally:
             self.metrics.close()
             self.tb.close()
         return self._finish()
+
+    def _lost_peer_text(self, reason: str) -> str:
+        """One line for a collective that failed because another rank left mid-step or mid-save."""
+        last = ckpt.latest_checkpoint(self.ckpt_root) if self.dist.is_main else None
+        if not self.dist.is_main:
+            kept = "rank 0's last complete checkpoint stays in place"
+        else:
+            kept = (
+                f"the last complete checkpoint, {last.name}, is in place" if last else "no checkpoint was written yet"
+            )
+        return (
+            f"rank {self.dist.rank} of {self.dist.world} lost {peer_text(self.dist)} after step {self.step} "
+            f"({reason}): that rank stopped or was killed (the launcher's report names it and its exit code); "
+            f"{kept}. Find why it stopped (its log, memory, the node), then rerun the same command with --resume"
+        )
 
     def _rank_facts(self) -> dict[str, Any]:
         """What every rank must share with rank 0: config, method, data fingerprint, resumed step."""

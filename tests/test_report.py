@@ -465,7 +465,9 @@ def test_printed_summary_fits_100_columns(lm_sweep: Path, capsys: pytest.Capture
     capsys.readouterr()
     print_summary(comp)
     printed = capsys.readouterr().out.splitlines()
-    assert SUMMARY_WIDTH == 100 and max(len(ln) for ln in printed) <= SUMMARY_WIDTH
+    # The table fits 100 columns; prose lines (reference, verdicts, warnings) stay one line each
+    # off a terminal (no hard wraps in a file: tests/test_summary_output.py).
+    assert SUMMARY_WIDTH == 100 and any(ln.startswith("Reference: baseline") for ln in printed)
     table = summary_table(comp.groups[0])
     assert max(len(ln) for ln in table) <= SUMMARY_WIDTH
     assert all(ln in printed for ln in table)  # the table itself is never wrapped

@@ -95,7 +95,11 @@ def test_a_rank_killed_mid_step_or_mid_save_ends_the_job_in_one_line(tmp_path: P
     the same command with --resume finishes the run."""
     hook = "    import os, signal\n" + KILL_RANK1[where]
     cfg = {"checkpoint_every": 4, "strategy": strategy}
-    done, _ = torchrun_with_rank1_hook(tmp_path, hook, steps=16, cfg_overrides=cfg)
+    # torchrun SIGTERMs the surviving rank as soon as its monitor (every 0.1 s by default) sees
+    # the dead one: on a loaded machine that can come before rank 0's next collective fails and it
+    # reports. A 5 s monitor interval leaves rank 0 the time to say what happened (docs/training.md).
+    slow_monitor = ("--monitor-interval", "5")
+    done, _ = torchrun_with_rank1_hook(tmp_path, hook, steps=16, cfg_overrides=cfg, torchrun_args=slow_monitor)
     assert done.returncode != 0
     lines = [x for x in done.stderr.splitlines() if x.startswith("oelm: error:")]
     assert len(lines) == 1, done.stderr[-4000:]

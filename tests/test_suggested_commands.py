@@ -76,7 +76,7 @@ def test_a_verdicts_confirm_plan_is_accepted(kind: str, tmp_path: Path, capsys: 
     for line in lines:
         out = accepted(suggested(line, "confirm plan")[0], capsys)
         # The plan covers the arm whose verdict line suggested it.
-        named = [m for m in PILOTS[kind] if m in line.split(":")[0]]
+        named = [m for m in PILOTS[kind] if m in line.removeprefix("verdict: ").split(":")[0]]
         assert named and all(f" {m} (lr " in out for m in named), (line, out)
         shutil.rmtree(f"{sweep}-confirm")  # each suggestion on the state that made it
 

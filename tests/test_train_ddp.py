@@ -66,7 +66,12 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, method: str) ->
 
 
 def torchrun_with_rank1_hook(
-    tmp_path: Path, hook_body: str, steps: int, cfg_overrides: dict | None = None, **env: str
+    tmp_path: Path,
+    hook_body: str,
+    steps: int,
+    cfg_overrides: dict | None = None,
+    torchrun_args: tuple[str, ...] = (),
+    **env: str,
 ) -> tuple[subprocess.CompletedProcess, float]:
     """`oelm train` under torchrun (2 processes) with `hook_body` run in rank 1 at start-up (through
     sitecustomize: no hook in oelm). Returns the finished process and its wall time."""
@@ -78,7 +83,7 @@ def torchrun_with_rank1_hook(
     cfg.update(cfg_overrides or {})
     config_file = tmp_path / "ddp.yaml"
     config_file.write_text(yaml.safe_dump(cfg))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *torchrun_args]
     cmd += ["-m", "oelm", "train", str(config_file), "--no-progress"]
     paths = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": paths, **env}

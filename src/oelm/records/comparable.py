@@ -23,15 +23,15 @@ from oelm.records.layout import parse_run_path
 from oelm.records.run import RunRecord
 from oelm.utils.errors import UserError
 
-# How a run is executed or written, not what it computes (training.config.RUNTIME_FIELDS and the
-# per-run bookkeeping a sweep sets; tests/test_comparable.py checks that the former is inside).
-RUNTIME = frozenset(
+# Fields that change how a run is executed or written but not what it computes; a resumed run may
+# differ from the stored one in these without being "a different run" (training.config uses this).
+RUNTIME_FIELDS = frozenset(
     {
         "out",
         "resume",
         "overwrite",
         "device",
-        "strategy",
+        "strategy",  # same computation either way; its checkpoint format is checked on resume
         "compile",
         "compile_mode",
         "progress",
@@ -40,10 +40,10 @@ RUNTIME = frozenset(
         "allow_change",
         "wandb",
         "wandb_project",
-        "checkpoint_every",
-        "keep_last",
     }
 )
+# ... plus the per-run bookkeeping a sweep sets: neither counts when tables are compared.
+RUNTIME = RUNTIME_FIELDS | {"checkpoint_every", "keep_last"}
 SEED_FIELDS = ("seed", "data_seed")  # differ between the seeds of one setting
 ARM_FIELDS = ("method", "method_options")  # differ between arms
 LR_FIELD = "lr"  # differs between settings (with the fields a setting name carries)

@@ -24,31 +24,11 @@ from pydantic import (
 from oelm.core.methods import list_methods, validate_method_options
 from oelm.data.synthetic import ProbeOptions  # probe task options (issue 11 section 4)
 from oelm.models.catalog import PRESETS, is_llama_preset
+from oelm.records.comparable import RUNTIME_FIELDS
 from oelm.training.distributed import fsdp_available
 from oelm.training.wandb import require_wandb
 from oelm.utils.errors import UserError
 from oelm.utils.io import load_yaml_text, read_yaml
-
-# Fields that change how a run is executed or written but not what it computes; a resumed run may
-# differ from the stored one in these without being "a different run".
-RUNTIME_FIELDS = frozenset(
-    {
-        "out",
-        "resume",
-        "overwrite",
-        "device",
-        "strategy",  # same computation either way; its checkpoint format is checked on resume
-        "compile",
-        "compile_mode",
-        "progress",
-        "tensorboard",
-        "log_every",
-        "allow_change",
-        "wandb",
-        "wandb_project",
-    }
-)
-
 
 # An AdamW beta: torch raises deep in the first step for one outside [0, 1).
 Beta = Annotated[float, Field(ge=0, lt=1)]

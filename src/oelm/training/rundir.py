@@ -9,9 +9,10 @@ from typing import Any
 
 import yaml
 
+from oelm.records.comparable import RUNTIME_FIELDS
 from oelm.records.run import RESULTS_FILE, RunResults, is_finished, read_results
 from oelm.training.checkpoint import latest_checkpoint
-from oelm.training.config import RUNTIME_FIELDS, TrainConfig, identity_digest, written_digest
+from oelm.training.config import TrainConfig, identity_digest, written_digest
 from oelm.utils.errors import UserError
 from oelm.utils.io import load_yaml_text
 from oelm.utils.lock import LOCK_NAME

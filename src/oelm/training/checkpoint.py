@@ -386,7 +386,7 @@ def save_sharded_checkpoint(
         except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
             raise UserError(
                 f"could not write the sharded checkpoint {step_dir_name(step)} in {str(ckpt_root)!r} "
-                f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); fix the cause "
+                f"({_why(err, 120)}); fix the cause "
                 "and rerun with --resume"
             ) from None
         # Every rank's shard digests, so a resume can tell a shard of this save from another one's.
@@ -456,6 +456,12 @@ def shard_problem(step_dir: Path) -> str | None:
     return None
 
 
+def _why(err: BaseException, width: int) -> str:
+    """A DCP failure in one line: its type and the first `width` characters of its first line."""
+    text = str(err)
+    return f"{type(err).__name__}: {text.splitlines()[0][:width] if text else ''}"
+
+
 def load_sharded_checkpoint(step_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Load step_N/dcp/ into a sharded model and its optimizer, resharded to this job's world size,
     after rank 0 checked every shard against the digests written with it (shards.json)."""
@@ -469,8 +475,8 @@ def load_sharded_checkpoint(step_dir: Path, model: torch.nn.Module, optimizer: t
         dcp.load(loaded, checkpoint_id=str(step_dir / SHARDED))
     except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
         raise UserError(
-            f"sharded checkpoint {str(step_dir / SHARDED)!r} does not fit this run ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:160] if str(err) else ''}); resume with the run's own model settings "
+            f"sharded checkpoint {str(step_dir / SHARDED)!r} does not fit this run ({_why(err, 160)}); "
+            "resume with the run's own model settings "
             "or pass --overwrite"
         ) from None
     set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])

@@ -244,3 +244,33 @@ def test_minilm_oelm_freeze_keeps_qk(tmp_path, one_thread):
         trained["bert.encoder.layer.0.attention.self.value.weight"],
         ref["bert.encoder.layer.0.attention.self.value.weight"],
     )
+
+
+def test_a_hf_classifier_says_its_new_head_and_warns_of_missing_body_tensors(tmp_path, caplog, capsys):
+    """transformers' multi-line load report is replaced by one line naming the new task head; a
+    checkpoint missing tensors of the model body (they would start at random) gets a warning."""
+    import logging
+
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    from oelm.models.hf_cls import load_hf_classifier
+
+    cfg = transformers.BertConfig(
+        vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+    )
+    folder = tmp_path / "tiny-bert"
+    transformers.BertModel(cfg).save_pretrained(folder)
+    with caplog.at_level(logging.INFO, logger="oelm.models.hf_cls"):
+        load_hf_classifier(str(folder), 3)
+    assert "new 3-label task head: classifier.bias, classifier.weight" in caplog.text
+    assert "missing" not in caplog.text and "LOAD REPORT" not in capsys.readouterr().out
+    weights = load_file(str(folder / "model.safetensors"))
+    gone = next(k for k in weights if "attention.self.value.weight" in k)
+    save_file({k: v for k, v in weights.items() if k != gone}, str(folder / "model.safetensors"))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="oelm.models.hf_cls"):
+        load_hf_classifier(str(folder), 3)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "1 pretrained tensor(s) of the model body" in warned[0].getMessage()
+    assert "attention.self.value.weight" in warned[0].getMessage()

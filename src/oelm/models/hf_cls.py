@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ from torch import nn
 from oelm.models.gpt import PRESETS
 from oelm.utils.errors import UserError
 from oelm.utils.hub import require_hub
+
+log = logging.getLogger(__name__)
 
 # Model names that resolve to a folder inside an installed package (works offline).
 MINILM_ALIASES = ("minilm", "all-minilm-l6-v2")
@@ -76,16 +80,51 @@ def load_hf_classifier(model: str, num_labels: int, label_names: list[str] | Non
         kwargs["id2label"] = dict(enumerate(label_names))
         kwargs["label2id"] = {name: i for i, name in enumerate(label_names)}
     try:
-        clf = transformers.AutoModelForSequenceClassification.from_pretrained(
-            source, **dtype_kwarg(torch.float32), **kwargs
-        )
+        with quiet_transformers():
+            clf, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+                source, output_loading_info=True, **dtype_kwarg(torch.float32), **kwargs
+            )
     except (OSError, ValueError) as err:
         raise UserError(_unreachable(model, err)) from None
+    _say_what_was_loaded(model, clf, info, num_labels)
     ensure_pad_token_id(clf.config)
     # Its loss is a mean over the batch that ignores num_items_in_batch: told otherwise, the
     # Trainer multiplies loss and gradients by the number of processes under torchrun.
     clf.accepts_loss_kwargs = False
     return clf
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Any:
+    """transformers' own load report and progress bar off (oelm states what matters in one line)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def _say_what_was_loaded(model: str, clf: nn.Module, info: dict[str, Any], num_labels: int) -> None:
+    """One line: the new task head; a warning when pretrained tensors of the body were missing."""
+    prefix = f"{getattr(clf, 'base_model_prefix', '')}."
+    missing = sorted(info.get("missing_keys") or [])
+    body = [k for k in missing if prefix != "." and k.startswith(prefix)]
+    head = [k for k in missing if k not in body]
+    if body:
+        log.warning(
+            "%s: %d pretrained tensor(s) of the model body were missing from its checkpoint and start "
+            "at random (first: %s); point --model at a folder holding the model's full weights",
+            model,
+            len(body),
+            body[0],
+        )
+    log.info("%s: pretrained weights loaded; new %d-label task head: %s", model, num_labels, ", ".join(head) or "none")
 
 
 def ensure_pad_token_id(config: Any) -> None:

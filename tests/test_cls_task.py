@@ -274,3 +274,24 @@ def test_a_hf_classifier_says_its_new_head_and_warns_of_missing_body_tensors(tmp
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "1 pretrained tensor(s) of the model body" in warned[0].getMessage()
     assert "attention.self.value.weight" in warned[0].getMessage()
+
+
+def test_split_fractions_set_the_carve_of_a_dataset_with_one_labelled_split(tmp_path):
+    """XNLI-en ships one labelled split (dev): `classification.split_fractions` sets its train /
+    validation / held-out shares, so a board can hold out more than the default 10%."""
+    from oelm.training.classification import ClassificationTask
+    from oelm.training.config import TrainConfig
+    from oelm.training.distributed import DistInfo
+
+    def sizes(fractions):
+        cls = {"data_dir": _folder(CLS / "xnli_en"), "tokenizer": "byte", "max_length": 32}
+        cfg = TrainConfig(**_cfg(tmp_path, data="xnli-en", classification=cls | fractions))
+        data = ClassificationTask(cfg, DistInfo(), torch.device("cpu"))._load_data()
+        return len(data.train), len(data.validation), len(data.heldout)
+
+    default, wide = sizes({}), sizes({"split_fractions": [0.5, 0.1, 0.4]})
+    assert sum(default) == sum(wide) == 2490  # the whole English dev set, no row in two roles
+    assert abs(default[2] / 2490 - 0.1) < 0.02 and abs(wide[2] / 2490 - 0.4) < 0.02
+    assert abs(wide[1] / 2490 - 0.1) < 0.02
+    with pytest.raises(ValueError, match="summing to 1"):
+        TrainConfig(**_cfg(tmp_path, classification={"split_fractions": [0.5, 0.3, 0.3]}))

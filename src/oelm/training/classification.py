@@ -124,6 +124,7 @@ class ClassificationTask(Task):
             max_train=o.max_train,
             max_eval=o.max_eval,
             val_fraction=o.val_fraction,
+            three_way_fractions=o.split_fractions,
             eval_dataset=o.eval_dataset,
             eval_data_dir=o.eval_data_dir,
             text_column=fields[0],

@@ -55,12 +55,26 @@ class ClassificationOptions(BaseModel):
     label_field: str | None = Field(None, description="label column of a local table")
     split_seed: int = Field(0, description="seed of carved validation/held-out splits (fixed across seeds and methods)")
     val_fraction: float = Field(0.05, gt=0, lt=1, description="fraction of train carved out for validation")
+    split_fractions: tuple[float, float, float] = Field(
+        (0.8, 0.1, 0.1),
+        description="train / validation / held-out shares of a dataset with one labelled split (e.g. XNLI-en dev)",
+    )
     max_train: int | None = Field(None, gt=0, description="use at most this many training examples")
     max_eval: int | None = Field(None, gt=0, description="use at most this many evaluation examples")
     epochs: float | None = Field(None, gt=0, description="set steps from the train split's size")
     evals_per_epoch: int = Field(0, ge=0, description="> 0 sets eval_every from the epoch length")
     eval_batch_size: int | None = Field(None, gt=0, description="evaluation batch size (default: batch_size)")
     padding_side: Literal["right", "left"] = Field("right", description="where padding goes")
+
+    @field_validator("split_fractions")
+    @classmethod
+    def _shares(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if min(value) <= 0 or abs(sum(value) - 1.0) > 1e-6:
+            raise ValueError(
+                f"must be three positive shares (train, validation, held-out) summing to 1, got {list(value)}; "
+                "e.g. [0.5, 0.1, 0.4]"
+            )
+        return value
 
 
 class TrainConfig(BaseModel):

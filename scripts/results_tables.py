@@ -56,9 +56,11 @@ from oelm.reports.stats import MARGIN, Decision, ItemsInterval, PairedTest, Powe
 from oelm.reports.tables import (
     NA,
     fmt_gap,
+    fmt_interval,
     fmt_mde,
     fmt_num,
     fmt_p,
+    fmt_pct,
     fmt_saving,
     fmt_summary,
     fmt_tost,
@@ -300,6 +302,15 @@ def _noise(noise: Noise | None) -> str:
     return NA if noise is None or noise.ratio is None else f"{noise.ratio:.2g}"
 
 
+def _gap(arm: Arm, table: Table) -> str:
+    """The gap with the interval its page reports: seeds x test examples for classifiers that
+    stored per-example correctness (the page labels it), else the paired-by-seed interval."""
+    vs = table.group.versus_of(arm.method)
+    if arm.method != table.group.baseline and vs.gap is not None and vs.gap_items is not None:
+        return fmt_pct(vs.gap) + fmt_interval(vs.gap_items)
+    return fmt_gap(arm, table.group)
+
+
 def _decision(arm: Arm, table: Table) -> Decision | None:
     """The verdict of the method against the table's reference (its mde is the Holm-level one)."""
     return table.group.versus_of(arm.method).decision
@@ -313,7 +324,7 @@ def _power(arm: Arm, table: Table) -> Power | None:
 FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "metric": lambda a, t: fmt_summary(a.primary, pct_scale(t.group)),
     "mean": lambda a, t: fmt_num(None if a.primary.mean is None else a.primary.mean * pct_scale(t.group)),
-    "gap": lambda a, t: fmt_gap(a, t.group),
+    "gap": _gap,
     "p": _p,
     "verdict": lambda a, t: fmt_verdict(a, t.group),
     "tost": lambda a, t: fmt_tost(a, t.group),

@@ -1,6 +1,7 @@
 """Fault suite (not in CI; minutes on CPU): kill -9 `oelm train` and `oelm sweep` at random moments,
-resume, and compare with uninterrupted runs; kill -9 one rank of a 2-process gloo job (DDP and
-FSDP) mid-step and mid-save; race two sweeps; answer every generated bad input.
+resume, and compare with uninterrupted runs; kill -9 rank 1 or rank 0 of a 2-process gloo job (DDP
+and FSDP) mid-step, mid-save and at the final evaluation; race two sweeps; answer every generated
+bad input.
 
     PYTHONPATH=src python scripts/fault_suite.py [--kills 24] [--sweep-kills 6] [--seed 0] [--work DIR]
 
@@ -322,10 +323,27 @@ def bad_inputs(work: Path) -> dict:
     }
 
 
-def _kill_rank1(where: str, n: int) -> str:
-    """sitecustomize body for rank 1: SIGKILL itself at its n-th forward (mid-step) or on entering
-    its n-th checkpoint save (mid-save: under FSDP every rank writes its shard)."""
+def _kill_rank(where: str, n: int) -> str:
+    """sitecustomize body for the rank to kill: SIGKILL itself at its n-th forward (step), on entering
+    its n-th checkpoint save (save: under FSDP every rank writes its shard), inside its n-th
+    checkpoint's write with the temporary folder half written (write: rank 0, which writes state.pt),
+    or on entering the final evaluation (final: after the last step and its checkpoint)."""
     head = "    import os, signal\n    calls = []\n"
+    if where == "final":
+        return head + (
+            "    from oelm.training.lm import LMTask\n    real = LMTask.evaluate\n"
+            "    def evaluate(self, model, split, final):\n"
+            "        if final:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
+            "        return real(self, model, split, final)\n    LMTask.evaluate = evaluate\n"
+        )
+    if where == "write":
+        return head + (
+            "    import torch\n    real = torch.save\n"
+            "    def save(obj, f, *a, **k):\n"
+            "        if str(f).endswith('state.pt') and '.tmp' in str(f):\n            calls.append(1)\n"
+            f"            if len(calls) == {n}:\n                os.kill(os.getpid(), signal.SIGKILL)\n"
+            "        return real(obj, f, *a, **k)\n    torch.save = save\n"
+        )
     if where == "step":
         return head + (
             "    from oelm.training.lm import LMTask\n    real = LMTask.loss\n"
@@ -342,14 +360,22 @@ def _kill_rank1(where: str, n: int) -> str:
     )
 
 
-def distributed_kills(work: Path, rng: random.Random, steps: int = 16) -> dict:
-    """Rank 1 of a 2-process gloo job killed mid-step and mid-save (DDP, FSDP): the job must end with
-    one line naming the lost rank and --resume (no backend traceback of ours), the last complete
-    checkpoint must stay in place with no temporary folder beside it, and the same command with
-    --resume must finish with the uninterrupted job's numbers."""
+# (rank killed, where): rank 1 and rank 0 mid-step and mid-save, rank 0 inside its write (it alone
+# renames checkpoints into place), and either rank at the final evaluation.
+DIST_KILLS = [(1, "step"), (1, "save"), (1, "final"), (0, "step"), (0, "save"), (0, "write"), (0, "final")]
+
+
+def distributed_kills(
+    work: Path, rng: random.Random, steps: int = 16, strategies: tuple[str, ...] = ("ddp", "fsdp")
+) -> dict:
+    """Rank 1 or rank 0 of a 2-process gloo job killed mid-step, mid-save and at the final evaluation
+    (DDP, FSDP): the job must end with one line naming the lost rank and --resume (no backend
+    traceback of ours), the last complete checkpoint must stay in place with no temporary folder
+    beside it, no results.json may be written, and the same command with --resume must finish with
+    the uninterrupted job's numbers."""
     problems, cases = [], []
-    cfg = {"checkpoint_every": 4}
-    for strategy in ("ddp", "fsdp"):
+    cfg = {"checkpoint_every": 4, "eval_every": 4}
+    for strategy in strategies:
         ref_dir = work / f"dist-{strategy}-ref"
         ref_dir.mkdir(parents=True, exist_ok=True)
         ref, _ = torchrun_with_rank1_hook(ref_dir, "    pass\n", steps, {**cfg, "strategy": strategy})
@@ -357,36 +383,41 @@ def distributed_kills(work: Path, rng: random.Random, steps: int = 16) -> dict:
             problems.append(f"{strategy}: the uninterrupted job failed: {ref.stderr[-500:]}")
             continue
         expected = json.loads((ref_dir / "ddp" / "results.json").read_text())
-        for where in ("step", "save"):
-            n = rng.randint(5, steps - 2) if where == "step" else rng.randint(2, steps // 4 - 1)
-            name = f"{strategy} rank 1 killed {'at forward' if where == 'step' else 'in save'} {n}"
-            folder = work / f"dist-{strategy}-{where}"
+        for rank, where in DIST_KILLS:
+            n = {"step": rng.randint(5, steps - 2), "final": 1}.get(where, rng.randint(2, steps // 4 - 1))
+            at = {"step": "at forward", "save": "entering save", "write": "inside the write of save"}.get(where)
+            name = f"{strategy} rank {rank} killed " + (f"{at} {n}" if at else "at the final evaluation")
+            folder = work / f"dist-{strategy}-{rank}-{where}"
             folder.mkdir(parents=True, exist_ok=True)
-            done, _ = torchrun_with_rank1_hook(folder, _kill_rank1(where, n), steps, {**cfg, "strategy": strategy})
+            monitor = ("--monitor-interval", "5")  # the survivor's time to report (docs/training.md)
+            done, _ = torchrun_with_rank1_hook(
+                folder, _kill_rank(where, n), steps, {**cfg, "strategy": strategy}, monitor, rank=rank
+            )
             lines = [x for x in done.stderr.splitlines() if x.startswith("oelm: error:")]
             root = folder / "ddp" / "checkpoints"
             last = ckpt.latest_checkpoint(root)
-            debris = [p.name for p in root.iterdir() if p.name.startswith(".tmp")] if root.is_dir() else []
+            debris = [str(p.relative_to(root)) for p in root.rglob(".*tmp*")] if root.is_dir() else []
             bad = []
             if done.returncode == 0:
                 bad.append("exit code 0")
-            if len(lines) != 1 or "lost rank 1" not in lines[0] or "--resume" not in lines[0]:
-                bad.append(f"not one line naming rank 1 and --resume: {lines or done.stderr[-800:]}")
-            if "[rank0]: Traceback" in done.stderr:
-                bad.append("rank 0 ended in a traceback")
+            if len(lines) != 1 or f"lost rank {rank}" not in lines[0] or "--resume" not in lines[0]:
+                bad.append(f"not one line naming rank {rank} and --resume: {lines or done.stderr[-800:]}")
+            if f"[rank{1 - rank}]: Traceback" in done.stderr:
+                bad.append(f"rank {1 - rank} ended in a traceback")
             if last is None or debris:
                 bad.append(f"last checkpoint {last}, debris {debris}")
+            if (folder / "ddp" / "results.json").exists():
+                bad.append("results.json written by a job that lost a rank")
             again, _ = torchrun_with_rank1_hook(
                 folder, "    pass\n", steps, {**cfg, "strategy": strategy, "resume": True}
             )
             got = json.loads((folder / "ddp" / "results.json").read_text()) if again.returncode == 0 else {}
             if again.returncode != 0:
                 bad.append(f"--resume failed: {again.stderr[-800:]}")
-            elif got.get("steps") != steps or got.get("best_val_loss") != expected.get("best_val_loss"):
-                bad.append(
-                    f"resumed {got.get('steps')} steps, best_val_loss {got.get('best_val_loss')} vs "
-                    f"uninterrupted {expected.get('best_val_loss')}"
-                )
+            elif diff := [
+                k for k in ("steps", "best_val_loss", "val_loss", "test_loss") if got.get(k) != expected.get(k)
+            ]:
+                bad.append(f"resumed run differs from the uninterrupted one on {diff}: {got} vs {expected}")
             cases.append({"case": name, "kept": last.name if last else None, "ok": not bad})
             problems += [f"{name}: {b}" for b in bad]
     return {"cases": cases, "problems": problems}

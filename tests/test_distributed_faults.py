@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from oelm.training.checkpoint import SHARD_DIGESTS, SHARDED, latest_checkpoint
+from oelm.training.checkpoint import SHARD_DIGESTS, SHARDED, latest_checkpoint, remove_debris
 from oelm.training.distributed import DistInfo, lost_peer, peer_text
-from oelm.training.loop import train
+from oelm.training.loop import process_gone, train
 from oelm.utils.errors import UserError
 from test_train_ddp import torchrun_with_rank1_hook
 from train_utils import one_thread, synthetic_lm_dir, tiny_config
@@ -113,3 +117,114 @@ def test_a_rank_killed_mid_step_or_mid_save_ends_the_job_in_one_line(tmp_path: P
     again, _ = torchrun_with_rank1_hook(tmp_path, "    pass\n", steps=16, cfg_overrides={**cfg, "resume": True})
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((tmp_path / "ddp" / "results.json").read_text())["steps"] == 16
+
+
+def test_remove_debris_removes_only_what_a_killed_save_left(tmp_path: Path) -> None:
+    """A save killed mid-way leaves `.tmp_step_N_<pid>` (or `_sharded`) and best/'s temp weights:
+    removed, all of them or one process's; complete checkpoints and other files are never touched."""
+    root = tmp_path / "checkpoints"
+    kept = ["step_0000004/model.safetensors", "best/model.safetensors", "latest", ".tmp_notes/x"]
+    debris = [".tmp_step_0000008_123/model.safetensors", ".tmp_step_0000008_sharded/dcp/__0_0.distcp"]
+    debris += [".tmp_step_0000012_456/state.pt", "best/.model.safetensors.tmp123"]
+    for name in kept + debris:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    # One process's: its folder, its best/ file and the sharded folder its job wrote into.
+    assert sorted(remove_debris(root, pid=123)) == sorted(
+        [".tmp_step_0000008_123", ".tmp_step_0000008_sharded", "best/.model.safetensors.tmp123"]
+    )
+    assert (root / ".tmp_step_0000012_456").is_dir()
+    assert remove_debris(root) == [".tmp_step_0000012_456"]
+    assert all((root / name).is_file() for name in kept)
+    assert remove_debris(tmp_path / "none") == []
+
+
+def test_process_gone_tells_a_reaped_or_zombie_rank_from_a_running_one() -> None:
+    assert not process_gone(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while not process_gone(child.pid) and time.monotonic() < deadline:  # a zombie until reaped
+        time.sleep(0.05)
+    assert process_gone(child.pid)
+    child.wait()
+    assert process_gone(child.pid)
+
+
+def test_a_resume_removes_the_temporary_folder_a_killed_save_left(tmp_path: Path) -> None:
+    """A process killed mid-save leaves its temporary step folder (named by its pid, so no later save
+    replaces it) and best/'s temp weights: the next start removes them, under the directory lock."""
+    data = synthetic_lm_dir(tmp_path / "data")
+    cfg = tiny_config(data, tmp_path / "run", steps=4, eval_every=4, checkpoint_every=4)
+    with one_thread():
+        train(cfg)
+    root = tmp_path / "run" / "checkpoints"
+    (root / ".tmp_step_0000008_99999").mkdir()
+    (root / ".tmp_step_0000008_99999" / "model.safetensors").write_bytes(b"half")
+    (root / "best" / ".model.safetensors.tmp99999").write_bytes(b"half")
+    with one_thread():
+        done = train({**cfg, "steps": 8, "resume": True, "allow_change": ["steps"]})
+    assert done["steps"] == 8
+    assert sorted(p.name for p in root.iterdir()) == ["best", "latest", "step_0000004", "step_0000008"]
+    assert sorted(p.name for p in (root / "best").iterdir()) == ["model.safetensors"]
+
+
+# SIGKILL itself: mid-save (inside the checkpoint's write, its temporary folder half written) or on
+# entering the final evaluation (after the last step and its checkpoint).
+KILL_AT = {
+    "save": "    import torch\n    real, calls = torch.save, []\n"
+    "    def save(obj, f, *a, **k):\n"
+    "        if str(f).endswith('state.pt') and '.tmp' in str(f):\n            calls.append(1)\n"
+    "            if len(calls) == 2:\n                os.kill(os.getpid(), signal.SIGKILL)\n"
+    "        return real(obj, f, *a, **k)\n    torch.save = save\n",
+    "final": "    from oelm.training.lm import LMTask\n    real = LMTask.evaluate\n"
+    "    def evaluate(self, model, split, final):\n"
+    "        if final:\n            os.kill(os.getpid(), signal.SIGKILL)\n"
+    "        return real(self, model, split, final)\n    LMTask.evaluate = evaluate\n",
+}
+_REFERENCE: dict[str, dict] = {}  # uninterrupted results per strategy, shared by the cases below
+
+
+@pytest.mark.slow  # torchrun with two processes, three times: ~40 s
+@pytest.mark.parametrize(
+    ("rank", "where", "strategy", "kept"),
+    [(0, "save", "ddp", 4), (1, "final", "ddp", 16), (0, "final", "fsdp", 16)],
+)
+def test_a_rank_killed_mid_save_or_at_the_final_evaluation_ends_in_one_line_and_resumes(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, rank: int, where: str, strategy: str, kept: int
+) -> None:
+    """Rank 0 killed mid-save (its temporary folder half written) or either rank killed at the final
+    evaluation: the survivor ends with one line naming the lost rank and --resume, no backend
+    traceback; the last complete (or final) checkpoint stays, no temporary folder is left, no
+    results.json is written from part of an evaluation, and --resume ends with the uninterrupted
+    job's numbers."""
+    cfg = {"checkpoint_every": 4, "eval_every": 4, "strategy": strategy}
+    if strategy not in _REFERENCE:
+        ref_dir = tmp_path_factory.mktemp(f"ref-{strategy}")
+        ref, _ = torchrun_with_rank1_hook(ref_dir, "    pass\n", steps=16, cfg_overrides=cfg)
+        assert ref.returncode == 0, ref.stderr[-2000:]
+        _REFERENCE[strategy] = json.loads((ref_dir / "ddp" / "results.json").read_text())
+    hook = "    import os, signal\n" + KILL_AT[where]
+    slow_monitor = ("--monitor-interval", "5")  # see test_a_rank_killed_mid_step_or_mid_save_...
+    done, _ = torchrun_with_rank1_hook(
+        tmp_path, hook, steps=16, cfg_overrides=cfg, torchrun_args=slow_monitor, rank=rank
+    )
+    assert done.returncode != 0
+    lines = [x for x in done.stderr.splitlines() if x.startswith("oelm: error:")]
+    assert len(lines) == 1, done.stderr[-4000:]
+    line = lines[0]
+    assert f"rank {1 - rank} of 2 lost rank {rank}" in line and "by peer" in line and "with --resume" in line
+    if where == "final":
+        assert "during the final evaluation (after step 16 of 16)" in line
+        assert "evaluates the final checkpoint without training again" in line
+    if rank == 1:  # rank 0 survives and says what it keeps
+        assert "the final checkpoint, step_0000016, is in place and results.json was not written" in line
+    assert f"[rank{1 - rank}]: Traceback" not in done.stderr
+    run = tmp_path / "ddp"
+    assert latest_checkpoint(run / "checkpoints").name == f"step_{kept:07d}"
+    assert not [p.name for p in (run / "checkpoints").rglob(".*tmp*")]
+    assert not (run / "results.json").exists()
+    again, _ = torchrun_with_rank1_hook(tmp_path, "    pass\n", steps=16, cfg_overrides={**cfg, "resume": True})
+    assert again.returncode == 0, again.stderr[-2000:]
+    got, expected = json.loads((run / "results.json").read_text()), _REFERENCE[strategy]
+    for key in ("steps", "tokens_seen", "best_step", "best_val_loss", "val_loss", "test_loss"):
+        assert got[key] == expected[key], key

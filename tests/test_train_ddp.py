@@ -71,13 +71,14 @@ def torchrun_with_rank1_hook(
     steps: int,
     cfg_overrides: dict | None = None,
     torchrun_args: tuple[str, ...] = (),
+    rank: int = 1,
     **env: str,
 ) -> tuple[subprocess.CompletedProcess, float]:
-    """`oelm train` under torchrun (2 processes) with `hook_body` run in rank 1 at start-up (through
-    sitecustomize: no hook in oelm). Returns the finished process and its wall time."""
+    """`oelm train` under torchrun (2 processes) with `hook_body` run in rank `rank` (default 1) at
+    start-up (through sitecustomize: no hook in oelm). Returns the finished process and its wall time."""
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text("import os\nif os.environ.get('RANK') == '1':\n" + hook_body)
+    (hook / "sitecustomize.py").write_text(f"import os\nif os.environ.get('RANK') == '{rank}':\n" + hook_body)
     data = synthetic_lm_dir(tmp_path / "data")
     cfg = tiny_config(data, tmp_path / "ddp", steps=steps, batch_size=4, eval_every=0, checkpoint_every=0)
     cfg.update(cfg_overrides or {})

@@ -86,6 +86,40 @@ def save_checkpoint(
     return final
 
 
+# What a writer killed mid-save leaves: a step folder being written (`.tmp_step_N_<pid>`, or
+# `.tmp_step_N_sharded` under FSDP) or best/'s weights being replaced (`.model.safetensors.tmp<pid>`).
+_DEBRIS = re.compile(r"^\.tmp_step_\d{7,}_(?P<owner>\d+|sharded)$|^\." + re.escape(WEIGHTS) + r"\.tmp(?P<pid>\d+)$")
+
+
+def remove_debris(ckpt_root: Path, pid: int | None = None) -> list[str]:
+    """Remove what a checkpoint writer killed mid-save left in `ckpt_root` and its best/ (never a
+    complete checkpoint, which only exists once renamed into place); return the names removed.
+
+    `pid=None` removes every such entry: for the run's owner at start-up, under the directory lock,
+    when no writer can be running. With `pid`, only what that process (a dead rank 0) was writing,
+    and the sharded folder that every rank of its job writes into and it alone renames.
+    """
+    removed = []
+    for folder in (ckpt_root, ckpt_root / "best"):
+        try:
+            entries = list(folder.iterdir())
+        except OSError:  # no checkpoints yet
+            continue
+        for entry in entries:
+            m = _DEBRIS.match(entry.name)
+            if m is None:
+                continue
+            owner = m["owner"] or m["pid"]
+            if pid is not None and owner not in (str(pid), "sharded"):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(str(entry.relative_to(ckpt_root)))
+    return removed
+
+
 def save_best(ckpt_root: Path, model: torch.nn.Module, metadata: dict[str, Any]) -> Path:
     """Write checkpoints/best/model.safetensors atomically (metadata carries step and loss)."""
     best = ckpt_root / "best"

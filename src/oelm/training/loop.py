@@ -6,12 +6,15 @@ import hashlib
 import json
 import logging
 import math
+import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -123,6 +126,24 @@ OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryErro
 CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` of this machine has ended: no such process, or a zombie (killed, not yet
+    reaped by its launcher; Linux's /proc says so, elsewhere a zombie counts as running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # another user's process: the pid was reused, so the one we knew is gone
+            return True
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
 class StopSignals:
     """Catch SIGINT/SIGTERM during the step loop: the loop finishes its step, writes a checkpoint
     and stops with `Interrupted`. A second Ctrl-C gets the previous behaviour (stop at once)."""
@@ -163,6 +184,9 @@ class Trainer:
         # Rank 0 inspects the run directory and every rank follows its plan: the others need not
         # see the directory (no shared file system under DDP); each keeps its own path to it.
         self.plan: RunPlan = from_rank0(lambda: plan_run(cfg), dist)
+        # Rank 0 alone renames checkpoints into place: where it runs lets a survivor on its node
+        # remove what it was writing when it was killed (_lost_peer).
+        self.rank0_process: tuple[str, int] = from_rank0(lambda: (socket.gethostname(), os.getpid()), dist)
         self.run_dir = cfg.run_dir()
         self.ckpt_root = self.run_dir / "checkpoints"
         self.step, self.tokens_seen = 0, 0
@@ -194,6 +218,10 @@ class Trainer:
             if self.plan.clear:
                 clear_run_dir(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            # A writer killed mid-save (this run's earlier process, or its rank 0) left its temporary
+            # folder; under the directory lock no writer runs, so none of it is anyone's work.
+            if removed := ckpt.remove_debris(self.ckpt_root):
+                log.warning("removed what a killed checkpoint save left: %s", ", ".join(removed))
             if self.plan.reopen:
                 (self.run_dir / RESULTS_FILE).unlink(missing_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
@@ -210,29 +238,68 @@ class Trainer:
         barrier(self.dist)
         self._open_logs()
         try:
-            self._loop()
-        except RuntimeError as err:
-            if (reason := lost_peer(err, self.dist)) is None:
-                raise
-            raise UserError(self._lost_peer_text(reason)) from None
+            with self._lost_peer_is_clear(final=False):
+                self._loop()
         finally:
             self.metrics.close()
             self.tb.close()
-        return self._finish()
+        with self._lost_peer_is_clear(final=True):
+            return self._finish()
 
-    def _lost_peer_text(self, reason: str) -> str:
-        """One line for a collective that failed because another rank left mid-step or mid-save."""
+    @contextmanager
+    def _lost_peer_is_clear(self, final: bool) -> Iterator[None]:
+        """A collective that fails because another rank left (killed, crashed) ends this rank with
+        one line naming the lost rank, what is kept and --resume, instead of a backend traceback."""
+        try:
+            yield
+        except RuntimeError as err:
+            if (reason := lost_peer(err, self.dist)) is None:
+                raise
+            self._remove_dead_rank0_debris()
+            raise UserError(self._lost_peer_text(reason, final)) from None
+
+    def _remove_dead_rank0_debris(self) -> None:
+        """On rank 0's node, once rank 0 is gone: remove the checkpoint it was writing when killed
+        (it alone renames checkpoints into place, so no one else would); a rank elsewhere leaves it
+        to the next start, which removes it before anything else (Trainer.run)."""
+        host, pid = self.rank0_process
+        if self.dist.is_main or host != socket.gethostname():
+            return
+        # A killed process closes its sockets before it becomes a zombie: give it a moment.
+        deadline = time.monotonic() + 3.0
+        while not process_gone(pid):
+            if time.monotonic() > deadline:
+                return  # rank 0 still runs: what it writes is its own to finish or remove
+            time.sleep(0.05)
+        for name in ckpt.remove_debris(self.ckpt_root, pid):
+            log.info("removed %s, which rank 0 was writing when it was lost", name)
+
+    def _lost_peer_text(self, reason: str, final: bool) -> str:
+        """One line for a collective that failed because another rank left mid-step, mid-save or
+        during the final evaluation (after the last step: results.json is written only once the
+        evaluation of every rank is in, so it is never written from part of one)."""
         last = ckpt.latest_checkpoint(self.ckpt_root) if self.dist.is_main else None
-        if not self.dist.is_main:
-            kept = "rank 0's last complete checkpoint stays in place"
+        written = self.dist.is_main and final and (self.run_dir / RESULTS_FILE).is_file()
+        if written:  # the peer left after the last collective of a complete evaluation
+            kept = f"{RESULTS_FILE} was written from the complete evaluation before it left, so the run is done"
+        elif not self.dist.is_main:
+            kept = f"rank 0's {'final' if final else 'last complete'} checkpoint stays in place"
+        elif last is None:
+            kept = "no checkpoint was written yet"
+        elif final:
+            kept = f"the final checkpoint, {last.name}, is in place and {RESULTS_FILE} was not written"
         else:
-            kept = (
-                f"the last complete checkpoint, {last.name}, is in place" if last else "no checkpoint was written yet"
-            )
+            kept = f"the last complete checkpoint, {last.name}, is in place"
+        when = f"during the final evaluation (after step {self.step} of {self.cfg.steps})" if final else ""
+        if written:
+            fix = "--resume prints its results"
+        else:
+            fix = "Find why it stopped (its log, memory, the node), then rerun the same command with --resume"
+            fix += " (it evaluates the final checkpoint without training again)" if final else ""
         return (
-            f"rank {self.dist.rank} of {self.dist.world} lost {peer_text(self.dist)} after step {self.step} "
-            f"({reason}): that rank stopped or was killed (the launcher's report names it and its exit code); "
-            f"{kept}. Find why it stopped (its log, memory, the node), then rerun the same command with --resume"
+            f"rank {self.dist.rank} of {self.dist.world} lost {peer_text(self.dist)} "
+            f"{when or f'after step {self.step}'} ({reason}): that rank stopped or was killed (the launcher's "
+            f"report names it and its exit code); {kept}. {fix}"
         )
 
     def _rank_facts(self) -> dict[str, Any]:

@@ -28,7 +28,8 @@ RECORD is a path relative to the markdown file's folder: a folder (meaning its r
 METHOD of that table: metric (mean ± 95% CI over seeds), mean, gap (paired interval), p (raw and
 Holm-adjusted with the number of comparisons m), verdict (worse / better (resolved), equivalent
 within ±margin, unresolved (smallest detectable gap X at 80% power)), tost (the equivalence test),
-mde (minimum detectable gap of the Holm-adjusted test), detectable (its number alone), needed (seeds
+mde (minimum detectable gap of the Holm-adjusted test), detectable (its number alone), eqpower (the
+Holm-adjusted TOST's power at a true gap of 0), needed (seeds
 to detect the observed gap), points (accuracy difference), crossing (validation curves), lr, seeds,
 ratio (step time), saving (theoretical FLOP saving), share (of the reference's saving, boards
 only), state / comm (optimizer-state and all-reduce savings, boards only), twin (the gap to the
@@ -329,6 +330,7 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "verdict": lambda a, t: fmt_verdict(a, t.group),
     "tost": lambda a, t: fmt_tost(a, t.group),
     "mde": lambda a, t: fmt_mde(a, t.group),
+    "eqpower": lambda a, t: NA if (d := _decision(a, t)) is None or d.tost_power is None else f"{d.tost_power:.0%}",
     "detectable": lambda a, t: NA if (d := _decision(a, t)) is None or d.mde is None else f"{d.mde:.2f}%",
     "needed": lambda a, t: (
         NA if (pw := _power(a, t)) is None or pw.seeds_for_observed is None else str(pw.seeds_for_observed)

@@ -56,3 +56,29 @@ def test_the_unedited_file_resumes_and_an_allowed_change_rewrites_the_digest(fin
         out = train({**_resume_from_file(run), "steps": 6, "allow_change": ["steps"]})
         assert out["status"] == "complete" and out["steps"] == 6
         assert train(_resume_from_file(run))["steps"] == 6  # the new file is the run's own
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("lr: &a [*a]\n", "recursive alias"),
+        ("- a list\n", "holds a YAML list"),
+        (b"lr: 0.003 \xe9\n", "codec can't decode"),
+    ],
+)
+def test_an_unreadable_run_config_is_named_with_its_reason_never_as_a_key_to_allow(finished, text, why) -> None:
+    """config.yaml broken after the run wrote it (a recursive alias, not a mapping, not UTF-8): the
+    resume names the file, the reason and the fix, instead of offering `--allow-change config.yaml
+    unreadable`; the checkpoints stay untouched."""
+    cfg, run = finished
+    path = run / "config.yaml"
+    (run / "results.json").unlink()  # an unfinished run: what the refusal protects
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    for resume in (True, False):
+        with one_thread(), pytest.raises(UserError) as err:
+            train({**cfg, "checkpoint_every": 3, "resume": resume})
+        message = str(err.value)
+        assert f"{str(path)!r} cannot be read (" in message and why in message, message
+        assert "pass --overwrite" in message and "--allow-change" not in message
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before

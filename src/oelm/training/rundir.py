@@ -29,14 +29,15 @@ class RunPlan:
     reopen: bool = False  # a finished run continues: its results.json no longer holds
 
 
-def _stored_identity(run_dir: Path) -> dict[str, Any] | None:
+def _read_stored(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """The run's stored settings (runtime fields left out), or None and why the file cannot give them."""
     try:
-        stored = load_yaml_text((run_dir / "config.yaml").read_text()) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
+        stored = load_yaml_text((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        return None, " ".join(str(err).split())[:200] or type(err).__name__
     if not isinstance(stored, dict):
-        return None
-    return {k: v for k, v in stored.items() if k not in RUNTIME_FIELDS}
+        return None, f"it holds a YAML {type(stored).__name__}, not the mapping of settings oelm train writes"
+    return {k: v for k, v in stored.items() if k not in RUNTIME_FIELDS}, ""
 
 
 def check_not_edited(run_dir: Path, stored: dict[str, Any] | None, results: dict[str, Any] | None) -> None:
@@ -113,7 +114,13 @@ def plan_run(cfg: TrainConfig) -> RunPlan:
         return RunPlan(run_dir, clear=True)
     results = read_results(run_dir)
     finished = is_finished(results)
-    stored = _stored_identity(run_dir)
+    stored, why = _read_stored(run_dir)
+    if stored is None:  # its settings are unknown: neither resumed nor compared
+        raise UserError(
+            f"{str(run_dir / 'config.yaml')!r} cannot be read ({why}): the settings of the run in "
+            f"{str(run_dir)!r} are unknown, so it can neither be resumed nor told apart from this one. Restore "
+            "the file from a copy, or pass --overwrite to replace that run (or choose another --out)"
+        )
     check_not_edited(run_dir, stored, results)
     diff = differences(cfg, stored)
     state = "finished" if finished else "unfinished"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from oelm.records.artifacts import read_audit, read_timing
 from oelm.records.compact import RECORD_FILE, read_record
-from oelm.records.run import RESULTS_FILE, RunRecord, RunResults, classify, read_results, read_yaml_mapping
+from oelm.records.run import RESULTS_FILE, RunRecord, RunResults, classify, read_results, read_run_config
 from oelm.records.sweep import SWEEP_FILE
 from oelm.utils.errors import UserError
 
@@ -26,7 +26,7 @@ def load_run(path: str | Path) -> RunRecord:
         path=path,
         status=status,
         results=results or RunResults(),
-        config=read_yaml_mapping(path / "config.yaml"),
+        config=read_run_config(path / "config.yaml"),
         timing=read_timing(path),
         reason=reason,
         audit=read_audit(path),

@@ -17,6 +17,7 @@ import yaml
 
 from oelm.records.artifacts import AuditSummary, TimingStats
 from oelm.records.layout import parse_run_path
+from oelm.utils.errors import UserError
 from oelm.utils.io import load_yaml_text, read_json
 
 RESULTS_FILE = "results.json"  # written last and atomically: its status "complete" marks a finished run
@@ -243,6 +244,31 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return obj if isinstance(obj, dict) else {}
+
+
+def read_run_config(path: Path) -> dict[str, Any]:
+    """A run's config.yaml as a mapping ({} where there is none). A file that is there but cannot be
+    read (not valid YAML, not UTF-8, not a mapping) is refused, naming it: a run whose settings are
+    unknown would pass every comparison check (records.comparable) and be pooled with the others."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as err:
+        why = " ".join(str(err).split())[:160]
+    else:
+        try:
+            obj = load_yaml_text(text)
+        except yaml.YAMLError as err:
+            why = " ".join(str(err).split())[:160]
+        else:
+            if obj is None or isinstance(obj, dict):
+                return obj or {}
+            why = f"it holds a YAML {type(obj).__name__}, not a mapping of settings"
+    raise UserError(
+        f"{str(path)!r} cannot be read ({why}): that run's settings are unknown, so it cannot be compared "
+        "with the others; restore the file from a copy, or move that run out of the folders given"
+    )
 
 
 def read_results(run_dir: str | Path) -> RunResults | None:

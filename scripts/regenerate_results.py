@@ -48,7 +48,7 @@ def command(page: dict) -> list[str]:
     out = os.path.normpath(RESULTS / page["out"])
     records = page["records"] if isinstance(page["records"], list) else [page["records"]]  # ladder: one per rung
     return [
-        page["command"],
+        *page["command"].split(),  # "confirm report": a subcommand's step
         *((RESULTS / r).as_posix() for r in records),
         "--out",
         Path(out).as_posix(),

@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from oelm.cli import main
-from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, NOT_CONFIRMED, plan_spec, run_confirmation, write_plan
+from oelm.experiments.confirm import (
+    CONFIRMED,
+    NO_CLAIM,
+    NOT_CONFIRMED,
+    plan_spec,
+    report_confirmation,
+    run_confirmation,
+    write_plan,
+)
 from oelm.experiments.resolve import resolve_config
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
@@ -173,9 +181,17 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
     md = (out / "confirmation.md").read_text()
     assert "worse (resolved) (pilot, 3 seeds, gap +10.00%)" in md and "**1 of 2 claim(s) confirmed.**" in md
 
+    # `confirm report` judges the same records again without training: the same files.
+    again = tmp_path / "again"
+    assert main(["confirm", "report", str(out), "--out", str(again)]) == 0
+    assert (again / "confirmation.md").read_text() == md
+    assert json.loads((again / "confirmation.json").read_text()) == result
+
     # A missing fresh run: the claim cannot be confirmed on fewer than the planned seeds.
     for run in (out / "runs" / "oelm-freeze").glob("*/seed5"):
         (run / "results.json").unlink()
+    with pytest.raises(UserError, match="1 of the plan's 9 runs are missing or unfinished"):
+        report_confirmation(out)  # judges records only: trains nothing, so it refuses
     conf = run_confirmation(out, progress=False)
     freeze = next(c for c in conf.results if c.claim.method == "oelm-freeze")
     assert freeze.result == NOT_CONFIRMED and "fewer than the 3 planned" in freeze.why

@@ -1,4 +1,5 @@
-"""`oelm confirm plan SWEEP_DIR --seeds N --out DIR` and `oelm confirm run DIR`: claims on fresh seeds."""
+"""`oelm confirm plan SWEEP_DIR --seeds N --out DIR`, `oelm confirm run DIR` and `oelm confirm report DIR`:
+claims on fresh seeds."""
 
 from __future__ import annotations
 
@@ -63,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run")
     add_executor_flags(run)
     run.set_defaults(func=run_run)
+    report = steps.add_parser(
+        "report", help="judge a finished confirmation again from its plan and run records (trains nothing)"
+    )
+    report.add_argument("dir", metavar="DIR", help="plan.json and runs/ (run directories or committed records)")
+    report.add_argument("--out", default=None, metavar="OUT", help="write confirmation.* here (default: DIR)")
+    report.set_defaults(func=run_report)
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
@@ -102,3 +109,15 @@ def run_run(args: argparse.Namespace) -> int:
     print(f"{ok} of {claims} claim(s) confirmed{compared} -> {args.dir}/confirmation.md")
     failed = conf.outcome.failed if conf.outcome else []
     return 1 if failed else 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Re-judge a finished confirmation from its records and print each claim's result."""
+    from oelm.experiments.confirm import report_confirmation, summary_lines, verdict_warnings
+
+    conf = report_confirmation(args.dir, args.out)
+    print("\n".join(summary_lines(conf)))
+    for warning in verdict_warnings(conf):
+        print(f"warning: {warning}")
+    print(f"-> {args.out or args.dir}/confirmation.md")
+    return 0

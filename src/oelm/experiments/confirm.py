@@ -457,6 +457,29 @@ def run_confirmation(
     return confirmation
 
 
+def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Confirmation:
+    """Judge a finished confirmation again from FOLDER/plan.json and the runs under FOLDER/runs
+    (live run directories or committed compact records): trains nothing, writes
+    OUT/confirmation.* (default FOLDER), so a stored confirmation regenerates from its records."""
+    folder = Path(folder)
+    plan = read_plan(folder)
+    spec = plan_spec(plan, folder)
+    runs = _fresh_runs(spec)
+    missing = len(spec.runs()) - sum(1 for r in runs if r.finished)
+    if missing:
+        raise UserError(
+            f"{folder}: {missing} of the plan's {len(spec.runs())} runs are missing or unfinished; "
+            f"finish them with `oelm confirm run {folder}` first"
+        )
+    group, results = judge(plan, runs)
+    confirmation = Confirmation(plan, group, results)
+    target = Path(out) if out is not None else folder
+    target.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target / "confirmation.md", "\n".join(render(confirmation)) + "\n")
+    atomic_write_json(target / "confirmation.json", to_json(confirmation))
+    return confirmation
+
+
 # ---------------------------------------------------------------------------------------------
 # output
 

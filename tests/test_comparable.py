@@ -241,3 +241,8 @@ def test_a_sweep_whose_folders_hold_runs_of_other_settings_is_refused_before_any
     # The same settings (a runtime field aside) are this spec's run: nothing to refuse.
     (lowrank.run_dir / "config.yaml").write_text(dump_config(resolve({**lowrank.config, "progress": False}).config))
     assert lowrank.stored_differences() == []
+    # A config.yaml that no longer parses: its run's settings are unknown, refused naming the file.
+    (lowrank.run_dir / "config.yaml").write_text("lr: [unclosed\n")
+    with pytest.raises(UserError, match=r"config\.yaml' cannot be read .*restore the file"):
+        run_sweep(spec, progress=False, threads=1)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "sweep" / "sweep.yaml").exists()

@@ -13,7 +13,7 @@ from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.records.comparable import flat_config
 from oelm.records.load import load_run
-from oelm.records.run import read_results, read_yaml_mapping, run_finished
+from oelm.records.run import read_results, read_run_config, run_finished
 from oelm.records.sweep import LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
@@ -74,7 +74,7 @@ class RunSpec:
         path = self.run_dir / "config.yaml"
         if not path.is_file():
             return []
-        stored = flat_config(read_yaml_mapping(path))
+        stored = flat_config(read_run_config(path))  # an unreadable file is refused, naming it
         planned = flat_config(resolve_config(self.config).identity())
         tops = {k.split(".", 1)[0] for k in stored}
         keys = {k for k in set(planned) | set(stored) if k.split(".", 1)[0] in tops}

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write board.md/.json + pareto.png: fine-tuning arms against full fine-tuning in accuracy points",
         description="Read only stored run records of a classification sweep and compare every arm "
         "(frozen Q/K, its controls, LoRA, BitFit, LN tuning, (IA)^3, ...) with full fine-tuning: LR "
-        "chosen on validation, held-out accuracy with a seeds x test-examples bootstrap interval, the "
+        "chosen on validation, held-out accuracy with a seeds x test-examples Student-t interval, the "
         "difference in accuracy points, Holm-adjusted verdicts (equivalence within ±MARGIN points by "
         "TOST), trainable parameters, AdamW state, step time, dominance, and a Pareto figure.",
     )

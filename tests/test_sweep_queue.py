@@ -259,3 +259,20 @@ def test_kill_9_of_a_parallel_sweep_stops_its_workers_and_the_same_command_resum
     done = len(started) - len(interrupted)
     again = run_sweep(load_spec(path), parallel=2, threads=1, progress=False, report=False)
     assert len(again.trained) == 4 - done and not again.failed and len(again.skipped) == done
+
+
+def test_the_bar_shows_a_running_runs_last_logged_step(tmp_path) -> None:
+    """A sweep's bar moved only between runs (the quickstart sat at 0/18 for minutes): each
+    running run's label now carries the last training step its metrics.jsonl logged."""
+    import json
+    from types import SimpleNamespace
+
+    from oelm.experiments.runner import _steps_done
+
+    run = SimpleNamespace(run_dir=tmp_path, config={"steps": 1000})
+    assert _steps_done(run) == ""  # not started: no metrics.jsonl yet
+    lines = [{"kind": "train", "step": s, "loss": 2.0} for s in (10, 20, 340)]
+    lines.append({"kind": "eval", "step": 340, "split": "val", "loss": 1.9})
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    (tmp_path / "metrics.jsonl").write_text("x" * 5000 + "\n" + text + '{"kind": "train", "st')  # a torn last line
+    assert _steps_done(run) == " (step 340/1000)"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -171,9 +173,15 @@ def _run_parallel(
             bar.update(len(outcome.extended) - before - len(todo))  # replayed: finished already
         return todo
 
+    labels, drawn = "", 0.0
+
     def on_change(running: list[RunSpec]) -> None:
-        nonlocal shown
-        text = ", ".join(r.label for r in running) + f" ({len(queue) + len(running)} left)"
+        nonlocal shown, labels, drawn
+        now, names = time.monotonic(), ", ".join(r.label for r in running)
+        if names == labels and now - drawn < STEPS_REDRAW_S:
+            return  # the running set is unchanged: step counts redraw every few seconds, not every poll
+        labels, drawn = names, now
+        text = ", ".join(f"{r.label}{_steps_done(r)}" for r in running) + f" ({len(queue) + len(running)} left)"
         if text != shown:  # redraw only on change: logs stay readable when piped
             bar.set_postfix_str(text)
             shown = text
@@ -182,6 +190,30 @@ def _run_parallel(
     # a busy one finish its step and write a checkpoint; one that does not stop in time is killed.
     with make_pool(executor, _logs(spec), parallel, threads) as pool:
         drive(queue, pool, on_done, on_change)
+
+
+STEPS_REDRAW_S = 5.0  # how often the bar's step counts of running runs refresh
+
+
+def _steps_done(run: RunSpec) -> str:
+    """' (step N/M)': the last training step a running run logged (the tail of its metrics.jsonl),
+    so the sweep's bar moves during a run, not only between runs; '' before its first log line."""
+    path = Path(run.run_dir) / "metrics.jsonl"
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if '"kind": "train"' not in line:
+            continue
+        try:
+            step = int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        return f" (step {step}/{run.config.get('steps', '?')})"
+    return ""
 
 
 @contextmanager

@@ -128,6 +128,12 @@ class Audit:
         if "q_identity" in t:
             n, absent = t["q_identity"]["layers"], t["q_identity"]["absent"]
             lines.append(f"W_Q = I in {n} layers: no Q projection, {absent:,} Q parameters absent (not counted above)")
+        if "vocab_padding" in t:
+            pad = t["vocab_padding"]
+            lines.append(
+                f"vocabulary padded from {pad['vocab_size']:,} to {pad['rows']:,} rows: {pad['params']:,} padding "
+                "parameters (always zero, never trained) not counted above"
+            )
         return "\n".join(lines)
 
 
@@ -175,16 +181,25 @@ def audit_model(model: nn.Module) -> Audit:
         family = type(base).__name__
     audit = Audit(family, state.method.name if state else "none", options=dict(state.options) if state else {})
     default_init = "default" if family in OWN_FAMILIES else "model-default"
+    padding = base.vocab_padding() if callable(getattr(base, "vocab_padding", None)) else {}
     for name, p in base.named_parameters(remove_duplicate=True):
         role = roles.get(id(p), "head")
         init = (state.inits.get(name) if state else None) or default_init
         if role == "adapter":
             init = f"{state.method.adapter} adapter" if state else "adapter"
-        row = AuditRow(name, list(p.shape), p.numel(), role, p.requires_grad, init)
+        # Real parameters only: a padded vocabulary's rows (oelm.models.vocab) are noted in the totals.
+        row = AuditRow(name, list(p.shape), p.numel() - padding.get(id(p), 0), role, p.requires_grad, init)
         if not p.requires_grad:
             row.fingerprint = fingerprint(p)
         audit.rows.append(row)
     audit.totals = _totals(audit.rows, base, state)
+    if padding:
+        cfg = base.config
+        audit.totals["vocab_padding"] = {
+            "vocab_size": cfg.vocab_size,
+            "rows": cfg.padded_vocab,
+            "params": sum(padding.values()),
+        }
     return audit
 
 

@@ -126,9 +126,12 @@ def gpt2_config(model: nn.Module, eot_id: int | None = None, n_positions: int | 
 
 
 def gpt2_state_dict(
-    sd: dict[str, torch.Tensor], n_layer: int, n_positions: int | None = None
+    sd: dict[str, torch.Tensor], n_layer: int, n_positions: int | None = None, vocab_size: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Our GPT's state dict in GPT2LMHeadModel's keys and layouts (Conv1D stores [in, out])."""
+    """Our GPT's state dict in GPT2LMHeadModel's keys and layouts (Conv1D stores [in, out]).
+
+    vocab_size: the real vocabulary; the rows of a padded embedding past it are left out (None: all rows).
+    """
 
     def bias(module: str) -> torch.Tensor:
         """`module`'s bias, or zeros shaped like it where the model has none (GPTConfig.bias=False)."""
@@ -138,6 +141,7 @@ def gpt2_state_dict(
         return w.new_zeros(w.shape[0])
 
     out = {f"transformer.{k}": sd[f"transformer.{k}"] for k in ("wte.weight", "wpe.weight", "ln_f.weight")}
+    out["transformer.wte.weight"] = out["transformer.wte.weight"][:vocab_size]  # padding rows (vocab_multiple) cut off
     if n_positions is not None:  # the trained positions only
         out["transformer.wpe.weight"] = out["transformer.wpe.weight"][:n_positions]
     out["transformer.ln_f.bias"] = bias("transformer.ln_f")
@@ -162,7 +166,7 @@ def gpt2_state_dict(
                 f"{dst}.mlp.c_proj.bias": bias(f"{src}.mlp.fc_out"),
             }
         )
-    out["lm_head.weight"] = sd["transformer.wte.weight"]
+    out["lm_head.weight"] = out["transformer.wte.weight"]
     return {k: v.detach().contiguous().clone() for k, v in out.items()}
 
 
@@ -175,7 +179,7 @@ def to_gpt2(model: nn.Module, eot_id: int | None = None, n_positions: int | None
     if n_positions is not None and not 0 < n_positions <= model.config.block_size:
         raise UserError(f"n_positions {n_positions} must be in 1..{model.config.block_size} (the block size)")
     hf = transformers.GPT2LMHeadModel(gpt2_config(model, eot_id, n_positions))
-    state = gpt2_state_dict(model.state_dict(), model.config.n_layer, n_positions)
+    state = gpt2_state_dict(model.state_dict(), model.config.n_layer, n_positions, model.config.vocab_size)
     missing, unexpected = hf.load_state_dict(state, strict=False)
     # Non-persistent buffers aside, every GPT-2 tensor must come from ours and vice versa.
     buffers = {n for n, _ in hf.named_buffers()}

@@ -90,6 +90,9 @@ def to_llama(model: Llama, eot_id: int | None = None, n_positions: int | None = 
     cls = transformers.Qwen3ForCausalLM if model.config.qk_norm else transformers.LlamaForCausalLM
     hf = cls(config)
     state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    for key in ("model.embed_tokens.weight", "lm_head.weight"):  # a padded vocabulary's rows cut off
+        if key in state:
+            state[key] = state[key][: model.config.vocab_size].clone()
     missing, unexpected = hf.load_state_dict(state, strict=False)
     buffers = {n for n, _ in hf.named_buffers()}
     # A tied head is one tensor: Hugging Face may list lm_head.weight as missing and fill it by tying.

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from oelm.models import sampling
+from oelm.models import sampling, vocab
 from oelm.models.fused import fused_qkv, identity_qkv
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
@@ -45,8 +45,14 @@ class GPTConfig:
     attn_scale: float = 1.0
     # Activation checkpointing: recompute each block in backward while training (memory for compute).
     grad_checkpoint: bool = False
+    # Pad the embedding / LM-head rows to a multiple of this (64: GPT-2's 50,257 -> 50,304, aligned
+    # GPU GEMMs); 1 = no padding. Exact: padded rows start at zero, their logits never reach a
+    # loss, softmax or sample (zero gradient), exports drop them, and parameter counts (`oelm
+    # params`, audits, trainable %) count the real rows only; FLOP counts include them (computed).
+    vocab_multiple: int = 1
 
     def __post_init__(self) -> None:
+        vocab.check_multiple("GPTConfig", self.vocab_multiple)
         if self.d_model % self.n_head:
             raise UserError(
                 f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
@@ -88,6 +94,11 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
+
+    @property
+    def padded_vocab(self) -> int:
+        """Rows of the embedding and LM head: vocab_size rounded up to vocab_multiple."""
+        return vocab.padded_size(self.vocab_size, self.vocab_multiple)
 
     def get(self, key: str, default: Any = None) -> Any:
         """dict-style read, as Hugging Face code (e.g. PEFT 0.13) reads a model's config."""
@@ -282,6 +293,7 @@ class Backbone(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        vocab.pad_rows(self.wte, cfg.padded_vocab)  # after the real rows' draws
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
         self.dropout = cfg.dropout
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -318,9 +330,15 @@ class Backbone(nn.Module):
         return x if flat else x.view(b, t, -1)
 
 
-def _init_weights(module: nn.Module, std: float) -> None:
+def _init_weights(module: nn.Module, cfg: GPTConfig, vocab_weight: torch.Tensor) -> None:
+    """Normal(0, init_std) weights, zero biases; the token embedding (= the tied head) draws its
+    real rows only and zeros its padding rows (`vocab.init_rows`: the unpadded model's draws)."""
+    std = cfg.init_std
     if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.weight is vocab_weight and cfg.padded_vocab > cfg.vocab_size:
+            vocab.init_rows(module.weight, cfg.vocab_size, std)
+        else:
+            nn.init.normal_(module.weight, mean=0.0, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
 
@@ -350,7 +368,8 @@ class GPT(nn.Module):
         self.transformer = Backbone(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight
-        self.apply(lambda m: _init_weights(m, config.init_std))
+        self.lm_head.out_features = config.padded_vocab
+        self.apply(lambda m: _init_weights(m, config, self.transformer.wte.weight))
 
     def reconfigure(self, **changes: Any) -> None:
         """`reconfigure(self, ...)`: q_identity / attn_scale changed in place."""
@@ -374,10 +393,11 @@ class GPT(nn.Module):
         """
         h = self.transformer(idx, causal=True, flat=True)  # [B*T, d]
         logits = loss = None
+        v = self.config.vocab_size
         if targets is not None and not return_logits and self._plain_head():
-            loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction)
+            loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction, classes=v)
         else:
-            logits = self.lm_head(h)  # [B*T, V]
+            logits = vocab.real_logits(self.lm_head(h), v)  # [B*T, V], padding columns cut off
             if targets is not None:
                 loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100, reduction=reduction)
         if loss is not None and reduction == "none":
@@ -387,6 +407,10 @@ class GPT(nn.Module):
     def _plain_head(self) -> bool:
         head = self.lm_head
         return type(head) is nn.Linear and head.bias is None and not (head._forward_hooks or head._forward_pre_hooks)
+
+    def vocab_padding(self) -> dict[int, int]:
+        """id(weight) -> its padding parameters (rows past vocab_size), empty with vocab_multiple = 1."""
+        return vocab.padding(self.config.vocab_size, self.transformer.wte.weight)
 
     @torch.no_grad()
     def generate(
@@ -416,7 +440,7 @@ class GPT(nn.Module):
                 caches = caches if caches is not None else [[] for _ in self.transformer.h]
                 h = self.transformer(idx[:, start:], causal=True, caches=caches, start=start)
                 start = idx.shape[1]
-                logits = self.lm_head(h[:, -1, :]).float()
+                logits = vocab.real_logits(self.lm_head(h[:, -1, :]), self.config.vocab_size).float()
             else:
                 ctx = idx[:, -window:]
                 logits = self(ctx)[0][:, -1, :].float()
@@ -440,7 +464,7 @@ class GPTClassifier(nn.Module):
         self.causal = causal
         self.transformer = Backbone(config)
         self.score = nn.Linear(config.d_model, num_labels)
-        self.apply(lambda m: _init_weights(m, config.init_std))
+        self.apply(lambda m: _init_weights(m, config, self.transformer.wte.weight))
 
     def reconfigure(self, **changes: Any) -> None:
         """`reconfigure(self, ...)`: q_identity / attn_scale changed in place."""
@@ -467,6 +491,10 @@ class GPTClassifier(nn.Module):
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
         return logits, loss
 
+    def vocab_padding(self) -> dict[int, int]:
+        """id(weight) -> its padding parameters (rows past vocab_size), empty with vocab_multiple = 1."""
+        return vocab.padding(self.config.vocab_size, self.transformer.wte.weight)
+
 
 def attention_bias(keep: torch.Tensor, causal: bool) -> torch.Tensor:
     """Boolean [B, 1, T, T] mask (True = attend) from a key-padding mask, optionally causal."""
@@ -480,5 +508,6 @@ def attention_bias(keep: torch.Tensor, causal: bool) -> torch.Tensor:
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Unique parameters of a model (tied weights counted once)."""
-    return sum(p.numel() for p in model.parameters())
+    """Unique parameters of a model (tied weights counted once; a padded vocabulary's padding rows not)."""
+    pad = model.vocab_padding() if callable(getattr(model, "vocab_padding", None)) else {}
+    return sum(p.numel() for p in model.parameters()) - sum(pad.values())

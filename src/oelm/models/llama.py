@@ -22,7 +22,7 @@ from packaging.version import Version
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from oelm.models import sampling
+from oelm.models import sampling, vocab
 from oelm.models.fused import fused_qkv, identity_qkv
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
@@ -46,6 +46,11 @@ class LlamaConfig:
     q_identity: W_Q = I with no Q projection (q is the normed residual split into heads; needs
     qk_dim = d_model). attn_scale multiplies the attention scale 1/sqrt(head_dim).
     grad_checkpoint: recompute each block in backward (activation checkpointing) while training.
+    vocab_multiple: pad the embedding / LM-head rows to a multiple of it (64: GPT-2's 50,257 ->
+    50,304, aligned GPU GEMMs); 1 = no padding. Exact, as GPTConfig's: padded rows start at zero,
+    their logits never reach a loss, softmax or sample (zero gradient), exports drop them, and
+    parameter counts (`oelm params`, audits, trainable %) count the real rows only; FLOP counts
+    include them (they are computed).
     """
 
     vocab_size: int = 50257
@@ -65,8 +70,10 @@ class LlamaConfig:
     q_identity: bool = False
     attn_scale: float = 1.0
     grad_checkpoint: bool = False
+    vocab_multiple: int = 1
 
     def __post_init__(self) -> None:
+        vocab.check_multiple("LlamaConfig", self.vocab_multiple)
         if self.n_kv_head is None:
             object.__setattr__(self, "n_kv_head", self.n_head)
         if self.d_ff is None and isinstance(self.d_model, int):
@@ -121,6 +128,11 @@ class LlamaConfig:
     def qk_head_dim(self) -> int:
         """Per-head width of queries and keys (the width RoPE rotates)."""
         return self.qk_width // self.n_head
+
+    @property
+    def padded_vocab(self) -> int:
+        """Rows of the embedding and LM head: vocab_size rounded up to vocab_multiple."""
+        return vocab.padded_size(self.vocab_size, self.vocab_multiple)
 
     def get(self, key: str, default: Any = None) -> Any:
         """dict-style read, as Hugging Face code (e.g. PEFT) reads a model's config."""
@@ -337,6 +349,7 @@ class LlamaBackbone(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        vocab.pad_rows(self.embed_tokens, cfg.padded_vocab)  # after the real rows' draws
         self.layers = nn.ModuleList(LlamaBlock(cfg) for _ in range(cfg.n_layer))
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         dq = cfg.qk_head_dim
@@ -369,9 +382,17 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+            self.lm_head.out_features = config.padded_vocab
+        else:
+            vocab.pad_rows(self.lm_head, config.padded_vocab)
+        padded = config.padded_vocab > config.vocab_size
+        vocab_weights = (self.model.embed_tokens.weight, self.lm_head.weight)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
+                if padded and any(module.weight is w for w in vocab_weights):  # real rows drawn, padding zero
+                    vocab.init_rows(module.weight, config.vocab_size, config.init_std)
+                else:
+                    nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
 
     def reconfigure(self, **changes: Any) -> None:
         """Change q_identity / attn_scale of the built model in place (what a method switches on).
@@ -398,10 +419,11 @@ class Llama(nn.Module):
         -100 ignored; reduction="none" gives [B, T]; return_logits=False never builds the logits)."""
         h = self.model(idx)
         logits = loss = None
+        v = self.config.vocab_size
         if targets is not None and not return_logits and self._plain_head():
-            loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction)
+            loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction, classes=v)
         else:
-            logits = self.lm_head(h)
+            logits = vocab.real_logits(self.lm_head(h), v)  # padding columns cut off
             if targets is not None:
                 loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100, reduction=reduction)
         if loss is not None and reduction == "none":
@@ -411,6 +433,10 @@ class Llama(nn.Module):
     def _plain_head(self) -> bool:
         head = self.lm_head
         return type(head) is nn.Linear and head.bias is None and not (head._forward_hooks or head._forward_pre_hooks)
+
+    def vocab_padding(self) -> dict[int, int]:
+        """id(weight) -> its padding parameters (rows past vocab_size), empty with vocab_multiple = 1."""
+        return vocab.padding(self.config.vocab_size, self.model.embed_tokens.weight, self.lm_head.weight)
 
     @torch.no_grad()
     def generate(
@@ -446,6 +472,6 @@ class Llama(nn.Module):
                 h = self.model(feed, caches, start)
                 start = total
             last = h.view(idx.shape[0], feed.shape[1], -1)[:, -1, :]
-            logits = self.lm_head(last).float()
+            logits = vocab.real_logits(self.lm_head(last), self.config.vocab_size).float()
             idx = torch.cat([idx, sampling.pick_next(logits, temperature, top_k, generator)], dim=1)
         return idx

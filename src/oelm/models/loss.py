@@ -36,10 +36,13 @@ from oelm.models.fused import compute_dtype
 CHUNK_BYTES = 1 << 30
 
 
-def _chunk_log_softmax(h_rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def _chunk_log_softmax(h_rows: torch.Tensor, w: torch.Tensor, classes: int) -> torch.Tensor:
     """float32 log-softmax of h_rows @ w.T ([rows, V]), over the logits in place when they are
-    float32 on CPU (one chunk-sized buffer, not two)."""
+    float32 on CPU (one chunk-sized buffer, not two). Columns from `classes` on (a padded
+    vocabulary's rows) are set to -inf first: log-probability -inf, probability and gradient 0."""
     logits = h_rows @ w.t()
+    if classes < logits.shape[1]:
+        logits[:, classes:] = float("-inf")
     inplace = logits.dtype == torch.float32 and logits.device.type == "cpu"
     return torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=logits if inplace else None)
 
@@ -56,7 +59,7 @@ class LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of (h @ w.T) against targets; gradients made in the forward."""
 
     @staticmethod
-    def forward(ctx, h, w, targets, ignore_index, chunk_rows):  # type: ignore[override]
+    def forward(ctx, h, w, targets, ignore_index, chunk_rows, classes):  # type: ignore[override]
         dt, hc, wc, valid, col = _operands(h, w, targets, ignore_index)
         n = h.shape[0]
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -75,7 +78,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         gw: torch.Tensor | None = None
         for s in range(0, n, chunk_rows):
             e = min(n, s + chunk_rows)
-            lp = _chunk_log_softmax(hc[s:e], wc)
+            lp = _chunk_log_softmax(hc[s:e], wc, classes)
             lpt = lp.gather(1, col[s:e])  # [rows, 1] log-probabilities of the targets
             r = scale[s:e]
             part_loss = torch.dot(lpt.view(-1), r)
@@ -108,6 +111,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -118,6 +122,7 @@ def linear_cross_entropy(
     ignore_index: int = -100,
     chunk_bytes: int = CHUNK_BYTES,
     reduction: str = "mean",
+    classes: int | None = None,
 ) -> torch.Tensor:
     """Mean cross-entropy of `h @ weight.T` (h [N, d], weight [V, d], targets [N]) over the
     targets that are not ignore_index; equals `F.cross_entropy((h @ weight.T).float(), targets)`
@@ -125,6 +130,9 @@ def linear_cross_entropy(
 
     reduction="none" gives the [N] per-token losses (0 for ignored targets, as F.cross_entropy),
     chunked without gradients (evaluation); where autograd needs them it takes the plain path.
+    classes: the first `classes` rows of weight are the real classes, the rest padding (a padded
+    vocabulary, `oelm.models.vocab`): their logits are left out of the softmax, as if weight had
+    `classes` rows, and their rows get zero gradient (None: all V rows are classes).
     """
     if reduction not in ("mean", "none"):
         raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
@@ -133,25 +141,29 @@ def linear_cross_entropy(
             f"need h [N, d], weight [V, d], targets [N]; got {tuple(h.shape)}, "
             f"{tuple(weight.shape)}, {tuple(targets.shape)}"
         )
+    classes = weight.shape[0] if classes is None else classes
+    if not 0 < classes <= weight.shape[0]:
+        raise ValueError(f"classes must be in 1..{weight.shape[0]} (the weight's rows), got {classes}")
     grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     if h.shape[0] == 0 or (reduction == "none" and grad):  # torch's answer (nan when empty), with autograd
-        return F.cross_entropy((h @ weight.t()).float(), targets, ignore_index=ignore_index, reduction=reduction)
+        logits = (h @ weight.t())[:, :classes].float()
+        return F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction=reduction)
     rows = max(1, chunk_bytes // (4 * weight.shape[0]))
     if reduction == "none":
-        return _token_losses(h, weight, targets, ignore_index, rows)
+        return _token_losses(h, weight, targets, ignore_index, rows, classes)
     if not grad:  # the Function would still see requires_grad and make gradients
         h, weight = h.detach(), weight.detach()
-    return LinearCrossEntropy.apply(h, weight, targets, ignore_index, rows)
+    return LinearCrossEntropy.apply(h, weight, targets, ignore_index, rows, classes)
 
 
 @torch.no_grad()
 def _token_losses(
-    h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int, chunk_rows: int
+    h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int, chunk_rows: int, classes: int
 ) -> torch.Tensor:
     """[N] float32 cross-entropy per row, a chunk of rows at a time; 0 where the target is ignored."""
     _, hc, wc, valid, col = _operands(h, w, targets, ignore_index)
     out = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)
     for s in range(0, h.shape[0], chunk_rows):
         e = min(h.shape[0], s + chunk_rows)
-        out[s:e] = _chunk_log_softmax(hc[s:e], wc).gather(1, col[s:e]).view(-1)
+        out[s:e] = _chunk_log_softmax(hc[s:e], wc, classes).gather(1, col[s:e]).view(-1)
     return out.neg_().masked_fill_(~valid, 0.0)

@@ -12,6 +12,12 @@ what it measured.
     python -m benchmarks.presets_gpu --json gpu.json                  # every preset, on the CUDA GPU
     python -m benchmarks.presets_gpu --presets llama-gpt2s llama-350m --methods baseline identity-q --batch 16
     python -m benchmarks.presets_gpu --cpu --presets gpt-tiny llama-tiny   # the tiny ones on CPU (float32, eager)
+    python -m benchmarks.presets_gpu --presets gpt-gpt2s llama-gpt2s --methods baseline --vocab-multiple 1 64
+
+`--vocab-multiple 1 64` times every method unpadded and with its vocabulary padded to a multiple
+of 64 (`vocab_multiple`: 50,257 -> 50,304 rows, aligned LM-head GEMMs) as arms of the same
+rounds, so the padding's speed-up comes with its interval; rows carry `vocab_multiple`, and
+their `params` / `trainable` count the real rows (the padding is not a parameter of the model).
 
 On a machine without CUDA it refuses unless --cpu is given (CPU figures are not GPU figures).
 """
@@ -53,6 +59,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8, help="sequences per step")
     p.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: min(block size, 1024))")
     p.add_argument("--vocab", type=int, default=50257, help="vocabulary (GPT-2's by default)")
+    p.add_argument(
+        "--vocab-multiple",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="N",
+        help="pad the vocabulary to a multiple of N (1 = unpadded); several: each method at each, side by side",
+    )
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per arm first (compilation happens here)")
     p.add_argument("--rounds", type=int, default=6, help="balanced rounds (6 or more give a 95%% interval)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per arm per round")
@@ -75,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("batch", "rounds", "steps", "vocab"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1")
+    if min(args.vocab_multiple) < 1 or len(set(args.vocab_multiple)) < len(args.vocab_multiple):
+        p.error("--vocab-multiple takes distinct integers of at least 1 (1 = unpadded)")
     args.device = "cpu" if args.cpu else "cuda"
     args.compile = args.compile and not args.cpu
     args.count_ops = False  # Arm reads it: bf16 autocast follows the device
@@ -82,7 +98,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_preset(args: argparse.Namespace, preset: str) -> tuple[list[Arm], int]:
-    """One Arm per method of `preset` (same seed: the same init but what the method changes), and the sequence length."""
+    """One Arm per method and vocab multiple of `preset` (same seed: the same init but what the method
+    changes; a padded vocabulary holds the same real rows), and the sequence length."""
     from oelm import apply_method
     from oelm.core.flops import theoretical_saving, training_flops_per_token
     from oelm.models.catalog import PRESETS, build_lm, preset_config
@@ -92,15 +109,30 @@ def build_preset(args: argparse.Namespace, preset: str) -> tuple[list[Arm], int]
     arm_args.seq = seq
     arms = []
     for method in args.methods:
-        torch.manual_seed(0)
-        block = max(seq, PRESETS[preset].block_size)
-        model = build_lm(
-            preset_config(preset, vocab_size=args.vocab, block_size=block, grad_checkpoint=args.grad_checkpoint)
-        )
-        apply_method(model, method, seed=0)
-        flops = training_flops_per_token(model, seq) * args.batch * seq
-        arms.append(Arm(method, model, arm_args, args.batch, flops, theoretical_saving(model, seq)))
+        for multiple in args.vocab_multiple:
+            torch.manual_seed(0)
+            block = max(seq, PRESETS[preset].block_size)
+            cfg = preset_config(
+                preset,
+                vocab_size=args.vocab,
+                block_size=block,
+                grad_checkpoint=args.grad_checkpoint,
+                vocab_multiple=multiple,
+            )
+            model = build_lm(cfg)
+            apply_method(model, method, seed=0)
+            flops = training_flops_per_token(model, seq) * args.batch * seq  # the padded head's GEMMs included
+            name = method if multiple == 1 else f"{method}+vocab{multiple}"
+            arm = Arm(name, model, arm_args, args.batch, flops, theoretical_saving(model, seq))
+            arm.method, arm.vocab_multiple = method, multiple
+            arms.append(arm)
     return arms, seq
+
+
+def real_params(model: torch.nn.Module, trainable: bool = False) -> int:
+    """Parameters of the model (those that train, with trainable=True), a padded vocabulary's padding rows left out."""
+    padding = model.vocab_padding()
+    return sum(p.numel() - padding.get(id(p), 0) for p in model.parameters() if p.requires_grad or not trainable)
 
 
 def measure_preset(args: argparse.Namespace, preset: str) -> list[dict[str, Any]]:
@@ -131,19 +163,19 @@ def measure_preset(args: argparse.Namespace, preset: str) -> list[dict[str, Any]
         tok_s = median_ci([tokens / t for t in arm.round_medians])
         step = median_ci(arm.round_medians)
         ratio = paired_ratio(ref.round_medians, arm.round_medians)  # > 1: faster than the reference arm
-        params = sum(p.numel() for p in arm.model.parameters())
         rows.append(
             {
                 "preset": preset,
-                "method": arm.name,
+                "method": arm.method,
+                "vocab_multiple": arm.vocab_multiple,
                 "device": device_name(args.device),
                 "dtype": "bfloat16" if cuda else "float32",
                 "compile": bool(args.compile),
                 "grad_checkpoint": args.grad_checkpoint,
                 "batch": args.batch,
                 "seq": seq,
-                "params": params,
-                "trainable": sum(p.numel() for p in arm.model.parameters() if p.requires_grad),
+                "params": real_params(arm.model),
+                "trainable": real_params(arm.model, trainable=True),
                 "tokens_per_s": tok_s[0],
                 "tokens_per_s_ci": list(tok_s[1:]),
                 "step_ms": 1e3 * step[0],
@@ -176,9 +208,10 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             continue
         mem = f"{r['peak_memory_bytes'] / 2**30:.2f} GiB" if r["peak_memory_bytes"] is not None else "n/a"
         mfu = f"MFU {100 * r['mfu']:.0f}%" if r["mfu"] is not None else ""
-        ratio = "" if r["method"] == r["speedup_vs"] else f"x{r['speedup']:.3f} {fmt_ci(r['speedup_ci'])}"
+        arm = r["method"] if r.get("vocab_multiple", 1) == 1 else f"{r['method']}+vocab{r['vocab_multiple']}"
+        ratio = "" if arm == r["speedup_vs"] else f"x{r['speedup']:.3f} {fmt_ci(r['speedup_ci'])}"
         print(
-            f"{r['preset']:<14} {r['method']:<14} {r['tokens_per_s']:>12,.0f} tok/s {r['step_ms']:>9.1f} ms  "
+            f"{r['preset']:<14} {arm:<14} {r['tokens_per_s']:>12,.0f} tok/s {r['step_ms']:>9.1f} ms  "
             f"{mem:>10}  {ratio} {mfu}".rstrip()
         )
 

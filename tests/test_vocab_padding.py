@@ -217,3 +217,21 @@ def test_hugging_face_export_writes_the_real_vocabulary_with_equal_logits(family
     with torch.no_grad():
         assert (padded(x)[0] - back(input_ids=x).logits).abs().max() <= 1e-5
     assert max_logit_diff(padded, back) <= 1e-5
+
+
+def test_gpu_presets_benchmark_times_padded_and_unpadded_side_by_side(load_benchmark, tmp_path, capsys):
+    bench = load_benchmark("presets_gpu")
+    tiny = ["--batch", "1", "--seq", "8", "--vocab", "61", "--warmup", "1", "--rounds", "2", "--steps", "1"]
+    argv = ["--cpu", "--presets", "gpt-tiny", "--methods", "baseline", "oelm-freeze", *tiny]
+    rows = bench.main([*argv, "--vocab-multiple", "1", "64", "--json", str(tmp_path / "gpu.json")])
+    assert [(r["method"], r["vocab_multiple"]) for r in rows] == [
+        ("baseline", 1),
+        ("baseline", 64),
+        ("oelm-freeze", 1),
+        ("oelm-freeze", 64),
+    ]
+    assert {r["speedup_vs"] for r in rows} == {"baseline"} and "baseline+vocab64" in capsys.readouterr().out
+    assert rows[0]["params"] == rows[1]["params"] and rows[2]["trainable"] == rows[3]["trainable"]
+    assert rows[1]["speedup"] > 0 and rows[1]["tokens_per_s"] > 0
+    with pytest.raises(SystemExit):
+        bench.main([*argv, "--vocab-multiple", "0"])

@@ -19,6 +19,7 @@ from oelm.models.gpt import GPT, GPTConfig, count_parameters
 from oelm.models.llama import LlamaConfig
 from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
+from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
 VOCAB, MULTIPLE, PADDED, SEQ = 61, 16, 64, 12
 SHAPE = {"vocab_size": VOCAB, "block_size": 16, "n_layer": 2, "d_model": 32, "n_head": 4}
@@ -235,3 +236,28 @@ def test_gpu_presets_benchmark_times_padded_and_unpadded_side_by_side(load_bench
     assert rows[1]["speedup"] > 0 and rows[1]["tokens_per_s"] > 0
     with pytest.raises(SystemExit):
         bench.main([*argv, "--vocab-multiple", "0"])
+
+
+@pytest.mark.slow
+def test_a_padded_run_trains_resumes_and_exports_as_the_unpadded_one(tmp_path):
+    from oelm.hf.export import max_logit_diff, to_hf
+    from oelm.training.loop import train
+    from oelm.training.runs import load_model
+
+    data = synthetic_lm_dir(tmp_path / "data")
+    shape = {"n_layer": 1, "d_model": 64, "n_head": 4, "block_size": 32, "vocab_size": 100}
+    results = {}
+    with one_thread():
+        for multiple in (1, 64):
+            out = tmp_path / f"v{multiple}"
+            cfg = tiny_config(data, out, model_overrides={**shape, "vocab_multiple": multiple}, steps=4, warmup=1)
+            cfg.update(eval_every=2, checkpoint_every=2)
+            train(cfg)
+            results[multiple] = train({**cfg, "steps": 6, "resume": True, "allow_change": ["steps"]})
+            model = load_model(out, "last")
+            assert model.lm_head.weight.shape[0] == (100 if multiple == 1 else 128)
+            assert not model.lm_head.weight[100:].any()
+            hf = to_hf(model)
+            assert hf.config.vocab_size == 100 and max_logit_diff(model, hf) <= 1e-5
+    for key in ("val_loss", "test_loss", "trainable_params", "frozen_params"):
+        assert results[64][key] == pytest.approx(results[1][key], rel=0, abs=1e-6), key

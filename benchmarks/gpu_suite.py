@@ -1,4 +1,4 @@
-"""The GPU check in one command: every GPU figure oelm reports, in one JSON, inside about 7 minutes.
+"""The GPU check in one command: every GPU figure oelm reports, in one JSON, inside 8 minutes (216 s on an H100 before step 5).
 
 Steps, each a fresh process with its own time limit (a step that fails or runs out is recorded
 with its exit status and the tail of its output, and the next step runs):
@@ -13,6 +13,8 @@ with its exit status and the tail of its output, and the next step runs):
    gpt-medium-512 and at GPT-2 small's shape in both families (gpt-gpt2s, llama-gpt2s), eager bf16
    (benchmarks/presets_gpu.py; eager so that the step fits the time budget: compiled figures come
    from step 3).
+5. `vocab_padding`: baseline at gpt-gpt2s and llama-gpt2s with the vocabulary padded to a
+   multiple of 64 (`vocab_multiple`) against unpadded, side by side in the same rounds.
 
     python -m benchmarks.gpu_suite --out gpu-out            # writes gpu-out/gpu_suite.json (+ one log)
     python -m benchmarks.gpu_suite --out gpu-out --only tests presets
@@ -41,10 +43,10 @@ def steps(out: Path) -> dict[str, tuple[list[str], int, Path | None]]:
     py = [sys.executable]
     vs = [*py, "-m", "benchmarks.vs_reference", "--device", "cuda", "--batch", "8", "--time-budget", "40"]
     return {
-        "tests": ([*py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu.py"], 120, None),
+        "tests": ([*py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu.py"], 100, None),
         "vs_reference_eager": (
             [*vs, "--json", str(out / "vs_reference_eager.json")],
-            90,
+            80,
             out / "vs_reference_eager.json",
         ),
         "vs_reference_compiled": (
@@ -59,7 +61,7 @@ def steps(out: Path) -> dict[str, tuple[list[str], int, Path | None]]:
                 "--json",
                 str(out / "vs_reference_compiled.json"),
             ],
-            150,
+            130,
             out / "vs_reference_compiled.json",
         ),
         "presets": (
@@ -79,8 +81,34 @@ def steps(out: Path) -> dict[str, tuple[list[str], int, Path | None]]:
                 "--json",
                 str(out / "presets.json"),
             ],
-            120,
+            100,
             out / "presets.json",
+        ),
+        # The LM head at GPT-2's vocabulary (50,257) ran on align-1 kernels: 41% of the step on an
+        # H100. Padded (vocab_multiple 64) against unpadded, side by side in the same rounds.
+        "vocab_padding": (
+            [
+                *py,
+                "-m",
+                "benchmarks.presets_gpu",
+                "--no-compile",
+                "--presets",
+                "gpt-gpt2s",
+                "llama-gpt2s",
+                "--methods",
+                "baseline",
+                "--vocab-multiple",
+                "1",
+                "64",
+                "--rounds",
+                "6",
+                "--steps",
+                "4",
+                "--json",
+                str(out / "vocab_padding.json"),
+            ],
+            70,
+            out / "vocab_padding.json",
         ),
     }
 

@@ -559,7 +559,7 @@ def test_gpu_suite_refuses_a_cpu_machine_and_its_steps_parse(tmp_path, capsys, m
     assert exc.value.code == 2 and "no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "gpu").exists()  # refused before any work
     steps = suite.steps(tmp_path)
-    assert list(steps) == ["tests", "vs_reference_eager", "vs_reference_compiled", "presets"]
+    assert list(steps) == ["tests", "vs_reference_eager", "vs_reference_compiled", "presets", "vocab_padding"]
     assert sum(limit for _, limit, _ in steps.values()) <= 8 * 60  # the budget: under 8 minutes
     # Every benchmark step's arguments are valid for its script (parsed here with the CPU twin).
     vs, presets = load_benchmark("vs_reference"), load_benchmark("presets_gpu")
@@ -569,3 +569,5 @@ def test_gpu_suite_refuses_a_cpu_machine_and_its_steps_parse(tmp_path, capsys, m
         assert args.batch == [8] and args.json == tmp_path / f"{name}.json"
     args = presets.parse_args([*steps["presets"][0][3:], "--cpu"])
     assert args.presets == ["gpt-medium-512", "gpt-gpt2s", "llama-gpt2s"] and "identity-q" in args.methods
+    args = presets.parse_args([*steps["vocab_padding"][0][3:], "--cpu"])
+    assert args.vocab_multiple == [1, 64] and args.presets == ["gpt-gpt2s", "llama-gpt2s"]

@@ -290,3 +290,20 @@ def test_a_two_seed_pilot_plans_no_seeds_and_the_claim_becomes_a_bound(tmp_path:
     assert results[0].bound > float(np.mean(gaps))
     text = "\n".join(seed_plan_lines(plan, results))
     assert f"is below {results[0].bound:+.2f}% with 95% confidence" in text
+
+
+def test_a_spec_without_a_baseline_arm_takes_its_primary_pairs_common_reference(tmp_path: Path) -> None:
+    """The twin-board specs compare frozen arms with their same-init twin and have no 'baseline'
+    arm: the sweep's own report then computed no gap at all ("no finished 'baseline' runs")."""
+    raw = {
+        "config": {**TINY, "data": str(tmp_path / "data")},
+        "methods": {m: {"lr": [1e-3]} for m in ("oelm-nofreeze", "oelm-freeze", "oelm-lowrank")},
+        "seeds": [0],
+        "out": str(tmp_path),
+    }
+    pairs = [["oelm-freeze", "oelm-nofreeze"], ["oelm-lowrank", "oelm-nofreeze"]]
+    assert spec_from_dict({**raw, "primary": pairs}).baseline == "oelm-nofreeze"
+    assert spec_from_dict({**raw, "primary": pairs, "baseline": "oelm-freeze"}).baseline == "oelm-freeze"
+    assert spec_from_dict({**raw, "primary": [pairs[0], ["oelm-lowrank", "oelm-freeze"]]}).baseline == "baseline"
+    with_baseline = {**raw, "methods": {**raw["methods"], "baseline": {"lr": [1e-3]}}}
+    assert spec_from_dict({**with_baseline, "primary": pairs}).baseline == "baseline"

@@ -203,13 +203,23 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
         out=Path(raw.get("out") or f"runs/sweeps/{raw.get('name', name)}"),
         prepare=raw.get("prepare") or meta.get("prepare"),
         study_numbers=raw.get("study_numbers"),
-        baseline=str(raw.get("baseline", "baseline")),
+        baseline=str(raw.get("baseline", _declared_reference(raw))),
         max_extend=_max_extend(raw.get("max_extend", MAX_EXTEND)),
         lr_rule=_lr_rule(raw.get("lr_rule", ROBUST)),
     )
     spec.primary = check_primary(raw.get("primary") or [], spec.methods, "the sweep spec")
     validate(spec)
     return spec
+
+
+def _declared_reference(raw: dict[str, Any]) -> str:
+    """The reference when the spec names none: 'baseline', or, when the spec has no 'baseline' arm
+    and every declared primary pair compares with one arm (a same-init twin), that arm."""
+    methods, primary = raw.get("methods") or {}, raw.get("primary") or []
+    others = {str(p[1]) for p in primary if isinstance(p, (list, tuple)) and len(p) == 2}
+    if "baseline" not in methods and len(others) == 1:
+        return others.pop()
+    return "baseline"
 
 
 def _lr_rule(value: Any) -> str:

@@ -29,7 +29,7 @@ METHOD of that table: metric (mean ± 95% CI over seeds), mean, gap (paired inte
 Holm-adjusted with the number of comparisons m), verdict (worse / better (resolved), equivalent
 within ±margin, unresolved (smallest detectable gap X at 80% power)), tost (the equivalence test),
 mde (minimum detectable gap of the Holm-adjusted test), detectable (its number alone), eqpower (the
-Holm-adjusted TOST's power at a true gap of 0), needed (seeds
+Holm-adjusted TOST's power at a true gap of 0), bound (the one-sided 95% upper bound of the gap), needed (seeds
 to detect the observed gap), points (accuracy difference), crossing (validation curves), lr, seeds,
 ratio (step time), saving (theoretical FLOP saving), share (of the reference's saving, boards
 only), state / comm (optimizer-state and all-reduce savings, boards only), twin (the gap to the
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oelm.reports.aggregate import Arm, Group, Noise, Versus
-from oelm.reports.stats import MARGIN, Decision, ItemsInterval, PairedTest, Power, Summary
+from oelm.reports.stats import MARGIN, Decision, ItemsInterval, PairedTest, Power, Summary, summary_upper_bound
 from oelm.reports.tables import (
     NA,
     fmt_gap,
@@ -312,6 +312,13 @@ def _gap(arm: Arm, table: Table) -> str:
     return fmt_gap(arm, table.group)
 
 
+def _bound(arm: Arm, table: Table) -> str:
+    """'+4.12%': the one-sided 95% upper bound of the mean per-seed gap (the cost is below it)."""
+    gaps = table.group.versus_of(arm.method).gap_paired
+    bound = None if gaps is None else summary_upper_bound(gaps)
+    return NA if bound is None else f"{bound:+.2f}%"
+
+
 def _decision(arm: Arm, table: Table) -> Decision | None:
     """The verdict of the method against the table's reference (its mde is the Holm-level one)."""
     return table.group.versus_of(arm.method).decision
@@ -330,6 +337,7 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "verdict": lambda a, t: fmt_verdict(a, t.group),
     "tost": lambda a, t: fmt_tost(a, t.group),
     "mde": lambda a, t: fmt_mde(a, t.group),
+    "bound": _bound,
     "eqpower": lambda a, t: NA if (d := _decision(a, t)) is None or d.tost_power is None else f"{d.tost_power:.0%}",
     "detectable": lambda a, t: NA if (d := _decision(a, t)) is None or d.mde is None else f"{d.mde:.2f}%",
     "needed": lambda a, t: (

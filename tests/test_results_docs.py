@@ -67,6 +67,23 @@ def test_unknown_method_is_an_error_naming_it(results_tables, tmp_path, capsys):
     assert "oelm-nope" in capsys.readouterr().err
 
 
+def test_the_bound_field_is_the_one_sided_upper_bound_of_the_per_seed_gaps(results_tables):
+    """{{RECORD METHOD bound}}: "the cost is below X%" for a claim its seeds could not power, from
+    the same per-seed gaps the interval uses (one-sided 95%: inside the two-sided interval's top)."""
+    from oelm.reports.stats import gap_upper_bound
+
+    records = results_tables.Records(RESULTS)
+    _, table, _ = records.get("twin-board/leaderboard.json", "test")
+    table = table or records.get("twin-board/leaderboard.json", "test")[0].table(None, "test")
+    gaps = table.group.versus_of("oelm-early-freeze").gap_paired
+    text = results_tables.fill("{{twin-board/leaderboard.json oelm-early-freeze bound}}", records, "test")
+    value = float(text.rstrip("%"))
+    assert gaps.mean < value < gaps.ci_high
+    a = gaps.std * ((gaps.n - 1) / gaps.n) ** 0.5  # n values at mean ± a have this mean and sample SD
+    per_seed = [gaps.mean + (a if i % 2 else -a) for i in range(gaps.n)]
+    assert gaps.n % 2 == 0 and value == pytest.approx(gap_upper_bound(per_seed), abs=0.005)
+
+
 # ---------------------------------------------------------------- one vocabulary, recomputed
 
 OLD_WORDS = re.compile(

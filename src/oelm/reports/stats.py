@@ -267,11 +267,14 @@ def planned_seeds(sd_upper: float, margin: float, alpha: float = ALPHA, power: f
 def gap_upper_bound(gaps: Sequence[float], confidence: float = CONFIDENCE) -> float | None:
     """One-sided upper confidence bound of the mean per-seed gap (Student t): the bound a claim
     becomes when its seeds could not reach the planned power ("the cost is below X%")."""
-    vals = _finite(gaps)
-    if len(vals) < 2:
+    return summary_upper_bound(summarize(gaps), confidence)
+
+
+def summary_upper_bound(summary: Summary, confidence: float = CONFIDENCE) -> float | None:
+    """gap_upper_bound from a Summary of the per-seed gaps (its n, mean and sample SD)."""
+    if summary.n < 2 or summary.mean is None or summary.std is None:
         return None
-    half = float(sps.t.ppf(confidence, len(vals) - 1)) * float(np.std(vals, ddof=1)) / math.sqrt(len(vals))
-    return float(np.mean(vals)) + half
+    return summary.mean + float(sps.t.ppf(confidence, summary.n - 1)) * summary.std / math.sqrt(summary.n)
 
 
 # ---- multiplicity and equivalence ---------------------------------------------------------------

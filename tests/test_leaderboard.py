@@ -366,3 +366,17 @@ def test_lm_board_shows_bits_per_byte_beside_perplexity(tmp_path: Path) -> None:
     ranked = {e["method"]: e for e in _read(tmp_path / "lb")["tables"][0]["ranked"]}
     assert ranked["baseline"]["bits_per_byte"]["mean"] == pytest.approx(1.2)
     assert ranked["oelm-freeze"]["bits_per_byte"]["n"] == 0
+
+
+def test_a_board_of_a_confirmations_runs_is_labelled_a_confirmation(tmp_path: Path) -> None:
+    """The twin board's final records are a confirmation (fresh seeds, each arm at its pilot's LR):
+    the board called them 'pilot results' and asked for a confirmation of the confirmation, and
+    read no primary family although the plan declares one."""
+    records = Path(__file__).resolve().parents[1] / "docs" / "results" / "twin-decisive" / "records"
+    md, _ = write_leaderboard([records], tmp_path, baseline="oelm-nofreeze")
+    text = md.read_text()
+    assert "Confirmation results: these are the fresh seeds (103, 104, 105, 106, 107, 108, 109, 110)" in text
+    assert "Pilot results" not in text and "oelm confirm plan" not in text
+    assert "Primary family, declared before the runs: oelm-freeze vs oelm-nofreeze" in text
+    pilot, _ = write_leaderboard([records.parent / "pilot-records"], tmp_path / "pilot", baseline="oelm-nofreeze")
+    assert "Pilot results: these seeds also chose every LR" in pilot.read_text()

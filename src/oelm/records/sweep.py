@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from oelm.records.layout import RunKey, setting_name
+from oelm.records.plan import PLAN_FILE, ConfirmationPlan, read_plan
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_yaml
 
@@ -214,9 +215,20 @@ def declared_lr_rule(paths: Iterable[str | Path]) -> str:
 
 
 def declared_primary(paths: Iterable[str | Path]) -> list[list[str]]:
-    """The primary pairs the first sweep record under `paths` declares ([] without one)."""
+    """The primary pairs declared for the runs under `paths`: a confirmation's plan.json (its
+    sweep.yaml, written by `oelm confirm run`, carries none), else the first sweep record's ([]
+    without one)."""
+    paths = list(paths)
+    for path in paths:
+        if (plan := confirmation_plan(path)) is not None and plan.primary:
+            return [list(pair) for pair in plan.primary]
     for path in paths:
         record = read_sweep_record(path)
         if record is not None:
             return record.primary
     return []
+
+
+def confirmation_plan(path: str | Path) -> ConfirmationPlan | None:
+    """The plan of a confirmation directory (its plan.json, hash checked), or None elsewhere."""
+    return read_plan(path) if (Path(path) / PLAN_FILE).is_file() else None

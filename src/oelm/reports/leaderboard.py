@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from oelm.records.plan import ConfirmationPlan
+from oelm.records.sweep import confirmation_plan
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE
 from oelm.reports.board import REFERENCE, TARGET, Board, Entry, Target, build
@@ -169,8 +171,19 @@ def _unranked(board: Board, not_started: Sequence[str]) -> list[str]:
     return lines + [""]
 
 
-def _pilot_lines(board: Board, confirm: str) -> list[str]:
-    """Each ranked method's verdict as a pilot result: the fresh seeds a confirmation needs."""
+def _pilot_lines(board: Board, confirm: str | ConfirmationPlan) -> list[str]:
+    """Each ranked method's verdict as a pilot result: the fresh seeds a confirmation needs. Runs of
+    a confirmation (its plan given) are not a pilot: each arm ran at the LR its pilot chose."""
+    if isinstance(confirm, ConfirmationPlan):
+        seeds = ", ".join(map(str, confirm.seeds))
+        return [
+            f"Confirmation results: these are the fresh seeds ({seeds}) of the plan `plan.json` (sha256 "
+            f"{confirm.sha256[:12]}), fixed before they ran; every arm ran at the LR its pilot "
+            f"(`{confirm.pilot.dir}`, seeds {', '.join(map(str, confirm.pilot.seeds))}) chose on validation, "
+            "so no LR was chosen on these seeds and each verdict above is a confirmation result "
+            "(`confirmation.md` beside the records judges the pilot's claims).",
+            "",
+        ]
     texts = []
     for e in board.ranked:
         if e.method != board.group.baseline and (t := pilot_text(e.arm, board.group, confirm)):
@@ -193,7 +206,7 @@ def render(
     command: str,
     n_runs: int,
     target: Target = TARGET,
-    confirm: str = CONFIRM_PLAN,
+    confirm: str | ConfirmationPlan = CONFIRM_PLAN,
     source: str | None = None,
     pareto: str = "pareto.png",
 ) -> str:
@@ -431,6 +444,7 @@ def write_leaderboard(
     confirm = f"oelm confirm plan {sweep} --seeds {{seeds}} --out {sweep}-confirm" + (
         f" --baseline {baseline}" if baseline else ""
     )
-    text = render(boards, not_started, command, len(runs), target, confirm)
+    plan = confirmation_plan(paths[0]) if len(paths) == 1 else None
+    text = render(boards, not_started, command, len(runs), target, plan or confirm)
     atomic_write_text(out_dir / "leaderboard.md", text)
     return out_dir / "leaderboard.md", boards

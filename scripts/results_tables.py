@@ -75,6 +75,7 @@ DEFAULT_FILES = (
     "docs/results/README.md",
     "README.md",
     "docs/results/twin-board/README.md",
+    "docs/results/twin-decisive/README.md",
     "docs/results/scale/README.md",
     "docs/results/claims-ledger.md",
 )

@@ -29,7 +29,8 @@ METHOD of that table: metric (mean ± 95% CI over seeds), mean, gap (paired inte
 Holm-adjusted with the number of comparisons m), verdict (worse / better (resolved), equivalent
 within ±margin, unresolved (smallest detectable gap X at 80% power)), tost (the equivalence test),
 mde (minimum detectable gap of the Holm-adjusted test), detectable (its number alone), eqpower (the
-Holm-adjusted TOST's power at a true gap of 0), bound (the one-sided 95% upper bound of the gap), needed (seeds
+Holm-adjusted TOST's power at a true gap of 0), bound (the one-sided 95% upper bound of the gap), pair (its
+declared primary comparison: gap, interval, other arm, verdict), needed (seeds
 to detect the observed gap), points (accuracy difference), crossing (validation curves), lr, seeds,
 ratio (step time), saving (theoretical FLOP saving), share (of the reference's saving, boards
 only), state / comm (optimizer-state and all-reduce savings, boards only), twin (the gap to the
@@ -68,6 +69,7 @@ from oelm.reports.tables import (
     fmt_verdict,
     md_table,
     pct_scale,
+    verdict_text,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +78,7 @@ DEFAULT_FILES = (
     "README.md",
     "docs/results/twin-board/README.md",
     "docs/results/twin-decisive/README.md",
+    "docs/results/ladder/README.md",
     "docs/results/scale/README.md",
     "docs/results/claims-ledger.md",
 )
@@ -212,6 +215,7 @@ def load_record(path: Path) -> Record:
             warnings=list(g.get("warnings", [])),
             margin=float(g.get("margin_percent", raw.get("margin_percent", MARGIN))),
             versus={e["method"]: _versus(e, fields["baseline"]) for e in entries},
+            primary=tuple((str(a), str(b)) for a, b in g.get("primary") or []),
             **fields,
         )
         tables.append(Table(group, g, {e["method"]: e for e in entries}))
@@ -320,6 +324,19 @@ def _bound(arm: Arm, table: Table) -> str:
     return NA if bound is None else f"{bound:+.2f}%"
 
 
+def _pair(arm: Arm, table: Table) -> str:
+    """The method's declared primary comparison (recomputed from the per-seed values, Holm over the
+    primary family): 'gap [CI] vs OTHER: verdict'; n/a where the method is in no primary pair."""
+    found = [(pair, vs) for pair, vs in table.group.primary_versus.items() if pair[0] == arm.method]
+    if not found:
+        return NA
+    (_, other), vs = found[0]
+    gaps = vs.gap_paired
+    ci = "" if gaps is None or gaps.ci_low is None else f" [{gaps.ci_low:+.2f}, {gaps.ci_high:+.2f}]"
+    mean = NA if gaps is None or gaps.mean is None else f"{gaps.mean:+.2f}%"
+    return f"{mean}{ci} vs {other}: {verdict_text(vs.decision)}"
+
+
 def _decision(arm: Arm, table: Table) -> Decision | None:
     """The verdict of the method against the table's reference (its mde is the Holm-level one)."""
     return table.group.versus_of(arm.method).decision
@@ -339,6 +356,7 @@ FIELDS: dict[str, Callable[[Arm, Table], str]] = {
     "tost": lambda a, t: fmt_tost(a, t.group),
     "mde": lambda a, t: fmt_mde(a, t.group),
     "bound": _bound,
+    "pair": _pair,
     "eqpower": lambda a, t: NA if (d := _decision(a, t)) is None or d.tost_power is None else f"{d.tost_power:.0%}",
     "detectable": lambda a, t: NA if (d := _decision(a, t)) is None or d.mde is None else f"{d.mde:.2f}%",
     "needed": lambda a, t: (

@@ -314,3 +314,17 @@ def test_a_leaderboard_of_records_shows_the_same_init_twin(tmp_path):
     freeze = next(e for e in table["ranked"] if e["method"] == "oelm-freeze")
     assert freeze["verdict"] == "worse (resolved)" and freeze["twin"] == "oelm-nofreeze"
     assert freeze["twin_verdict"] is not None
+
+
+def test_the_pair_field_is_the_declared_primary_comparison_recomputed(results_tables):
+    """{{RECORD METHOD pair}}: a method's declared primary comparison, against its own control (not
+    the table's reference), recomputed from the per-seed values with Holm over the primary family."""
+    records = results_tables.Records(RESULTS)
+    board = json.loads((RESULTS / "ladder/llama-d64-confirm/leaderboard.json").read_text())["tables"][0]
+    by_seed = {e["method"]: e["by_seed"] for e in board["ranked"]}
+    gaps = [100 * (by_seed["identity-q"][s] / by_seed["baseline"][s] - 1) for s in by_seed["baseline"]]
+    text = results_tables.fill("{{ladder/llama-d64-confirm/leaderboard.json identity-q pair}}", records, "test")
+    assert text.startswith(f"{sum(gaps) / len(gaps):+.2f}% [") and "vs baseline: " in text
+    assert text.endswith("(resolved) [primary]")
+    none = results_tables.fill("{{ladder/llama-d64-confirm/leaderboard.json baseline pair}}", records, "test")
+    assert none == results_tables.NA  # the baseline is no pair's frozen arm

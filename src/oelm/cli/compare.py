@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "budget, per-method LR grids, seeds): prepare the data into OUT/data, train every method x "
         "LR x seed with the same steps and data order, choose each method's LR on validation, print "
         "the table and a plain-language reading, and write OUT/report/report.md. Presets: 'quick' "
-        "(default; gpt-narrow, offline, 4-8 minutes on 2 CPU cores), 'full' (gpt-medium-512, one "
+        "(default; gpt-narrow, offline, about 7 minutes on 2 idle CPU cores), 'full' (gpt-medium-512, one "
         "GPU, bf16), or a YAML file of the same shape. Options below replace the preset's values. "
         "Re-running continues where it stopped; more --seeds extend it.",
     )

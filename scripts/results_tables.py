@@ -62,6 +62,7 @@ from oelm.reports.tables import (
     fmt_mde,
     fmt_num,
     fmt_p,
+    fmt_paired_mean,
     fmt_pct,
     fmt_saving,
     fmt_summary,
@@ -331,10 +332,7 @@ def _pair(arm: Arm, table: Table) -> str:
     if not found:
         return NA
     (_, other), vs = found[0]
-    gaps = vs.gap_paired
-    ci = "" if gaps is None or gaps.ci_low is None else f" [{gaps.ci_low:+.2f}, {gaps.ci_high:+.2f}]"
-    mean = NA if gaps is None or gaps.mean is None else f"{gaps.mean:+.2f}%"
-    return f"{mean}{ci} vs {other}: {verdict_text(vs.decision)}"
+    return f"{fmt_paired_mean(vs)} vs {other}: {verdict_text(vs.decision)}"
 
 
 def _decision(arm: Arm, table: Table) -> Decision | None:

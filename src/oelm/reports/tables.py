@@ -13,7 +13,7 @@ from typing import Any
 
 from oelm.records.stability import RULE as STABILITY_RULE
 from oelm.reports import stats
-from oelm.reports.aggregate import INSTABILITY_POLICY, Arm, Group, LrCell, lr_rule_text
+from oelm.reports.aggregate import INSTABILITY_POLICY, Arm, Group, LrCell, Versus, lr_rule_text
 from oelm.reports.stats import Decision, Summary
 
 NA = "n/a"
@@ -471,12 +471,17 @@ def family_lines(group: Group) -> list[str]:
     ]
 
 
+def fmt_paired_mean(vs: Versus) -> str:
+    """'+4.12% [+3.22, +5.01]': the mean per-seed gap of a comparison with its paired interval."""
+    paired = vs.gap_paired
+    return NA if paired is None or paired.mean is None else f"{fmt_pct(paired.mean)}{fmt_interval(paired)}"
+
+
 def primary_table(group: Group) -> list[str]:
     """Markdown rows of the declared primary comparisons (those not against the reference too)."""
     rows = []
     for (method, ref), vs in group.primary_versus.items():
-        paired = vs.gap_paired
-        gap = NA if paired is None or paired.mean is None else f"{fmt_pct(paired.mean)}{fmt_interval(paired)}"
+        gap = fmt_paired_mean(vs)
         d = vs.decision
         holm = fmt_holm(d) if d is not None and d.p is not None else NA
         rows.append([method, ref, gap, holm, verdict_text(d)])

@@ -295,3 +295,15 @@ def test_split_fractions_set_the_carve_of_a_dataset_with_one_labelled_split(tmp_
     assert abs(wide[1] / 2490 - 0.1) < 0.02
     with pytest.raises(ValueError, match="summing to 1"):
         TrainConfig(**_cfg(tmp_path, classification={"split_fractions": [0.5, 0.3, 0.3]}))
+
+
+def test_a_classification_checkpoint_after_an_evaluation_loads_weights_only(tmp_path, one_thread):
+    """The validation history entered state.pt as numpy scalars (a numpy total divided the loss), and
+    the weights-only load refused it: an interrupted fine-tuning run could not resume."""
+    from oelm.training.loop import train
+
+    out = tmp_path / "run"
+    train(_cfg(out))  # eval_every 3, checkpoint_every 3: step 3's checkpoint holds one evaluation
+    state = torch.load(out / "checkpoints" / "step_0000003" / "state.pt", weights_only=True)
+    assert state["data"]["history"] and isinstance(state["data"]["history"][0]["loss"], float)
+    assert type(state["best_val_loss"]) is float

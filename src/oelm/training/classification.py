@@ -269,7 +269,7 @@ class ClassificationTask(Task):
                 correct[start : start + len(labels) * self.dist.world : self.dist.world] = (labels == preds).double()
         reduced = all_reduce_sum([loss_sum, *confusion.flatten().tolist()], self.dist, self.device)
         confusion = np.asarray(reduced[1:]).reshape(n, n)
-        total = confusion.sum()
+        total = float(confusion.sum())  # plain floats: the history goes into state.pt (weights-only load)
         out: dict[str, Any] = {
             "loss": reduced[0] / max(total, 1.0),
             "accuracy": float(np.trace(confusion) / max(total, 1.0)),

@@ -39,6 +39,19 @@ def test_save_prune_latest_and_reload(tmp_path: Path) -> None:
     assert meta["step"] == "15" and meta["note"] == '{"x": 1}'
 
 
+def test_numpy_scalars_in_a_tasks_state_are_saved_as_python_numbers(tmp_path: Path) -> None:
+    """state.pt is read weights-only, which refuses numpy objects: a metric kept as np.float64 made
+    every later checkpoint of a fine-tuning run unloadable. The writer stores plain numbers."""
+    import numpy as np
+
+    state = {"best_val_loss": np.float64(0.76), "data": {"history": [{"loss": np.float64(0.7), "n": np.int64(3)}]}}
+    state["data"]["pair"] = (np.float32(1.5), "x")
+    ckpt.save_checkpoint(tmp_path, 1, Tied(), state, {}, keep_last=1)
+    loaded = ckpt.load_state(tmp_path / "step_0000001")  # weights-only
+    assert loaded == {"best_val_loss": 0.76, "data": {"history": [{"loss": 0.7, "n": 3}], "pair": (1.5, "x")}}
+    assert type(loaded["best_val_loss"]) is float and type(loaded["data"]["history"][0]["n"]) is int
+
+
 def test_best_and_resolve(tmp_path: Path) -> None:
     model = Tied()
     ckpt.save_checkpoint(tmp_path / "checkpoints", 3, model, {}, {}, keep_last=1)

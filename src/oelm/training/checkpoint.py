@@ -57,6 +57,21 @@ def _save_weights(model: torch.nn.Module, path: Path, metadata: dict[str, Any]) 
     follow_umask(path)
 
 
+def plain_scalars(value: Any) -> Any:
+    """`value` with every numpy scalar (np.float64 from a metric, np.int64 from a count) made the
+    Python number it holds: state.pt is read back with torch.load(weights_only=True), which refuses
+    numpy objects, so a task that slipped one into its state could not resume."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: plain_scalars(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_scalars(v) for v in value]
+    if type(value) is tuple:
+        return tuple(plain_scalars(v) for v in value)
+    return value
+
+
 def save_checkpoint(
     ckpt_root: Path,
     step: int,
@@ -73,7 +88,7 @@ def save_checkpoint(
     with _written_or_removed(tmp, ckpt_root, _nbytes(model.state_dict()) + _nbytes(state)):
         tmp.mkdir()
         _save_weights(model, tmp / WEIGHTS, {**metadata, "step": str(step)})
-        torch.save(state, tmp / STATE)
+        torch.save(plain_scalars(state), tmp / STATE)
         best = ckpt_root / "best" / WEIGHTS
         if best.is_file():  # a hard link costs nothing; best/ is replaced by rename, never edited in place
             _link_or_copy(best, tmp / BEST_COPY)
@@ -441,7 +456,7 @@ def save_sharded_checkpoint(
         atomic_write_json(tmp / SHARDED_META, {k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()})
         if whole_weights:
             _save_full(model, whole, tmp / WEIGHTS, meta)
-        torch.save(state, tmp / STATE)
+        torch.save(plain_scalars(state), tmp / STATE)
         best = ckpt_root / "best" / WEIGHTS
         if best.is_file():
             _link_or_copy(best, tmp / BEST_COPY)

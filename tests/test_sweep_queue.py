@@ -267,12 +267,12 @@ def test_the_bar_shows_a_running_runs_last_logged_step(tmp_path) -> None:
     import json
     from types import SimpleNamespace
 
-    from oelm.experiments.runner import _steps_done
+    from oelm.experiments.runner import steps_done
 
     run = SimpleNamespace(run_dir=tmp_path, config={"steps": 1000})
-    assert _steps_done(run) == ""  # not started: no metrics.jsonl yet
+    assert steps_done(run) == ""  # not started: no metrics.jsonl yet
     lines = [{"kind": "train", "step": s, "loss": 2.0} for s in (10, 20, 340)]
     lines.append({"kind": "eval", "step": 340, "split": "val", "loss": 1.9})
     text = "".join(json.dumps(x) + "\n" for x in lines)
     (tmp_path / "metrics.jsonl").write_text("x" * 5000 + "\n" + text + '{"kind": "train", "st')  # a torn last line
-    assert _steps_done(run) == " (step 340/1000)"
+    assert steps_done(run) == " (step 340/1000)"

@@ -181,7 +181,7 @@ def _run_parallel(
         if names == labels and now - drawn < STEPS_REDRAW_S:
             return  # the running set is unchanged: step counts redraw every few seconds, not every poll
         labels, drawn = names, now
-        text = ", ".join(f"{r.label}{_steps_done(r)}" for r in running) + f" ({len(queue) + len(running)} left)"
+        text = ", ".join(f"{r.label}{steps_done(r)}" for r in running) + f" ({len(queue) + len(running)} left)"
         if text != shown:  # redraw only on change: logs stay readable when piped
             bar.set_postfix_str(text)
             shown = text
@@ -195,7 +195,7 @@ def _run_parallel(
 STEPS_REDRAW_S = 5.0  # how often the bar's step counts of running runs refresh
 
 
-def _steps_done(run: RunSpec) -> str:
+def steps_done(run: RunSpec) -> str:
     """' (step N/M)': the last training step a running run logged (the tail of its metrics.jsonl),
     so the sweep's bar moves during a run, not only between runs; '' before its first log line."""
     path = Path(run.run_dir) / "metrics.jsonl"

@@ -112,9 +112,12 @@ def quiet_transformers() -> Any:
 
 def _say_what_was_loaded(model: str, clf: nn.Module, info: dict[str, Any], num_labels: int) -> None:
     """One line: the new task head; a warning when pretrained tensors of the body were missing."""
+    # transformers names a missing key with the body's prefix (5.x) or without it (4.x): match both.
     prefix = f"{getattr(clf, 'base_model_prefix', '')}."
+    base = getattr(clf, "base_model", clf)
+    inner = set(base.state_dict()) if base is not clf else set()
     missing = sorted(info.get("missing_keys") or [])
-    body = [k for k in missing if prefix != "." and k.startswith(prefix)]
+    body = [k for k in missing if k in inner or (prefix != "." and k.removeprefix(prefix) in inner)]
     head = [k for k in missing if k not in body]
     if body:
         log.warning(

@@ -1,4 +1,4 @@
-"""The GPU check in one command: every GPU figure oelm reports, in one JSON, inside 8 minutes (216 s on an H100 before step 5).
+"""The GPU check in one command: every GPU figure oelm reports, in one JSON, inside 8 minutes (244 s on an H100).
 
 Steps, each a fresh process with its own time limit (a step that fails or runs out is recorded
 with its exit status and the tail of its output, and the next step runs):

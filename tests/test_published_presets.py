@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "configs" / "published").glob("*.yaml"))
 VOCAB = {"gpt2": 50257, "byte": 257}  # the tokenizers' vocabularies (the data's meta sets the model's)
 # What a CPU scale may change: width, depth, the tokens, and the vocabulary (stated in each file).
-SHRUNK = {"n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size"}
+SHRUNK = {"n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size", "vocab_multiple"}
 
 
 @pytest.fixture(autouse=True)
@@ -81,6 +81,9 @@ def test_recipe_validates_and_its_cpu_scale_keeps_architecture_ratio_and_method(
     same = {k for k in dataclasses.asdict(mf) if k not in SHRUNK}
     assert {k: getattr(mf, k) for k in same} == {k: getattr(mc, k) for k in same}
     assert mc.d_model < mf.d_model and mc.n_layer < mf.n_layer
+    # GPT-2's 50,257 rows padded to 50,304 on the GPU (exact; the LM head's GEMMs leave align-1
+    # kernels), the byte vocabulary of the CPU scale unpadded.
+    assert (mf.vocab_multiple, mc.vocab_multiple) == (64, 1)
     assert f.seq_len == c.seq_len == mf.block_size
     # The tokens-per-parameter ratio (about 300 in the paper's run) is kept within 2%.
     ratio_full, ratio_cpu = tokens_per_parameter(full), tokens_per_parameter(cpu)

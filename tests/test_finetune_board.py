@@ -17,11 +17,13 @@ from oelm.reports.finetune import write_board
 N = 400  # held-out examples
 
 
-def cls_run(root: Path, method: str, seed: int, correct: np.ndarray, trainable: int, step: float, lr=1e-4) -> None:
+def cls_run(
+    root: Path, method: str, seed: int, correct: np.ndarray, trainable: int, step: float, lr=1e-4, data="sst2"
+) -> None:
     """A finished classification run whose held-out accuracy is the mean of `correct`."""
     run = root / "runs" / method / f"lr{lr:g}" / f"seed{seed}"
     run.mkdir(parents=True)
-    config = {"task": "classification", "data": "sst2", "model": "minilm", "method": method, "seed": seed, "lr": lr}
+    config = {"task": "classification", "data": data, "model": "minilm", "method": method, "seed": seed, "lr": lr}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     (run / "metrics.jsonl").write_text(
         json.dumps({"kind": "eval", "step": 10, "split": "val", "loss": 0.5, "accuracy": 0.8}) + "\n"
@@ -32,7 +34,7 @@ def cls_run(root: Path, method: str, seed: int, correct: np.ndarray, trainable: 
         "task": "classification",
         "method": method,
         "model": "minilm",
-        "dataset": "sst2",
+        "dataset": data,
         "seed": seed,
         "lr": lr,
         "steps": 10,
@@ -146,3 +148,28 @@ def test_board_refuses_a_sweep_without_full_fine_tuning(tmp_path: Path, capsys) 
     assert main(["finetune-board", str(tmp_path / "s"), "--out", str(tmp_path / "o")]) == 2
     assert "full fine-tuning" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_several_tasks_get_one_table_and_one_answer_across_them(board_dir: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    other = tmp_path / "agnews"
+    for seed in range(5):
+        base = (rng.random(N) < 0.9).astype(int)
+        cls_run(other, "baseline", seed, base, 1000, 1.0, data="ag_news")
+        cls_run(other, "freeze-qk", seed, base.copy(), 900, 0.95, data="ag_news")  # the same predictions
+        cls_run(other, "bitfit", seed, flip(base, 4, rng, 0), 10, 0.6, data="ag_news")  # 1 point worse
+    write_board([board_dir, other], tmp_path / "out")
+    md = (tmp_path / "out" / "board.md").read_text()
+    table = md.split("## Across the tasks")[1].split("## ag_news")[0]
+    assert "| method | trainable (share of full fine-tuning) | ag_news | sst2 |" in table
+    freeze = next(line for line in table.splitlines() if line.startswith("| freeze-qk |"))
+    # ag_news: identical predictions (equivalent); sst2: 10 points worse and dominated by bitfit.
+    assert "| 90.0% | +0.00 [+0.00, +0.00] equivalent (±0.5) | -10.00 [" in freeze and "dominated by bitfit" in freeze
+    assert "| freeze-vo | 90.0% | not run |" in table
+    # The answer reads every task's verdicts: a resolved loss on one task decides it.
+    assert "- Frozen pretrained Q/K (`freeze-qk`): worse (resolved) on sst2; equivalent on ag_news" in table
+    assert "cost accuracy (resolved) on sst2, saving 10.0% of the AdamW state" in table
+    assert md.index("## Across the tasks") < md.index("## ag_news") < md.index("## sst2")
+    # One task: no across-tasks section.
+    write_board([board_dir], tmp_path / "one")
+    assert "Across the tasks" not in (tmp_path / "one" / "board.md").read_text()

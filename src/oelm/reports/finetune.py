@@ -382,6 +382,165 @@ def reading(b: FinetuneBoard) -> list[str]:
     return lines
 
 
+def _task(b: FinetuneBoard) -> str:
+    return b.title.split(" (")[0]
+
+
+def _short(r: Row | None, margin: float) -> str:
+    """One cell of the across-tasks table: the difference, its interval and the verdict in a word."""
+    if r is None:
+        return "not run"
+    if r.diff is None:
+        return "no paired comparison"
+    v = r.verdict
+    word = (
+        v.split(" (")[0]
+        if v.startswith(("worse", "better"))
+        else (f"equivalent (±{margin:g})" if v.startswith("equivalent") else f"unresolved (detectable {r.mde:.2f})")
+    )
+    return f"{r.diff:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}] {word}" + (
+        f"; dominated by {', '.join(r.dominated_by)}" if r.dominated_by else ""
+    )
+
+
+def _kind(r: Row | None) -> str:
+    if r is None or r.diff is None:
+        return "none"
+    for k in ("worse", "better", "equivalent"):
+        if r.verdict.startswith(k):
+            return k
+    return "unresolved"
+
+
+def _tasks_where(boards: Sequence[FinetuneBoard], method: str, kind: str) -> list[str]:
+    rows = [{r.method: r for r in b.rows}.get(method) for b in boards]
+    return [_task(b) for b, r in zip(boards, rows) if _kind(r) == kind]
+
+
+def _share(boards: Sequence[FinetuneBoard], method: str) -> tuple[float, float] | None:
+    """The range over tasks of the method's trainable parameters as a share of full fine-tuning's."""
+    shares = []
+    for b in boards:
+        rows = {r.method: r for r in b.rows}
+        me, ref = rows.get(method), rows.get(b.reference)
+        if me and ref and me.trainable_params is not None and ref.trainable_params:
+            shares.append(me.trainable_params / ref.trainable_params)
+    return (min(shares), max(shares)) if shares else None
+
+
+def _fmt_share(span: tuple[float, float] | None) -> str:
+    if span is None:
+        return "n/a"
+    lo, hi = span
+    spec = ".1%" if lo >= 0.01 else ".2%"
+    return format(lo, spec) if format(lo, spec) == format(hi, spec) else f"{lo:{spec}}-{hi:{spec}}"
+
+
+def _record(boards: Sequence[FinetuneBoard], method: str) -> str:
+    """Where a method's verdicts fall over the tasks, in one clause."""
+    parts = []
+    for kind in ("worse", "better", "equivalent", "unresolved"):
+        tasks = _tasks_where(boards, method, kind)
+        if tasks:
+            label = {"worse": "worse (resolved)", "better": "better (resolved)"}.get(kind, kind)
+            parts.append(f"{label} on {', '.join(tasks)}")
+    return "; ".join(parts) or "no paired comparison"
+
+
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
+
+
+def across(boards: Sequence[FinetuneBoard]) -> list[str]:
+    """With more than one task: every arm's difference to full fine-tuning per task in one table, and the
+    practitioner's answer over the tasks, from the boards' rows only."""
+    if len(boards) < 2:
+        return []
+    margin = boards[0].margin
+    order = [FROZEN_QK, "oelm-freeze", "freeze-k", "freeze-qk-weights", "freeze-vo", *PEFT]
+    seen = [r.method for b in boards for r in b.rows if r.method != b.reference]
+    methods = [m for m in order if m in seen] + sorted({m for m in seen if m not in order})
+    tasks = [_task(b) for b in boards]
+    lines = [
+        "## Across the tasks",
+        "",
+        "Each cell: the difference to full fine-tuning in accuracy points [95% CI], its verdict (Holm within "
+        "the task's primary family), and the arms that dominate it on that task.",
+        "",
+        "| method | trainable (share of full fine-tuning) | " + " | ".join(tasks) + " |",
+        "|---|---|" + "---|" * len(tasks),
+    ]
+    for m in methods:
+        cells = [_short({r.method: r for r in b.rows}.get(m), margin) for b in boards]
+        lines.append(f"| {m} | {_fmt_share(_share(boards, m))} | " + " | ".join(cells) + " |")
+    lines += ["", "For a practitioner, over these tasks:", ""]
+    for m, name in (
+        (FROZEN_QK, "Frozen pretrained Q/K (`freeze-qk`)"),
+        ("oelm-freeze", "The study's recipe (`oelm-freeze`)"),
+    ):
+        if m not in seen:
+            continue
+        dominated = [_task(b) for b in boards if any(r.method == m and r.dominated_by for r in b.rows)]
+        lines.append(
+            f"- {name}: {_record(boards, m)}"
+            + (f"; dominated on {', '.join(dominated)}" if dominated else "")
+            + f". It trains {_fmt_share(_share(boards, m))} of the parameters."
+        )
+    peft = [m for m in PEFT if m in seen]
+    if peft:
+        lines.append(
+            "- The field: "
+            + "; ".join(f"{m} ({_fmt_share(_share(boards, m))} trained) {_record(boards, m)}" for m in peft)
+            + "."
+        )
+    if FROZEN_QK in seen:
+        worse = _tasks_where(boards, FROZEN_QK, "worse")
+        equal = _tasks_where(boards, FROZEN_QK, "equivalent")
+        span = _share(boards, FROZEN_QK)
+        saves = "" if span is None else f", saving {_fmt_share((1 - span[1], 1 - span[0]))} of the AdamW state"
+        never_worse = [m for m in peft if not _tasks_where(boards, m, "worse") and _share(boards, m)]
+        mdes = [r.mde for b in boards for r in b.rows if r.method == FROZEN_QK and _kind(r) == "unresolved" and r.mde]
+        if worse:
+            advice = (
+                f"Freezing pretrained Q/K cost accuracy (resolved) on {', '.join(worse)}{saves}: "
+                "do not freeze Q/K to save compute or memory."
+            )
+        elif len(equal) == len(boards):
+            advice = (
+                f"Freezing pretrained Q/K stayed within ±{margin:g} points of full fine-tuning on every task "
+                f"(equivalence shown){saves}."
+            )
+        else:
+            advice = (
+                "No task resolved a loss from freezing pretrained Q/K"
+                + (
+                    f", but no task showed it within ±{margin:g} points either (these seeds could detect "
+                    f"differences of {_span(min(mdes), max(mdes))} points)"
+                    if mdes
+                    else ""
+                )
+                + f"{saves}."
+            )
+        if never_worse:
+            most = max(_share(boards, m)[1] for m in never_worse)  # type: ignore[index]
+            advice += (
+                f" Where the saving is the point, {', '.join(never_worse)} train at most {most:.2%} of the "
+                "parameters, and no task resolved a loss from them."
+            )
+        lines += ["", advice]
+    models = sorted({b.title.split(", ")[-1].rstrip(")") for b in boards if ", " in b.title})
+    seeds = sorted({len(r.seeds) for b in boards for r in b.rows})
+    lines += [
+        "",
+        f"Every statement is at these boards' scale (model: {', '.join(models) or 'n/a'}; "
+        f"{'-'.join(map(str, (seeds[0], seeds[-1]))) if len(seeds) > 1 else seeds[0] if seeds else 0} seeds per arm; "
+        "each task's budget as its spec states): the verdicts say what the data resolve, and the detectable "
+        "differences say what they could not.",
+        "",
+    ]
+    return lines
+
+
 def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.png") -> str:
     """The board page (markdown)."""
     lines = [
@@ -394,6 +553,7 @@ def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.
         "Holm-adjusted within each family; equivalence by TOST within ±margin points.",
         "",
     ]
+    lines += across(boards)
     for b in boards:
         lines += [
             f"## {b.title}",

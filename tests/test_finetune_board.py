@@ -18,7 +18,15 @@ N = 400  # held-out examples
 
 
 def cls_run(
-    root: Path, method: str, seed: int, correct: np.ndarray, trainable: int, step: float, lr=1e-4, data="sst2"
+    root: Path,
+    method: str,
+    seed: int,
+    correct: np.ndarray,
+    trainable: int,
+    step: float,
+    lr=1e-4,
+    data="sst2",
+    collapsed=False,
 ) -> None:
     """A finished classification run whose held-out accuracy is the mean of `correct`."""
     run = root / "runs" / method / f"lr{lr:g}" / f"seed{seed}"
@@ -54,7 +62,7 @@ def cls_run(
         "heldout_accuracy": float(correct.mean()),
         "best_accuracy": 0.8,
         "final_val_loss": 0.5,
-        "collapsed": False,
+        "collapsed": collapsed,
         "primary_metric": "heldout_accuracy",
         "selection_metric": "best_accuracy",
         "higher_is_better": True,
@@ -173,3 +181,28 @@ def test_several_tasks_get_one_table_and_one_answer_across_them(board_dir: Path,
     # One task: no across-tasks section.
     write_board([board_dir], tmp_path / "one")
     assert "Across the tasks" not in (tmp_path / "one" / "board.md").read_text()
+
+
+def test_a_seed_at_chance_stays_in_the_mean_and_is_counted(tmp_path: Path) -> None:
+    """A run whose validation accuracy stayed at chance is the arm's result on that seed: dropping it
+    would average the surviving seeds only (the XNLI board lost 2 of oelm-freeze's 5 seeds so)."""
+    rng = np.random.default_rng(2)
+    root = tmp_path / "sweep"
+    for seed in range(5):
+        base = (rng.random(N) < 0.8).astype(int)
+        cls_run(root, "baseline", seed, base, 1000, 1.0)
+        at_chance = seed >= 3
+        mine = (np.arange(N) % 3 == 0).astype(int) if at_chance else base.copy()
+        cls_run(root, "oelm-freeze", seed, mine, 900, 0.9, collapsed=at_chance)
+    write_board([root], tmp_path / "out")
+    board = json.loads((tmp_path / "out" / "board.json").read_text())["boards"][0]
+    row = next(r for r in board["rows"] if r["method"] == "oelm-freeze")
+    assert row["seeds"] == [0, 1, 2, 3, 4] and row["at_chance"] == 2 and row["no_result"] == 0
+    # Three seeds equal to the baseline's, two at a third: the mean and the paired gap include both.
+    ref = next(r for r in board["rows"] if r["method"] == "baseline")
+    assert row["diff"] < -15 and row["accuracy"] == pytest.approx(
+        (3 * ref["accuracy"] + 2 * 100 * np.mean(np.arange(N) % 3 == 0)) / 5, abs=3
+    )
+    md = (tmp_path / "out" / "board.md").read_text()
+    assert "| oelm-freeze | 0.0001 | 5 | 2 of 5 |" in md
+    assert "kept in every mean, interval and test): oelm-freeze 2 of 5" in md

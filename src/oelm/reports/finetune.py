@@ -17,6 +17,11 @@ the field's methods (LoRA, BitFit, LayerNorm tuning, (IA)^3)? Built only from st
 - Families, declared here once: the primary family is every arm against full fine-tuning; the
   exploratory family compares frozen Q/K (`freeze-qk`, pretrained Q/K as they are) with each
   other arm that saves something. Holm runs within each family.
+- Seeds at chance: a run whose validation accuracy stayed at chance level (status "collapsed") is what
+  the arm gave on that seed at its chosen LR, so the board keeps it, at its held-out accuracy, in
+  the mean, the interval and the paired test, and counts it per arm ("at chance"): dropping it
+  would show the surviving seeds only. A run without a held-out result (diverged) cannot enter and
+  is counted the same way.
 - Costs: trainable parameters (the freeze audit), AdamW state (2 fp32 moments per trainable
   parameter), step time relative to full fine-tuning (paired by seed, the runs' own timing), peak
   memory as the runs recorded it. An arm is dominated when another arm has at least its mean
@@ -34,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from oelm.records.load import load_runs
-from oelm.records.run import RunRecord
+from oelm.records.run import COLLAPSED, RunRecord
 from oelm.reports import stats
 from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare
 from oelm.utils.errors import UserError
@@ -75,6 +80,8 @@ class Row:
     peak_memory_bytes: float | None = None
     dominated_by: list[str] = field(default_factory=list)
     unstable: str = ""
+    at_chance: int = 0  # seeds at the chosen LR that ended at chance level on validation (kept, counted)
+    no_result: int = 0  # seeds at the chosen LR without a held-out result (diverged: counted, not averaged)
 
 
 @dataclass
@@ -94,10 +101,24 @@ class FinetuneBoard:
 # Intervals over seeds x test examples, in accuracy points
 
 
+def _has_items(run: RunRecord) -> bool:
+    items = run.test_items()
+    return bool(items) and items.get("metric") == ITEMS_METRIC and run.seed is not None
+
+
+def _runs(arm: Arm) -> list[RunRecord]:
+    """The runs the board reads at the arm's chosen LR: the kept ones and the seeds that ended at
+    chance level on validation (collapsed) with a held-out result: a seed at chance is what the arm
+    gave at that LR, so it enters the mean, the interval and the test."""
+    cell = arm.chosen_cell
+    extra = [r for r in (cell.excluded if cell else []) if r.status == COLLAPSED and _has_items(r)]
+    return [*arm.runs, *extra]
+
+
 def _items(arm: Arm) -> dict[int, np.ndarray]:
-    """Per-seed 0/1 correctness on the test set (seed -> array), from the runs' test_items."""
+    """Per-seed 0/1 correctness on the test set (seed -> array), from the board's runs' test_items."""
     out = {}
-    for run in arm.runs:
+    for run in _runs(arm):
         items = run.test_items()
         if run.seed is not None and items and items.get("metric") == ITEMS_METRIC:
             out[int(run.seed)] = np.asarray(items["values"], dtype=np.float64)
@@ -164,10 +185,10 @@ def _decide(
 
 
 def _step_ratio(arm: Arm, ref: Arm) -> float | None:
-    base = {r.seed: r.results.get("mean_step_time") for r in ref.runs}
+    base = {r.seed: r.results.get("mean_step_time") for r in _runs(ref)}
     ratios = [
         t / base[r.seed]
-        for r in arm.runs
+        for r in _runs(arm)
         if isinstance(t := r.results.get("mean_step_time"), (int, float))
         and isinstance(base.get(r.seed), (int, float))
         and base[r.seed] > 0
@@ -204,13 +225,18 @@ def _dominance(rows: list[Row]) -> None:
 
 
 def _row(arm: Arm) -> Row:
-    values = [v * 100 for v in arm.by_seed.values()]
+    items = _items(arm)
+    values = [float(v.mean()) * 100 for v in items.values()] or [v * 100 for v in arm.by_seed.values()]
     unstable, finished = arm.unstable_count() if hasattr(arm, "unstable_count") else (0, 0)
+    cell = arm.chosen_cell
+    excluded = cell.excluded if cell else []
     return Row(
         method=arm.method,
         lr=arm.lr,
-        seeds=sorted(arm.by_seed),
+        seeds=sorted(items) or sorted(arm.by_seed),
         accuracy=float(np.mean(values)) if values else None,
+        at_chance=sum(1 for r in excluded if r.status == COLLAPSED and _has_items(r)),
+        no_result=sum(1 for r in excluded if not _has_items(r)),
         trainable_params=arm.trainable_params,
         optimizer_bytes=None if arm.trainable_params is None else ADAMW_BYTES * int(arm.trainable_params),
         peak_memory_bytes=_mean_result(arm, "peak_memory_bytes"),
@@ -292,15 +318,16 @@ def _bytes(n: float | None) -> str:
 
 def _table(rows: list[Row], ref_name: str) -> list[str]:
     lines = [
-        f"| method | LR | seeds | accuracy % [95% CI] | Δ vs {ref_name}, points [95% CI] | Holm p | verdict | "
-        "trainable | AdamW state | peak memory | step time ratio | dominated by |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| method | LR | seeds | at chance | accuracy % [95% CI] | Δ vs {ref_name}, points [95% CI] | Holm p | "
+        "verdict | trainable | AdamW state | peak memory | step time ratio | dominated by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         acc = f"{_fmt(r.accuracy)} [{_fmt(r.accuracy_low)}, {_fmt(r.accuracy_high)}]"
         diff = "—" if r.diff is None else f"{r.diff:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}]"
         lines.append(
-            f"| {r.method} | {_fmt(r.lr, 'g')} | {len(r.seeds)} | {acc} | {diff} | {_fmt(r.holm_p, '.3g')} | "
+            f"| {r.method} | {_fmt(r.lr, 'g')} | {len(r.seeds)} | {_chance(r)} | {acc} | {diff} | "
+            f"{_fmt(r.holm_p, '.3g')} | "
             f"{r.verdict} | {_params(r.trainable_params)} | {_bytes(r.optimizer_bytes)} | "
             f"{_bytes(r.peak_memory_bytes)} | {_fmt(r.step_ratio)} | {', '.join(r.dominated_by) or 'no'} |"
         )
@@ -308,6 +335,12 @@ def _table(rows: list[Row], ref_name: str) -> list[str]:
 
 
 PEFT = ("lora", "ia3", "bitfit", "ln-tuning")
+
+
+def _chance(r: Row) -> str:
+    """Seeds at chance (kept) and seeds without a result (not averaged), of the seeds run."""
+    text = f"{r.at_chance} of {len(r.seeds) + r.no_result}"
+    return text + (f"; {r.no_result} without a result" if r.no_result else "")
 
 
 def _said(r: Row) -> str:
@@ -343,6 +376,13 @@ def reading(b: FinetuneBoard) -> list[str]:
                 )
                 + "."
             )
+    chance = [r for r in b.rows if r.at_chance or r.no_result]
+    if chance:
+        lines.append(
+            "- Seeds that ended at chance level on validation (kept in every mean, interval and test): "
+            + "; ".join(f"{r.method} {_chance(r)}" for r in chance)
+            + "."
+        )
     front = [r.method for r in b.rows if not r.dominated_by and r.accuracy is not None]
     lines.append(f"- Not dominated (means of accuracy and every cost): {', '.join(front) or 'none'}.")
     lines += ["", "For a practitioner:", ""]
@@ -398,7 +438,8 @@ def _short(r: Row | None, margin: float) -> str:
         if v.startswith(("worse", "better"))
         else (f"equivalent (±{margin:g})" if v.startswith("equivalent") else f"unresolved (detectable {r.mde:.2f})")
     )
-    return f"{r.diff:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}] {word}" + (
+    chance = f"; {_chance(r)} seeds at chance" if r.at_chance or r.no_result else ""
+    return f"{r.diff:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}] {word}{chance}" + (
         f"; dominated by {', '.join(r.dominated_by)}" if r.dominated_by else ""
     )
 

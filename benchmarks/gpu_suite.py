@@ -16,6 +16,10 @@ with its exit status and the tail of its output, and the next step runs):
 5. `vocab_padding`: baseline at gpt-gpt2s and llama-gpt2s with the vocabulary padded to a
    multiple of 64 (`vocab_multiple`) against unpadded, side by side in the same rounds.
 
+Opt-in (run only when named in `--only`, since it alone takes about 7 minutes: three compilations
+per preset): `presets_compiled`, step 4 compiled at gpt-gpt2s, llama-gpt2s and llama-350m (the
+H100 figures in docs/results/vs_reference/ came from it).
+
     python -m benchmarks.gpu_suite --out gpu-out            # writes gpu-out/gpu_suite.json (+ one log)
     python -m benchmarks.gpu_suite --out gpu-out --only tests presets
 
@@ -35,6 +39,7 @@ import time
 from pathlib import Path
 
 PRESETS = ("gpt-medium-512", "gpt-gpt2s", "llama-gpt2s")
+OPT_IN = ("presets_compiled",)  # steps run only when --only names them
 METHODS = ("baseline", "oelm-freeze", "identity-q")
 
 
@@ -110,6 +115,27 @@ def steps(out: Path) -> dict[str, tuple[list[str], int, Path | None]]:
             70,
             out / "vocab_padding.json",
         ),
+        "presets_compiled": (
+            [
+                *py,
+                "-m",
+                "benchmarks.presets_gpu",
+                "--presets",
+                "llama-350m",
+                "llama-gpt2s",
+                "gpt-gpt2s",
+                "--methods",
+                *METHODS,
+                "--rounds",
+                "6",
+                "--steps",
+                "4",
+                "--json",
+                str(out / "presets_compiled.json"),
+            ],
+            480,
+            out / "presets_compiled.json",
+        ),
     }
 
 
@@ -153,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(args.out / "gpu_suite.log", "a") as log:
         for name, (cmd, limit, json_out) in steps(args.out).items():
-            if args.only and name not in args.only:
+            if (args.only and name not in args.only) or (not args.only and name in OPT_IN):
                 continue
             print(f"== {name} (limit {limit} s): {' '.join(cmd[1:])}", flush=True)
             log.write(f"\n== {name}: {' '.join(cmd)}\n")

@@ -559,8 +559,9 @@ def test_gpu_suite_refuses_a_cpu_machine_and_its_steps_parse(tmp_path, capsys, m
     assert exc.value.code == 2 and "no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "gpu").exists()  # refused before any work
     steps = suite.steps(tmp_path)
-    assert list(steps) == ["tests", "vs_reference_eager", "vs_reference_compiled", "presets", "vocab_padding"]
-    assert sum(limit for _, limit, _ in steps.values()) <= 8 * 60  # the budget: under 8 minutes
+    default = ["tests", "vs_reference_eager", "vs_reference_compiled", "presets", "vocab_padding"]
+    assert list(steps) == [*default, *suite.OPT_IN]
+    assert sum(steps[name][1] for name in default) <= 8 * 60  # the budget: under 8 minutes
     # Every benchmark step's arguments are valid for its script (parsed here with the CPU twin).
     vs, presets = load_benchmark("vs_reference"), load_benchmark("presets_gpu")
     for name in ("vs_reference_eager", "vs_reference_compiled"):
@@ -571,3 +572,25 @@ def test_gpu_suite_refuses_a_cpu_machine_and_its_steps_parse(tmp_path, capsys, m
     assert args.presets == ["gpt-medium-512", "gpt-gpt2s", "llama-gpt2s"] and "identity-q" in args.methods
     args = presets.parse_args([*steps["vocab_padding"][0][3:], "--cpu"])
     assert args.vocab_multiple == [1, 64] and args.presets == ["gpt-gpt2s", "llama-gpt2s"]
+    argv = steps["presets_compiled"][0][3:]
+    args = presets.parse_args([*argv, "--cpu"])
+    assert "--no-compile" not in argv and "llama-350m" in args.presets and args.methods == list(suite.METHODS)
+
+
+def test_gpu_suite_runs_an_opt_in_step_only_when_named(tmp_path, monkeypatch, load_benchmark):
+    suite = load_benchmark("gpu_suite")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(suite, "device_facts", lambda: {"device": "fake"})
+    ran = []
+
+    def fake_run(cmd, **kwargs):
+        ran.append(cmd)
+        return suite.subprocess.CompletedProcess(cmd, 0, "ok", "")
+
+    monkeypatch.setattr(suite.subprocess, "run", fake_run)
+    suite.main(["--out", str(tmp_path / "all")])
+    names = list(json.loads((tmp_path / "all" / "gpu_suite.json").read_text())["steps"])
+    assert names == ["tests", "vs_reference_eager", "vs_reference_compiled", "presets", "vocab_padding"]
+    suite.main(["--out", str(tmp_path / "one"), "--only", "presets_compiled"])
+    assert list(json.loads((tmp_path / "one" / "gpu_suite.json").read_text())["steps"]) == ["presets_compiled"]
+    assert "--no-compile" not in ran[-1] and "llama-350m" in ran[-1]

@@ -47,6 +47,13 @@ def steps(out: Path) -> dict[str, tuple[list[str], int, Path | None]]:
     """Each step: its command, its time limit in seconds and the JSON it writes (None: none)."""
     py = [sys.executable]
     vs = [*py, "-m", "benchmarks.vs_reference", "--device", "cuda", "--batch", "8", "--time-budget", "40"]
+
+    def presets(name: str, limit: int, *args: str) -> tuple[list[str], int, Path]:
+        """A benchmarks.presets_gpu step: 6 balanced rounds of 4 timed steps, rows in NAME.json."""
+        rows = out / f"{name}.json"
+        cmd = [*py, "-m", "benchmarks.presets_gpu", *args, "--rounds", "6", "--steps", "4", "--json", str(rows)]
+        return cmd, limit, rows
+
     return {
         "tests": ([*py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu.py"], 100, None),
         "vs_reference_eager": (
@@ -69,72 +76,24 @@ def steps(out: Path) -> dict[str, tuple[list[str], int, Path | None]]:
             130,
             out / "vs_reference_compiled.json",
         ),
-        "presets": (
-            [
-                *py,
-                "-m",
-                "benchmarks.presets_gpu",
-                "--no-compile",
-                "--presets",
-                *PRESETS,
-                "--methods",
-                *METHODS,
-                "--rounds",
-                "6",
-                "--steps",
-                "4",
-                "--json",
-                str(out / "presets.json"),
-            ],
-            100,
-            out / "presets.json",
-        ),
+        "presets": presets("presets", 100, "--no-compile", "--presets", *PRESETS, "--methods", *METHODS),
         # The LM head at GPT-2's vocabulary (50,257) ran on align-1 kernels: 41% of the step on an
         # H100. Padded (vocab_multiple 64) against unpadded, side by side in the same rounds.
-        "vocab_padding": (
-            [
-                *py,
-                "-m",
-                "benchmarks.presets_gpu",
-                "--no-compile",
-                "--presets",
-                "gpt-gpt2s",
-                "llama-gpt2s",
-                "--methods",
-                "baseline",
-                "--vocab-multiple",
-                "1",
-                "64",
-                "--rounds",
-                "6",
-                "--steps",
-                "4",
-                "--json",
-                str(out / "vocab_padding.json"),
-            ],
+        "vocab_padding": presets(
+            "vocab_padding",
             70,
-            out / "vocab_padding.json",
+            "--no-compile",
+            "--presets",
+            "gpt-gpt2s",
+            "llama-gpt2s",
+            "--methods",
+            "baseline",
+            "--vocab-multiple",
+            "1",
+            "64",
         ),
-        "presets_compiled": (
-            [
-                *py,
-                "-m",
-                "benchmarks.presets_gpu",
-                "--presets",
-                "llama-350m",
-                "llama-gpt2s",
-                "gpt-gpt2s",
-                "--methods",
-                *METHODS,
-                "--rounds",
-                "6",
-                "--steps",
-                "4",
-                "--json",
-                str(out / "presets_compiled.json"),
-            ],
-            480,
-            out / "presets_compiled.json",
+        "presets_compiled": presets(
+            "presets_compiled", 480, "--presets", "llama-350m", "llama-gpt2s", "gpt-gpt2s", "--methods", *METHODS
         ),
     }
 

@@ -65,3 +65,50 @@ def test_an_edited_record_changes_its_page(regen, tmp_path: Path) -> None:
         record.write_text(json.dumps(raw, indent=1))
     diff = regen.check(tmp_path, only={"agnews-cpu"})
     assert "docs/results/agnews-cpu/report.md" in diff and "docs/results/agnews-cpu/report.json" in diff
+
+
+def _jitter(value: object, rel: float) -> object:
+    """Every float of a JSON value moved by a relative `rel` (another CPU's last bits when tiny)."""
+    if isinstance(value, float):
+        return value * (1 + rel)
+    if isinstance(value, dict):
+        return {k: _jitter(v, rel) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jitter(v, rel) for v in value]
+    return value
+
+
+def test_a_stored_fit_moved_in_its_last_bits_still_matches(regen, tmp_path: Path) -> None:
+    """The ladder's fitted slopes differ by ~1e-15 relative on another CPU: the same page, not a
+    stale one; a change a figure would show (1e-6) or any change of a key, count or word is caught."""
+    stored = json.loads((RESULTS / "ladder" / "ladder.json").read_text())
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(stored, indent=1))
+    b.write_text(json.dumps(_jitter(stored, 3e-15), indent=1))
+    assert a.read_bytes() != b.read_bytes() and regen.same_content(a, b)
+    b.write_text(json.dumps(_jitter(stored, 1e-6), indent=1))
+    assert not regen.same_content(a, b)
+    b.write_text(json.dumps({**stored, "extra": 1}, indent=1))
+    assert not regen.same_content(a, b)
+    b.write_text(json.dumps([stored], indent=1))
+    assert not regen.same_content(a, b)
+
+
+@pytest.mark.parametrize(
+    ("other", "same"),
+    [
+        ("gap +4.11% [+0.72, +7.51] over 45 records: worse (resolved)", True),
+        ("gap +4.12% [+0.72, +7.50] over 45 records: worse (resolved)", True),  # a rounding boundary
+        ("gap +4.13% [+0.72, +7.51] over 45 records: worse (resolved)", False),
+        ("gap +4.110% [+0.72, +7.51] over 45 records: worse (resolved)", False),
+        ("gap +4.11% [+0.72, +7.51] over 46 records: worse (resolved)", False),
+        ("gap +4.11% [+0.72, +7.51] over 45 records: unresolved", False),
+        ("gap +4.11% [+0.72, +7.51, +9.1] over 45 records: worse (resolved)", False),
+    ],
+)
+def test_a_page_may_move_one_unit_in_a_printed_decimal_only(regen, tmp_path: Path, other: str, same: bool) -> None:
+    """Markdown: words, integers and layout exact; each printed decimal within one last-digit unit."""
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text("gap +4.11% [+0.72, +7.51] over 45 records: worse (resolved)")
+    b.write_text(other)
+    assert regen.same_content(a, b) is same

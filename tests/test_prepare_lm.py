@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from oelm.cli import main
-from oelm.data.lm import holdout_indices, load_lm_split, prepare_lm, read_meta, token_dtype
+from oelm.data.lm import holdout_indices, load_lm_split, prepare_lm, read_meta, split_files, token_dtype
 from oelm.data.tokenizers import Tokenizer, load_tokenizer
 from oelm.utils.errors import UserError
 
@@ -304,3 +304,48 @@ def test_a_second_preparation_into_the_same_folder_is_refused_while_one_runs(tmp
     with dir_lock(tmp_path / "out", "data preparation"), pytest.raises(UserError, match="another data preparation"):
         prepare_lm(src, "byte", tmp_path / "out", val_fraction=0.3, verbose=False)
     assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def test_a_sharded_train_split_is_read_in_order_and_its_files_recorded(tmp_path: Path) -> None:
+    """train_00.txt + train_01.txt are one train split; meta.json says which files and bytes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train_01.txt").write_text("third book\n<|endoftext|>\n")
+    (src / "train_00.txt").write_text("first book\n<|endoftext|>\nsecond book\n<|endoftext|>\n")
+    (src / "valid.txt").write_text("held-out book\n<|endoftext|>\n")
+    (src / "test.txt").write_text("test book\n<|endoftext|>\n")
+    meta = prepare_lm(src, "byte", tmp_path / "out", verbose=False)
+    tok = load_tokenizer("byte")
+    train = [tok.decode(d.tolist()).strip() for d in docs_of(np.asarray(load_lm_split(tmp_path / "out", "train")), 256)]
+    assert train == ["first book", "second book", "third book"]
+    assert meta["split_origin"] == {"val": "official", "test": "official"} and meta["holdout"] is None
+    assert meta["source_files"] == {
+        "train": [
+            {"file": "train_00.txt", "bytes": (src / "train_00.txt").stat().st_size},
+            {"file": "train_01.txt", "bytes": (src / "train_01.txt").stat().st_size},
+        ],
+        "val": [{"file": "valid.txt", "bytes": (src / "valid.txt").stat().st_size}],
+        "test": [{"file": "test.txt", "bytes": (src / "test.txt").stat().st_size}],
+    }
+    assert read_meta(tmp_path / "out")["source_files"] == meta["source_files"]
+
+
+def test_hub_style_shard_names_and_a_mixed_split_refused(tmp_path: Path) -> None:
+    """`train-00000-of-00002.jsonl` names shards too; a whole file beside shards is ambiguous."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2):
+        (src / f"train-0000{i}-of-00002.jsonl").write_text(json.dumps({"text": f"doc {i}"}) + "\n")
+    assert [p.name for p in split_files(src)["train"]] == ["train-00000-of-00002.jsonl", "train-00001-of-00002.jsonl"]
+    (src / "train.jsonl").write_text(json.dumps({"text": "doc"}) + "\n")
+    with pytest.raises(UserError, match=r"both a whole 'train' file \(train.jsonl\) and shards"):
+        prepare_lm(src, "byte", tmp_path / "out", verbose=False)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_the_gutenberg_folder_is_four_train_shards_and_whole_book_holdouts() -> None:
+    """The shared Gutenberg corpus: train in four shards, official valid and test files."""
+    folder = need(DATA / "lm" / "gutenberg-books")
+    files = split_files(folder)
+    assert [p.name for p in files["train"]] == [f"train_0{i}.txt" for i in range(4)]
+    assert [p.name for p in files["val"]] == ["valid.txt"] and [p.name for p in files["test"]] == ["test.txt"]

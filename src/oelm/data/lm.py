@@ -46,8 +46,10 @@ ACCEPTED_SOURCES = (
 )
 _TEXT_SUFFIXES = {"", ".txt", ".raw", ".text", ".tokens", ".jsonl"}
 # `train.txt`, `valid_head.txt`, `wiki.test.raw`, `wiki.train.head.txt`, `validation.jsonl`...
+# A split may come in numbered shards, read in name order: `train_00.txt`, `train-00001-of-00004.jsonl`.
 _SPLIT_FILE = re.compile(
-    r"^(?:wiki\.)?(train|valid|validation|val|dev|test)(?:[._-]head)?(?:\.(?:txt|raw|text|tokens|jsonl))?$"
+    r"^(?:wiki\.)?(train|valid|validation|val|dev|test)(?:[._-]head)?"
+    r"(?:[._-](\d+)(?:-of-\d+)?)?(?:\.(?:txt|raw|text|tokens|jsonl))?$"
 )
 _SPLIT_ALIASES = {"train": "train", "valid": "val", "validation": "val", "val": "val", "dev": "val", "test": "test"}
 # A WikiText level-1 heading line, ` = Title = ` (level 2 is ` = = Title = = `).
@@ -136,17 +138,19 @@ def prepare_lm(
     # One preparation per folder at a time; a killed one leaves only what the next one clears.
     with dir_lock(out, "data preparation"):
         _check_out_dir(out, overwrite, verbose)
+        files = None
         if kind == "hub":
             splits, origin, holdout = _hub_splits(name, config, text_field, max_docs, val_fraction, seed)
             source = f"{name}:{config}" if config else name
         else:
             docs = _local_docs(kind, Path(name), text_field, max_docs)
             splits, origin, holdout = _holdout_local(docs, val_fraction, seed)
+            files = source_files(kind, Path(name))
         test_info = None
         if test_fraction > 0 and "test" not in splits:  # e.g. TinyStories (train + validation only)
             splits, test_info = _holdout_test(splits, test_fraction, seed)
             origin["test"] = "holdout"
-        return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info)
+        return _write_all(out, splits, tok, source, origin, holdout, workers, verbose, text_field, test_info, files)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -257,29 +261,76 @@ def _builtin_docs(name: str) -> list[str]:
     return list(dict.fromkeys(t for t in texts if t))
 
 
-def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:
-    """Official split files if the folder has them, else every text file as train documents."""
+def split_files(folder: Path, note: bool = True) -> dict[str, list[Path]]:
+    """The files of each official split of a folder, shards in name order; {} when it has none.
+
+    A split is one file (`train.txt`) or numbered shards (`train_00.txt`, `train_01.txt`, ...),
+    never both, and a folder with split files must have a train split.
+    """
     files = sorted(
         p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in _TEXT_SUFFIXES
     )
     if not files:
         raise UserError(f"folder {str(folder)!r} holds no text files (.txt, .raw, .jsonl, ...)")
-    by_split: dict[str, Path] = {}
+    whole: dict[str, Path] = {}
+    shards: dict[str, list[Path]] = {}
     for p in files:
         match = _SPLIT_FILE.match(p.name.lower())
-        if match:
-            split = _SPLIT_ALIASES[match.group(1)]
-            if split in by_split:
-                raise UserError(f"folder {str(folder)!r} has two {split!r} files: {by_split[split].name}, {p.name}")
-            by_split[split] = p
+        if not match:
+            continue
+        split = _SPLIT_ALIASES[match.group(1)]
+        if match.group(2) is None:
+            if split in whole:
+                raise UserError(
+                    f"folder {str(folder)!r} has two {split!r} files: {whole[split].name}, {p.name}; "
+                    "keep one, or number them as shards (train_00.txt, train_01.txt, ...)"
+                )
+            whole[split] = p
+        else:
+            shards.setdefault(split, []).append(p)
+    for split in whole.keys() & shards.keys():
+        raise UserError(
+            f"folder {str(folder)!r} has both a whole {split!r} file ({whole[split].name}) and shards "
+            f"({', '.join(p.name for p in shards[split])}); move one of them out"
+        )
+    by_split = {**{s: [p] for s, p in whole.items()}, **shards}
     if not by_split:
-        return {"train": [d for p in files for d in _file_docs(p, text_field, whole_if_plain=True)]}
-    ignored = [p.name for p in files if p not in by_split.values()]
-    if ignored:
+        return {}
+    chosen = {p for ps in by_split.values() for p in ps}
+    ignored = [p.name for p in files if p not in chosen]
+    if ignored and note:
         log.info(f"note: {folder} has official split files; ignoring {', '.join(ignored)}")
     if "train" not in by_split:
         raise UserError(f"folder {str(folder)!r} has split files {sorted(by_split)} but no train file")
-    return {split: _file_docs(p, text_field, whole_if_plain=False) for split, p in by_split.items()}
+    return {s: by_split[s] for s in SPLITS if s in by_split}
+
+
+def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:
+    """Official split files (shards concatenated) if the folder has them, else every text file as train."""
+    by_split = split_files(folder)
+    if not by_split:
+        files = sorted(
+            p
+            for p in folder.iterdir()
+            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in _TEXT_SUFFIXES
+        )
+        return {"train": [d for p in files for d in _file_docs(p, text_field, whole_if_plain=True)]}
+    return {
+        split: [d for p in paths for d in _file_docs(p, text_field, whole_if_plain=False)]
+        for split, paths in by_split.items()
+    }
+
+
+def source_files(kind: str, path: Path) -> dict[str, list[dict]] | None:
+    """Which local files each split was read from, with their sizes in bytes (for meta.json)."""
+    if kind == "file":
+        return {"train": [{"file": path.name, "bytes": path.stat().st_size}]}
+    if kind != "dir":
+        return None
+    by_split = split_files(path, note=False)
+    if not by_split:
+        return None  # every file of the folder is a train document, holds-outs drawn from them
+    return {s: [{"file": p.name, "bytes": p.stat().st_size} for p in ps] for s, ps in by_split.items()}
 
 
 def _file_docs(path: Path, text_field: str, whole_if_plain: bool) -> list[str]:
@@ -516,6 +567,7 @@ def _write_all(
     verbose: bool,
     text_field: str,
     test_holdout: dict | None = None,
+    files: dict[str, list[dict]] | None = None,
 ) -> dict:
     """Write every split to a temp file, then rename them all and write meta.json last."""
     out.mkdir(parents=True, exist_ok=True)
@@ -552,6 +604,8 @@ def _write_all(
         meta["split_sha256"] = digests
         if text_bytes:
             meta["split_bytes"] = text_bytes
+        if files:  # the local files each split was read from (a sharded split lists every shard)
+            meta["source_files"] = files
         meta["fingerprint"] = data_fingerprint(meta)
         _publish(out, temps, meta)
     finally:

@@ -1,0 +1,180 @@
+"""Run the scale ladder of a ladder spec (configs/sweeps/scale-ladder/ladder.yaml), rung by rung.
+
+For each family and rung, in order: size the model (total parameters of the trainable control),
+set the step budget to `tokens_per_param` tokens per parameter, centre each arm's LR grid on the
+LR the rung below chose for that arm (the transfer rule; the first rung uses `lr.first`), write
+the rung's sweep spec beside its runs and run `oelm sweep` on it. Every step resumes: finished
+runs are skipped, a written spec is reused as it is (so a rerun never moves a grid), and a rung
+starts only when the rung below has every run finished.
+
+    python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --family gpt
+    python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --family llama --rungs r1 r2
+    python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --plan    # sizes and budgets only
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from oelm.cli import main as oelm
+from oelm.utils.errors import UserError
+from oelm.utils.io import atomic_write_text, load_yaml_text
+
+VOCAB = 257  # the byte tokenizer's vocabulary (256 bytes and end of text)
+SPEC_KEYS = {
+    "name",
+    "base",
+    "out",
+    "tokens_per_param",
+    "families",
+    "rungs",
+    "arms",
+    "primary",
+    "seeds",
+    "lr",
+    "max_extend",
+    "hypothesis",
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The ladder spec, checked before any run."""
+    spec = load_yaml_text(path.read_text(encoding="utf-8"))
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+    if "hypothesis" not in spec:
+        raise UserError(f"{path}: declare the trend hypothesis and its test (`hypothesis:`) before the ladder runs")
+    spec["base"] = (path.parent / spec["base"]).resolve()
+    return spec
+
+
+def model_overrides(family: dict[str, Any], rung: dict[str, Any]) -> dict[str, Any]:
+    """The model shape of one rung in one family."""
+    shape = {k: rung[k] for k in ("n_layer", "d_model", "n_head")}
+    if "ffn_mult" in family:
+        shape["d_ff"] = family["ffn_mult"] * rung["d_model"]
+    if "block_size" in family:
+        shape["block_size"] = family["block_size"]
+    if family["model"].startswith("llama"):
+        shape["n_kv_head"] = rung["n_head"]
+    return shape
+
+
+def total_params(model: str, shape: dict[str, Any], vocab_size: int) -> int:
+    """Parameters of the trainable control at this shape, embeddings included."""
+    from oelm.models.catalog import build_lm, preset_config
+
+    return sum(p.numel() for p in build_lm(preset_config(model, vocab_size=vocab_size, **shape)).parameters())
+
+
+def chosen_lrs(sweep_dir: Path) -> dict[str, float]:
+    """Each arm's validation-chosen LR in a finished rung (the comparison every report makes)."""
+    from oelm.records.load import load_runs
+    from oelm.reports.aggregate import compare
+
+    comparison = compare(load_runs([sweep_dir]))
+    return {arm.method: arm.lr for group in comparison.groups for arm in group.arms if arm.lr is not None}
+
+
+def rung_spec(spec: dict[str, Any], family_name: str, rung: dict[str, Any], lrs: dict[str, list[float]]) -> dict:
+    """The sweep spec of one rung."""
+    family = spec["families"][family_name]
+    shape = model_overrides(family, rung)
+    base = load_yaml_text(Path(spec["base"]).read_text(encoding="utf-8"))
+    tokens_per_step = base["batch_size"] * base["seq_len"]
+    n = total_params(family["model"], shape, vocab_size=VOCAB)
+    steps = max(20, round(spec["tokens_per_param"] * n / tokens_per_step))
+    return {
+        "name": f"{spec['name']}-{family_name}-{rung['name']}",
+        "base": Path(spec["base"]).as_posix(),
+        "overrides": {
+            "model": family["model"],
+            "model_overrides": shape,
+            "steps": steps,
+            "warmup": max(2, steps // 10),
+            "eval_every": max(1, steps // 4),
+        },
+        "methods": {arm: {"lr": lrs[arm]} for arm in spec["arms"]},
+        "seeds": spec["seeds"],
+        "max_extend": spec["max_extend"],
+        "primary": spec["primary"],
+    }
+
+
+def grid_from(spec: dict[str, Any], below: dict[str, float] | None) -> dict[str, list[float]]:
+    """Each arm's grid: `lr.first` on the first rung, else the transfer rule around the rung below's choice."""
+    if below is None:
+        return {arm: list(spec["lr"]["first"]) for arm in spec["arms"]}
+    missing = [a for a in spec["arms"] if a not in below]
+    if missing:
+        raise UserError(f"the rung below chose no LR for {missing}: finish it first")
+    return {arm: [float(f"{below[arm] * f:.4g}") for f in spec["lr"]["transfer"]] for arm in spec["arms"]}
+
+
+def run_family(spec: dict[str, Any], family: str, only: set[str] | None, parallel: int, plan: bool) -> int:
+    """Every rung of one family in order; returns the number of rungs finished."""
+    out = Path(spec["out"])
+    below: dict[str, float] | None = None
+    done = 0
+    for rung in spec["rungs"]:
+        rung_dir = out / f"{family}-{rung['name']}"
+        spec_path = rung_dir / "ladder-rung.yaml"
+        if spec_path.is_file():  # a grid once written is never moved by a rerun
+            rs = load_yaml_text(spec_path.read_text(encoding="utf-8"))
+        else:
+            if below is None and rung is not spec["rungs"][0]:
+                print(f"{family} {rung['name']}: waits for the rung below", flush=True)
+                return done
+            rs = rung_spec(spec, family, rung, grid_from(spec, below))
+        o = rs["overrides"]
+        n, steps = total_params(o["model"], o["model_overrides"], VOCAB), o["steps"]
+        print(f"{family} {rung['name']}: {n:,} parameters, {steps} steps ({steps * 1024:,} tokens)", flush=True)
+        if plan:
+            below = {arm: math.sqrt(g[0] * g[-1]) for arm, g in ((a, m["lr"]) for a, m in rs["methods"].items())}
+            continue
+        if only is not None and rung["name"] not in only:
+            below = chosen_lrs(rung_dir) if (rung_dir / "runs").is_dir() else None
+            continue
+        if not spec_path.is_file():
+            rung_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(spec_path, _dump(rs))
+        code = oelm(
+            ["sweep", spec_path.as_posix(), "--out", rung_dir.as_posix(), "--parallel", str(parallel), "--threads", "1"]
+        )
+        if code != 0:
+            print(f"{family} {rung['name']}: the sweep exited {code}; rerun to resume", flush=True)
+            return done
+        below = chosen_lrs(rung_dir)
+        done += 1
+    return done
+
+
+def _dump(raw: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("spec", type=Path)
+    p.add_argument("--family", nargs="+", default=None, help="families to run (default: all, in the spec's order)")
+    p.add_argument("--rungs", nargs="+", default=None, help="only these rungs (the ones below must be finished)")
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--plan", action="store_true", help="print each rung's size and budget; train nothing")
+    args = p.parse_args(argv)
+    spec = load(args.spec)
+    for family in args.family or list(spec["families"]):
+        if family not in spec["families"]:
+            raise SystemExit(f"unknown family {family!r}; the spec has {sorted(spec['families'])}")
+        run_family(spec, family, set(args.rungs) if args.rungs else None, args.parallel, args.plan)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,8 @@ README.md and docs/results/README.md are then refreshed by scripts/results_table
     python scripts/regenerate_results.py --check    # rebuild in a scratch copy; exit 1 naming what differs
 
 Markdown and JSON are compared strictly in everything but the last bits of their numbers: keys,
-counts, text and verdicts must be equal; a JSON number may differ by a relative 1e-9 and a decimal
+counts, text and verdicts must be equal; a JSON number may differ by a relative 1e-9 (or, where it was stored rounded to 4-8 significant
+digits, by one unit in its last digit) and a decimal
 printed in Markdown by one unit in its last printed digit (integers stay exact). A float that comes from a fit, a sum
 or BLAS moves in its last bits from one CPU to another (1e-15 relative seen on an AMD EPYC), and
 that is not a stale page; an edited record moves far more. Figures (PNG) are rebuilt but not
@@ -95,12 +96,29 @@ def _same_json(x: object, y: object) -> bool:
     if isinstance(x, int | float) and isinstance(y, int | float):
         if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
             return True
-        return math.isclose(x, y, rel_tol=JSON_REL_TOL, abs_tol=1e-300)
+        if math.isclose(x, y, rel_tol=JSON_REL_TOL, abs_tol=1e-300):
+            return True
+        # A number stored rounded (a fit's 4 significant digits) may move one unit in its last digit.
+        unit = min(_stored_unit(x), _stored_unit(y))  # both sides rounded: the same stored precision
+        return unit > 0 and abs(x - y) <= unit * 1.0000001
     if isinstance(x, dict) and isinstance(y, dict):
         return x.keys() == y.keys() and all(_same_json(x[k], y[k]) for k in x)
     if isinstance(x, list) and isinstance(y, list):
         return len(x) == len(y) and all(_same_json(u, v) for u, v in zip(x, y, strict=True))
     return False
+
+
+def _stored_unit(v: float) -> float:
+    """One unit in the last digit of a number stored rounded (4 to 8 significant digits), else 0.
+
+    Trailing zeros do not show in a float (1230.0 may be 4 digits), so at least 4 are assumed.
+    """
+    if isinstance(v, int) or not math.isfinite(v) or v == 0:
+        return 0.0
+    digits = len(repr(float(v)).partition("e")[0].replace(".", "").replace("-", "").strip("0"))
+    if digits > 8:
+        return 0.0
+    return 10.0 ** (math.floor(math.log10(abs(v))) - max(digits, 4) + 1)
 
 
 def _last_digit_unit(token: str) -> float:

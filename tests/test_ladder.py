@@ -94,3 +94,61 @@ def test_architecture_of_names_our_families() -> None:
         "llama",
         "bert-base-uncased",
     ]
+
+
+def law_rung(root: Path, total: int, gap: float, seeds: int = 3) -> Path:
+    """A rung whose twin follows L = 1.2 + 40 / N^0.4 nats and whose frozen arm is `gap` % worse."""
+    rng = np.random.default_rng(total)
+    out = root / f"gpt-tiny-{total}"
+    for seed in range(seeds):
+        twin = float(np.exp(1.2 + 40 * total**-0.4 + rng.normal(0, 0.003)))
+        for method, value in {
+            "oelm-nofreeze": twin,
+            "oelm-freeze": twin * (1 + (gap + rng.normal(0, 0.2)) / 100),
+        }.items():
+            frozen = total // 10 if method == "oelm-freeze" else 0
+            make_run(
+                out,
+                method,
+                1e-3,
+                seed,
+                test_perplexity=value,
+                best_val_loss=float(np.log(value)),
+                trainable_params=total - frozen,
+                frozen_params=frozen,
+                model="gpt-tiny",
+            )
+    return out
+
+
+@pytest.mark.slow
+def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: Path) -> None:
+    """A gap falling 3 points per decade over five rungs: 'shrinks with size (resolved)', per-arm
+    exponents with intervals, the multiplier and the extrapolation, the figure."""
+    sizes = [4_000, 10_000, 25_000, 60_000, 150_000]
+    rungs = [law_rung(tmp_path, n, 12.0 - 3 * np.log10(n / sizes[0])) for n in sizes]
+    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    (trend,) = data["trends"]
+    assert trend["verdict"] == "shrinks with size (resolved)" and trend["p_shrink"] < 0.05 < trend["p_grow"]
+    assert {a["method"] for a in data["arm_fits"]} == {"oelm-freeze", "oelm-nofreeze"}
+    twin = next(a for a in data["arm_fits"] if a["method"] == "oelm-nofreeze")
+    assert twin["alpha_low"] < twin["alpha"] < twin["alpha_high"] and twin["rungs"] == 5 and twin["runs"] == 15
+    (pair,) = data["pair_fits"]
+    assert pair["at"] == sizes[-1] and pair["multiplier"] > 1 and "curves" not in pair
+    assert pair["predicted_low"] <= pair["predicted_gap"] <= pair["predicted_high"]
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "## Does the cost shrink with size? (the declared trend test)" in md
+    assert "| gpt | oelm-freeze vs oelm-nofreeze | 5 |" in md and "shrinks with size (resolved)" in md
+    assert "## Scaling fits: L(N) = E + A / N^alpha per arm" in md
+    assert (tmp_path / "out" / "scaling.png").stat().st_size > 0
+
+
+def test_a_flat_gap_is_unresolved_with_the_slope_it_could_detect(tmp_path: Path) -> None:
+    """No trend in the gap: neither direction resolves, and the verdict names the detectable slope."""
+    rungs = [law_rung(tmp_path, n, 10.0) for n in (4_000, 10_000, 25_000)]
+    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    (trend,) = json.loads((tmp_path / "out" / "ladder.json").read_text())["trends"]
+    assert trend["verdict"].startswith("unresolved (smallest detectable slope ")
+    assert trend["p_shrink"] > 0.05 and trend["p_grow"] > 0.05
+    assert not (tmp_path / "out" / "scaling.png").exists()  # three rungs: no fit, no figure

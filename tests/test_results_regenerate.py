@@ -112,3 +112,19 @@ def test_a_page_may_move_one_unit_in_a_printed_decimal_only(regen, tmp_path: Pat
     a.write_text("gap +4.11% [+0.72, +7.51] over 45 records: worse (resolved)")
     b.write_text(other)
     assert regen.same_content(a, b) is same
+
+
+def test_a_number_stored_rounded_may_move_one_unit_in_its_last_digit(regen, tmp_path: Path) -> None:
+    """Scaling fits store 4 significant digits (an optimizer's last bits differ by CPU): 0.4067 and
+    0.4068 are the same fit at that precision; 0.4069 is not, nor is a full-precision float moved by 1e-4."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"alpha": 0.4067, "E": 1230.0, "loss": 2.718281828459045}))
+    for other, same in [
+        ({"alpha": 0.4068, "E": 1230.0, "loss": 2.718281828459045}, True),
+        ({"alpha": 0.4067, "E": 1231.0, "loss": 2.718281828459045}, True),
+        ({"alpha": 0.4069, "E": 1230.0, "loss": 2.718281828459045}, False),
+        ({"alpha": 0.4067, "E": 1232.0, "loss": 2.718281828459045}, False),
+        ({"alpha": 0.4067, "E": 1230.0, "loss": 2.7183}, False),
+    ]:
+        b.write_text(json.dumps(other))
+        assert regen.same_content(a, b) is same, other

@@ -8,7 +8,15 @@ whose Q projection is gone), paired by seed, Holm over the rung's pairs, in the 
 vocabulary. Across rungs, per architecture and method, a weighted least-squares line of the gap
 against log10(parameters) (weights 1/SE^2 of each rung's mean per-seed gap; statsmodels) gives the
 trend's slope with its 95% interval and the gap it predicts at 10x the largest rung, with its
-prediction interval: an extrapolation from at most a few points, not a measurement.
+prediction interval: an extrapolation from at most a few points, not a measurement. That line
+is also the declared trend test: the cost shrinks with size (resolved) when the slope's one-sided
+p-value, Holm-adjusted over an architecture's methods, is below 0.05; it grows (resolved) in the
+mirror case; else unresolved, with the smallest slope the rungs could detect.
+
+With at least five rungs, each frozen method and its control also get the field's scaling fit
+(oelm.reports.scaling: L(N) = E + A / N^alpha per arm, paired bootstrap over seeds): exponents,
+their difference, the parameter multiplier at the top rung and the extrapolated gap at GPT-2
+small's size.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 
 from oelm.core.methods import get_method, twin_of
 from oelm.records.load import load_runs
-from oelm.reports import stats
+from oelm.reports import scaling, stats
 from oelm.reports.aggregate import BASELINE, Arm, compare, compare_pairs
 from oelm.reports.tables import saving_fraction, verdict_text
 from oelm.utils.errors import UserError
@@ -46,6 +54,9 @@ class Step:
     verdict: str
     unstable: str  # "k of n" over every LR of the arm
     saving: float | None = None  # the method's theoretical training-FLOP saving (fraction), as recorded
+    # Test loss (nats per token) per seed at the chosen LR, of the method and of its twin: the fits' points.
+    seed_loss: dict[int, float] = field(default_factory=dict)
+    twin_seed_loss: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +74,11 @@ class Trend:
     predicted_low: float | None
     predicted_high: float | None
     note: str = ""
+    # The declared trend test: one-sided p-values of the slope (Holm over an architecture's methods).
+    p_shrink: float | None = None
+    p_grow: float | None = None
+    verdict: str = ""
+    detectable: float | None = None  # the slope (% per decade) the rungs detect at 80% power, one-sided
 
 
 @dataclass
@@ -70,6 +86,8 @@ class Ladder:
     steps: list[Step] = field(default_factory=list)
     trends: list[Trend] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    arm_fits: list[scaling.ArmFit] = field(default_factory=list)
+    pair_fits: list[scaling.PairFit] = field(default_factory=list)
 
 
 def architecture_of(model: str) -> str:
@@ -96,6 +114,13 @@ def _freezes(method: str) -> bool:
     return bool(m.freeze) or getattr(m, "q_identity", False)
 
 
+def _seed_losses(arm: Arm, metric: str) -> dict[int, float]:
+    """Per-seed test loss in nats per token (the log of a perplexity)."""
+    if "perplexity" in metric:
+        return {s: math.log(v) for s, v in sorted(arm.by_seed.items()) if v > 0}
+    return dict(sorted(arm.by_seed.items())) if metric.endswith("loss") else {}
+
+
 def rung(paths: Sequence[str | Path], warnings: list[str] | None = None) -> list[Step]:
     """The steps of one rung (one sweep): every frozen method against its twin. Its tables' warnings
     (unequal budgets, unstable runs, ...) are added to `warnings`, named by the table."""
@@ -105,8 +130,9 @@ def rung(paths: Sequence[str | Path], warnings: list[str] | None = None) -> list
         if warnings is not None:
             warnings += [f"{group.title}: {w}" for w in group.warnings]
         arms = {a.method: a for a in group.arms}
-        base = arms.get(BASELINE)
-        size = _params(base) if base is not None else None
+        # The rung's size: the baseline's total parameters, else any arm's (frozen ones included).
+        ordered = [arms[BASELINE]] if BASELINE in arms else []
+        size = next((n for a in [*ordered, *arms.values()] if (n := _params(a)) is not None), None)
         pairs = []
         for method, arm in arms.items():
             if not _freezes(method):
@@ -133,6 +159,8 @@ def rung(paths: Sequence[str | Path], warnings: list[str] | None = None) -> list
                     verdict=verdict_text(vs.decision),
                     unstable=f"{unstable} of {finished}",
                     saving=saving_fraction(arm.theoretical_saving),
+                    seed_loss=_seed_losses(arm, group.primary_metric),
+                    twin_seed_loss=_seed_losses(twin, group.primary_metric),
                 )
             )
     return steps
@@ -166,7 +194,28 @@ def fit_trend(points: Sequence[Step], confidence: float = stats.CONFIDENCE) -> T
     trend.predicted_low = float(pred["obs_ci_lower"].iloc[0])
     trend.predicted_high = float(pred["obs_ci_upper"].iloc[0])
     trend.note = "extrapolation: a line through the rungs, not a measurement at that size"
+    t_stat, df = float(fit.tvalues[1]), float(fit.df_resid)
+    trend.p_shrink, trend.p_grow = float(t.cdf(t_stat, df)), float(t.sf(t_stat, df))
+    trend.detectable = float((t.ppf(0.95, df) + t.ppf(0.80, df)) * fit.bse[1])
     return trend
+
+
+def judge_trends(trends: list[Trend], alpha: float = stats.ALPHA) -> None:
+    """The declared trend test's verdicts, Holm over each architecture's methods (one-sided)."""
+    for arch in sorted({t.architecture for t in trends}):
+        family = [t for t in trends if t.architecture == arch]
+        shrink = stats.holm([t.p_shrink for t in family])
+        grow = stats.holm([t.p_grow for t in family])
+        for t, ps, pg in zip(family, shrink, grow, strict=True):
+            t.p_shrink, t.p_grow = ps, pg
+            if ps is None:
+                t.verdict = "no test (fewer than 3 rungs with an interval)"
+            elif ps < alpha:
+                t.verdict = "shrinks with size (resolved)"
+            elif pg < alpha:
+                t.verdict = "grows with size (resolved)"
+            else:
+                t.verdict = f"unresolved (smallest detectable slope {t.detectable:.2f}% per decade at 80% power)"
 
 
 def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
@@ -183,9 +232,24 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
         sizes = [p.params for p in points]
         if len(set(sizes)) != len(sizes):
             ladder.warnings.append(f"{arch} {method}: two rungs of one size; each rung should be one size")
-        ladder.trends.append(fit_trend(sorted(points, key=lambda p: p.params or 0)))
+        points = sorted(points, key=lambda p: p.params or 0)
+        ladder.trends.append(fit_trend(points))
+        _fit_scaling(ladder, points)
+    judge_trends(ladder.trends)
     ladder.steps.sort(key=lambda s: (s.architecture, s.method, s.params or 0))
     return ladder
+
+
+def _fit_scaling(ladder: Ladder, points: list[Step]) -> None:
+    """The scaling fits of one frozen method and its twin over the rungs (the twin's fit once)."""
+    series_f = {p.params: p.seed_loss for p in points if p.params and p.seed_loss}
+    series_c = {p.params: p.twin_seed_loss for p in points if p.params and p.twin_seed_loss}
+    first = points[0]
+    method_fit, control_fit, pair = scaling.fit_pair(first.architecture, first.method, first.twin, series_f, series_c)
+    ladder.pair_fits.append(pair)
+    ladder.arm_fits.append(method_fit)
+    if not any(a.architecture == first.architecture and a.method == first.twin for a in ladder.arm_fits):
+        ladder.arm_fits.append(control_fit)
 
 
 def _f(v: float | None, spec: str = "+.2f") -> str:
@@ -224,9 +288,85 @@ def render(ladder: Ladder, command: str, figure: str = "ladder.png") -> str:
             f"{at} | {_f(t.predicted)} [{_f(t.predicted_low)}, {_f(t.predicted_high)}] | {t.note} |"
         )
     lines += ["", f"![gap to the twin against parameters]({figure})", ""]
+    lines += _render_trend_test(ladder) + _render_fits(ladder)
     if ladder.warnings:
         lines += ["Warnings:", "", *(f"- {w}" for w in ladder.warnings), ""]
     return "\n".join(lines)
+
+
+def _render_trend_test(ladder: Ladder) -> list[str]:
+    """The declared trend test's table: does each method's gap shrink with size?"""
+    lines = [
+        "## Does the cost shrink with size? (the declared trend test)",
+        "",
+        "One-sided tests of the trend's slope, Holm over each architecture's methods: 'shrinks' needs "
+        "the slope below 0, 'grows' above 0, each at 0.05 after Holm.",
+        "",
+        "| architecture | method vs control | rungs | slope, % per decade [95% CI] | p (shrinks), Holm | "
+        "p (grows), Holm | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    twins = {(s.architecture, s.method): s.twin for s in ladder.steps}
+    for t in ladder.trends:
+        lines.append(
+            f"| {t.architecture} | {t.method} vs {twins.get((t.architecture, t.method), 'n/a')} | {t.rungs} | "
+            f"{_f(t.slope)} [{_f(t.slope_low)}, {_f(t.slope_high)}] | {_f(t.p_shrink, '.3g')} | "
+            f"{_f(t.p_grow, '.3g')} | {t.verdict} |"
+        )
+    return [*lines, ""]
+
+
+def _g(v: float | None, spec: str = ".4g") -> str:
+    if v is None:
+        return "n/a"
+    return "never" if math.isinf(v) else format(v, spec)
+
+
+def _render_fits(ladder: Ladder) -> list[str]:
+    """The scaling fits: each arm's curve, then each frozen method against its control."""
+    if not any(p.d_alpha is not None for p in ladder.pair_fits):
+        notes = sorted({p.note for p in ladder.pair_fits})
+        return ["## Scaling fits: L(N) = E + A / N^alpha per arm", "", f"No fit: {'; '.join(notes)}.", ""]
+    lines = [
+        "## Scaling fits: L(N) = E + A / N^alpha per arm",
+        "",
+        f"Test loss (nats per token) of every seed at the chosen LR; Huber loss (delta {scaling.HUBER_DELTA:g}) "
+        "on log L, L-BFGS-B from a grid of starts; 95% intervals from "
+        f"{scaling.BOOTSTRAP} paired bootstrap draws over seeds. N = total parameters. A fit needs at least "
+        f"{scaling.MIN_RUNGS} rungs.",
+        "",
+        "| architecture | arm | rungs | runs | alpha [95% CI] | E, nats [95% CI] | A | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for a in sorted(ladder.arm_fits, key=lambda a: (a.architecture, a.method)):
+        lines.append(
+            f"| {a.architecture} | {a.method} | {a.rungs} | {a.runs} | {_g(a.alpha)} [{_g(a.alpha_low)}, "
+            f"{_g(a.alpha_high)}] | {_g(a.E)} [{_g(a.E_low)}, {_g(a.E_high)}] | {_g(a.A)} | {a.note} |"
+        )
+    lines += [
+        "",
+        "Each frozen method against its control. The multiplier: how many times the top rung's parameters "
+        "the frozen arm needs to reach the control's fitted loss there (its square is the compute multiplier "
+        "at a fixed tokens-per-parameter ratio; 'never': the frozen arm's floor E lies above that loss). "
+        f"The gap at {scaling.TARGET_PARAMS / 1e6:g}M parameters and the size where the gap falls to "
+        f"{scaling.REACH_GAP:g}% are extrapolations far beyond the rungs, at the ladder's tokens per parameter.",
+        "",
+        "| architecture | method vs control | alpha difference [95% CI] | parameter multiplier at the top rung "
+        "[95% CI] | refits that never match | predicted gap at 124M, % [95% CI] | gap reaches 1% at N "
+        "[95% CI] | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in ladder.pair_fits:
+        at = "" if p.at is None else f" ({p.at:,})"
+        never = "n/a" if p.never is None else f"{100 * p.never:.1f}%"
+        lines.append(
+            f"| {p.architecture} | {p.method} vs {p.control} | {_g(p.d_alpha, '+.4g')} [{_g(p.d_alpha_low, '+.4g')}, "
+            f"{_g(p.d_alpha_high, '+.4g')}] | {_g(p.multiplier)}{at} [{_g(p.multiplier_low)}, "
+            f"{_g(p.multiplier_high)}] | {never} | {_g(p.predicted_gap, '+.4g')} [{_g(p.predicted_low, '+.4g')}, "
+            f"{_g(p.predicted_high, '+.4g')}] | {_g(p.reach_1pct, '.3g')} [{_g(p.reach_low, '.3g')}, "
+            f"{_g(p.reach_high, '.3g')}] | {p.note} |"
+        )
+    return [*lines, ""]
 
 
 def plot(ladder: Ladder, path: Path) -> Path:
@@ -260,7 +400,64 @@ def plot(ladder: Ladder, path: Path) -> Path:
         ax.set_ylabel("gap to the twin, % (+ = worse)")
         ax.set_title(arch)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_fits(ladder: Ladder, path: Path) -> Path:
+    """scaling.png: per architecture, loss against parameters with each arm's fitted curve (top) and
+    each frozen method's gap to its control with the bootstrap band, extrapolated to 124M (bottom)."""
+    import matplotlib  # heavy optional dependency: imported on use
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # heavy optional dependency: imported on use
+
+    archs = sorted({p.architecture for p in ladder.pair_fits if p.curves})
+    fig, axes = plt.subplots(2, len(archs), figsize=(6.5 * len(archs), 8.5), squeeze=False)
+    for col, arch in enumerate(archs):
+        top, bottom = axes[0][col], axes[1][col]
+        pairs = [p for p in ladder.pair_fits if p.architecture == arch and p.curves]
+        drawn: set[str] = set()
+        for p in pairs:
+            points = [s for s in ladder.steps if s.architecture == arch and s.method == p.method and s.params]
+            lo, hi = min(s.params for s in points), max(s.params for s in points)
+            grid = np.geomspace(lo / 1.5, hi * 1.5, 100)
+            for method, fit, key in (
+                (p.method, p.curves["fit"][0], "seed_loss"),
+                (p.control, p.curves["fit"][1], "twin_seed_loss"),
+            ):
+                if method in drawn:
+                    continue
+                drawn.add(method)
+                xs = [s.params for s in points for _ in getattr(s, key)]
+                ys = [v for s in points for v in getattr(s, key).values()]
+                line = top.plot(grid, fit.loss(grid), lw=1.2, label=f"{method}: alpha {fit.alpha:.3f}")[0]
+                top.scatter(xs, ys, s=10, color=line.get_color(), alpha=0.7)
+            far = np.geomspace(lo, scaling.TARGET_PARAMS, 120)
+            boot = np.array([100 * np.expm1(f.loss(far) - c.loss(far)) for f, c in p.curves["boot"]])
+            f, c = p.curves["fit"]
+            line = bottom.plot(far, 100 * np.expm1(f.loss(far) - c.loss(far)), label=f"{p.method} vs {p.control}")[0]
+            bottom.fill_between(far, *np.percentile(boot, [2.5, 97.5], axis=0), color=line.get_color(), alpha=0.15)
+            measured = [(s.params, s.gap) for s in points if s.gap is not None]
+            bottom.scatter(*zip(*measured), s=14, color=line.get_color())
+        top.set(xscale="log", yscale="log", xlabel="parameters", ylabel="test loss, nats per token", title=arch)
+        bottom.axhline(0, color="black", lw=0.8)
+        bottom.axvspan(
+            max(s.params for s in ladder.steps if s.architecture == arch),
+            scaling.TARGET_PARAMS,
+            color="grey",
+            alpha=0.08,
+        )
+        bottom.set(xscale="log", xlabel="parameters (shaded: extrapolation)", ylabel="gap to the control, % perplexity")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -277,6 +474,11 @@ def write_ladder(rungs: Sequence[str | Path], out: str | Path) -> tuple[Path, La
     command = "oelm ladder " + " ".join(Path(r).as_posix() for r in rungs) + f" --out {out_dir.as_posix()}"
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(ladder, out_dir / "ladder.png")
-    atomic_write_json(out_dir / "ladder.json", {"command": command, **asdict(ladder)})
+    if any(p.curves for p in ladder.pair_fits):
+        plot_fits(ladder, out_dir / "scaling.png")
+    stored = asdict(ladder)
+    for p in stored["pair_fits"]:
+        p.pop("curves")  # the bootstrap refits: the plot's band, not a stored number
+    atomic_write_json(out_dir / "ladder.json", {"command": command, **stored})
     atomic_write_text(out_dir / "ladder.md", render(ladder, command))
     return out_dir / "ladder.md", ladder

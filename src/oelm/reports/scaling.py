@@ -1,0 +1,274 @@
+"""Scaling fits of a ladder: each arm's loss against parameters, L(N) = E + A / N^alpha.
+
+Chinchilla's approach 3 (Hoffmann et al. 2022), as the field fits a ladder: every run's test loss
+(nats per token) is a point; the fit minimizes the Huber loss (delta 1e-3) of log L, with
+L-BFGS-B (scipy) from a grid of starts, keeping the best. A ladder of fewer than
+MIN_RUNGS sizes gets no fit (OLMo's ladder refuses fewer than five points).
+
+Intervals come from a paired bootstrap over seeds: at every rung the seeds of an arm and its
+control are resampled together (the same draw for both), both arms are refitted, and every
+derived quantity is read off each refit; the interval is the 2.5-97.5 percentile range. Derived
+quantities of a pair (frozen arm f against its control c):
+
+- the difference of exponents, alpha_f - alpha_c (negative: the frozen arm improves more slowly);
+- the parameter multiplier at the top rung: the N at which f reaches c's fitted loss at the top
+  rung, over that rung's N ("the frozen arm needs X times the parameters"); infinite where f's
+  floor E_f is at or above that loss; at a fixed tokens-per-parameter ratio, compute grows as
+  N^2, so the compute multiplier is its square;
+- the predicted gap in perplexity at a target size, 100 (exp(L_f(N) - L_c(N)) - 1), and the size
+  where the predicted gap falls to 1%, if it does below 10^12 parameters. Both are
+  extrapolations of a curve fitted far below them, stated as such.
+
+Stored numbers are rounded to 4 significant digits: what an interval this wide can mean, and the
+same on every CPU (an optimizer's last bits are not).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_RUNGS = 5
+HUBER_DELTA = 1e-3
+BOOTSTRAP = 200
+BOOTSTRAP_SEED = 0
+TARGET_PARAMS = 124_000_000  # GPT-2 small
+REACH_GAP = 1.0  # % perplexity: where "the cost is gone" is read
+REACH_LIMIT = 1e12
+# Starting points: (log E, log A, alpha) on a grid wide enough for byte- and BPE-level losses.
+_STARTS = [(e, a, al) for e in (-1.0, 0.0, 0.5, 1.0) for a in (0.0, 2.0, 4.0, 6.0) for al in (0.1, 0.3, 0.6)]
+
+Series = Mapping[int, Mapping[int, float]]  # parameters -> seed -> test loss (nats per token)
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """L(N) = E + A / N^alpha."""
+
+    E: float
+    A: float
+    alpha: float
+
+    def loss(self, n: float | np.ndarray) -> float | np.ndarray:
+        """The fitted loss at N parameters."""
+        return self.E + self.A * np.power(n, -self.alpha)
+
+    def params_for(self, loss: float) -> float:
+        """The N at which the curve reaches `loss` (inf where its floor E is at or above it)."""
+        if loss <= self.E or self.A <= 0 or self.alpha <= 0:
+            return math.inf
+        return float((self.A / (loss - self.E)) ** (1.0 / self.alpha))
+
+
+def _objective(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Huber loss of log L and its gradient in (log E, log A, alpha); x = log N, y = log L."""
+    e, a, alpha = theta
+    second = a - alpha * x
+    pred = np.logaddexp(e, second)
+    r = pred - y
+    w = np.exp(e - pred)  # d pred / d e
+    huber = np.where(np.abs(r) <= HUBER_DELTA, 0.5 * r**2, HUBER_DELTA * (np.abs(r) - 0.5 * HUBER_DELTA))
+    dr = np.clip(r, -HUBER_DELTA, HUBER_DELTA)
+    grad = np.array([np.sum(dr * w), np.sum(dr * (1 - w)), np.sum(-dr * (1 - w) * x)])
+    return float(np.sum(huber)), grad
+
+
+def fit_power_law(n: Sequence[float], loss: Sequence[float], starts: Sequence[tuple] | None = None) -> PowerLaw:
+    """The best of L-BFGS-B fits of L(N) = E + A / N^alpha from a grid of starts (Huber on log L)."""
+    from scipy.optimize import minimize  # heavy optional dependency: imported on use
+
+    x = np.log(np.asarray(n, dtype=float))
+    y = np.log(np.asarray(loss, dtype=float))
+    best = None
+    for start in starts if starts is not None else _STARTS:
+        res = minimize(
+            _objective,
+            np.asarray(start, dtype=float),
+            args=(x, y),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(-10.0, float(y.min())), (-20.0, 60.0), (0.0, 4.0)],
+            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000},
+        )
+        if best is None or res.fun < best.fun - 1e-15:
+            best = res
+    e, a, alpha = best.x
+    return PowerLaw(E=float(math.exp(e)), A=float(math.exp(a)), alpha=float(alpha))
+
+
+def _points(series: Series, seeds: Mapping[int, Sequence[int]] | None = None) -> tuple[list[float], list[float]]:
+    """Every run as a point (N, loss); `seeds` picks (with repeats) which seeds of each rung enter."""
+    ns: list[float] = []
+    ls: list[float] = []
+    for n, by_seed in sorted(series.items()):
+        for s in seeds[n] if seeds is not None else sorted(by_seed):
+            ns.append(float(n))
+            ls.append(float(by_seed[s]))
+    return ns, ls
+
+
+def gap_percent(f: PowerLaw, c: PowerLaw, n: float) -> float:
+    """The predicted perplexity gap of f over c at N parameters, in % (+ = f worse)."""
+    return 100.0 * math.expm1(float(f.loss(n)) - float(c.loss(n)))
+
+
+def reach(f: PowerLaw, c: PowerLaw, start: float, gap: float = REACH_GAP) -> float:
+    """The smallest N >= start at which the predicted gap is at most `gap` %, inf if not below 10^12."""
+    grid = np.geomspace(start, REACH_LIMIT, 400)
+    gaps = 100.0 * np.expm1(f.loss(grid) - c.loss(grid))
+    hits = np.flatnonzero(gaps <= gap)
+    if not hits.size:
+        return math.inf
+    if hits[0] == 0:
+        return float(start)
+    from scipy.optimize import brentq  # heavy optional dependency: imported on use
+
+    lo, hi = math.log(grid[hits[0] - 1]), math.log(grid[hits[0]])
+    return float(math.exp(brentq(lambda x: gap_percent(f, c, math.exp(x)) - gap, lo, hi, xtol=1e-10)))
+
+
+def sig(v: float | None, digits: int = 4) -> float | None:
+    """A number rounded to `digits` significant digits (inf and None kept)."""
+    if v is None or not math.isfinite(v) or v == 0:
+        return v
+    return float(f"{v:.{digits - 1}e}")
+
+
+def _interval(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """The 2.5-97.5 percentile range (inf counts as a value above all others)."""
+    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    if arr.size == 0:
+        return None, None
+    # Order statistics, not interpolation: an infinite refit (never matches) stays a value.
+    lo = float(np.percentile(arr, 2.5, method="lower"))
+    hi = float(np.percentile(arr, 97.5, method="higher"))
+    return sig(lo), sig(hi)
+
+
+@dataclass
+class ArmFit:
+    """One arm's fitted curve with bootstrap intervals."""
+
+    architecture: str
+    method: str
+    rungs: int
+    runs: int
+    E: float | None = None
+    A: float | None = None
+    alpha: float | None = None
+    alpha_low: float | None = None
+    alpha_high: float | None = None
+    E_low: float | None = None
+    E_high: float | None = None
+    note: str = ""
+
+
+@dataclass
+class PairFit:
+    """A frozen arm against its control: exponents, multiplier and extrapolations, with intervals."""
+
+    architecture: str
+    method: str
+    control: str
+    rungs: int
+    d_alpha: float | None = None  # alpha_method - alpha_control
+    d_alpha_low: float | None = None
+    d_alpha_high: float | None = None
+    at: int | None = None  # the top rung's parameters
+    multiplier: float | None = None  # parameters the method needs to match the control at `at`, / at
+    multiplier_low: float | None = None
+    multiplier_high: float | None = None
+    never: float | None = None  # fraction of bootstrap refits in which the method never matches
+    target: int = TARGET_PARAMS
+    predicted_gap: float | None = None  # % at `target` (an extrapolation)
+    predicted_low: float | None = None
+    predicted_high: float | None = None
+    reach_1pct: float | None = None  # parameters where the predicted gap falls to 1% (inf: not below 10^12)
+    reach_low: float | None = None
+    reach_high: float | None = None
+    note: str = ""
+    curves: dict = field(default_factory=dict, repr=False)  # bootstrap refits, for the plot (not stored)
+
+
+def _draws(series_f: Series, series_c: Series, rng: np.random.Generator) -> dict[int, list[int]]:
+    """One paired bootstrap draw: at every rung, seeds common to both arms resampled with replacement."""
+    out = {}
+    for n in sorted(series_f):
+        common = sorted(set(series_f[n]) & set(series_c[n]))
+        out[n] = [common[i] for i in rng.integers(0, len(common), len(common))]
+    return out
+
+
+def fit_pair(
+    architecture: str,
+    method: str,
+    control: str,
+    series_f: Series,
+    series_c: Series,
+    boot: int = BOOTSTRAP,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[ArmFit, ArmFit, PairFit]:
+    """Fit both arms of a pair, then the paired bootstrap; every number rounded by `sig`."""
+    from threadpoolctl import threadpool_limits  # heavy optional dependency: imported on use
+
+    # L-BFGS-B calls BLAS on 3-vectors: idle BLAS threads spinning beside busy cores cost 5x.
+    with threadpool_limits(1):
+        return _fit_pair(architecture, method, control, series_f, series_c, boot, seed)
+
+
+def _fit_pair(
+    architecture: str, method: str, control: str, series_f: Series, series_c: Series, boot: int, seed: int
+) -> tuple[ArmFit, ArmFit, PairFit]:
+    rungs = sorted(set(series_f) & set(series_c))
+    series_f = {n: series_f[n] for n in rungs}
+    series_c = {n: series_c[n] for n in rungs}
+    arms = [
+        ArmFit(architecture, m, len(rungs), sum(len(s[n]) for n in rungs))
+        for m, s in ((method, series_f), (control, series_c))
+    ]
+    pair = PairFit(architecture, method, control, len(rungs))
+    thin = [n for n in rungs if len(set(series_f[n]) & set(series_c[n])) < 2]
+    if len(rungs) < MIN_RUNGS or thin:
+        why = (
+            f"{len(rungs)} rung(s): a fit needs at least {MIN_RUNGS} sizes"
+            if len(rungs) < MIN_RUNGS
+            else f"rungs {thin} have fewer than 2 paired seeds: no bootstrap"
+        )
+        for a in arms:
+            a.note = why
+        pair.note = why
+        return arms[0], arms[1], pair
+    fits = [fit_power_law(*_points(s)) for s in (series_f, series_c)]
+    top = float(max(rungs))
+    rng = np.random.default_rng(seed)
+    boots: list[tuple[PowerLaw, PowerLaw]] = []
+    for _ in range(boot):
+        draw = _draws(series_f, series_c, rng)
+        # Each refit starts from the full fit and from the grid's best-known corner: fast and robust.
+        refit = [
+            fit_power_law(*_points(s, draw), starts=[(math.log(p.E), math.log(p.A), p.alpha), (0.0, 2.0, 0.3)])
+            for s, p in zip((series_f, series_c), fits, strict=True)
+        ]
+        boots.append((refit[0], refit[1]))
+    for arm, p, k in zip(arms, fits, (0, 1), strict=True):
+        arm.E, arm.A, arm.alpha = sig(p.E), sig(p.A), sig(p.alpha)
+        arm.alpha_low, arm.alpha_high = _interval([b[k].alpha for b in boots])
+        arm.E_low, arm.E_high = _interval([b[k].E for b in boots])
+    f, c = fits
+    pair.d_alpha = sig(f.alpha - c.alpha)
+    pair.d_alpha_low, pair.d_alpha_high = _interval([b[0].alpha - b[1].alpha for b in boots])
+    pair.at = int(top)
+    mult = [b[0].params_for(float(b[1].loss(top))) / top for b in boots]
+    pair.multiplier = sig(f.params_for(float(c.loss(top))) / top)
+    pair.multiplier_low, pair.multiplier_high = _interval(mult)
+    pair.never = sig(sum(math.isinf(m) for m in mult) / len(mult))
+    pair.predicted_gap = sig(gap_percent(f, c, TARGET_PARAMS))
+    pair.predicted_low, pair.predicted_high = _interval([gap_percent(b[0], b[1], TARGET_PARAMS) for b in boots])
+    pair.reach_1pct = sig(reach(f, c, top))
+    pair.reach_low, pair.reach_high = _interval([reach(b[0], b[1], top) for b in boots])
+    pair.note = f"extrapolation from {len(rungs)} rungs ({int(min(rungs)):,}-{int(top):,} parameters)"
+    pair.curves = {"fit": fits, "boot": boots}
+    return arms[0], arms[1], pair

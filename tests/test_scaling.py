@@ -1,0 +1,82 @@
+"""Scaling fits of a ladder (oelm.reports.scaling): L(N) = E + A / N^alpha per arm, paired bootstrap."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from oelm.reports.scaling import MIN_RUNGS, PowerLaw, fit_pair, fit_power_law, gap_percent, reach, sig
+
+SIZES = [4_000, 9_000, 23_000, 50_000, 100_000, 220_000]
+
+
+def series(law: PowerLaw, noise: float, seed: int, sizes=SIZES, seeds: int = 3) -> dict[int, dict[int, float]]:
+    """Per-seed losses on a known curve, multiplied by log-normal noise (a shared draw per seed and rung)."""
+    rng = np.random.default_rng(seed)
+    return {n: {s: float(law.loss(n)) * math.exp(rng.normal(0, noise)) for s in range(seeds)} for n in sizes}
+
+
+def test_the_fit_recovers_a_known_curve() -> None:
+    """Exact points of L = 1.2 + 40 / N^0.4: E, A and alpha come back to 1e-4."""
+    law = PowerLaw(1.2, 40.0, 0.4)
+    fit = fit_power_law(SIZES, [float(law.loss(n)) for n in SIZES])
+    floor, scale = fit.E, fit.A
+    assert floor == pytest.approx(1.2, rel=1e-4) and scale == pytest.approx(40.0, rel=1e-3)
+    assert fit.alpha == pytest.approx(0.4, rel=1e-4)
+
+
+def test_a_constant_factor_in_a_reads_as_a_parameter_multiplier_and_no_exponent_difference() -> None:
+    """Frozen arm: the same floor and exponent, 1.5x the A: it needs 1.5^(1/0.4) = 2.76x the parameters."""
+    control, frozen = PowerLaw(1.2, 40.0, 0.4), PowerLaw(1.2, 60.0, 0.4)
+    f, c, pair = fit_pair(
+        "gpt", "oelm-freeze", "oelm-nofreeze", series(frozen, 0.002, 1), series(control, 0.002, 2), boot=40
+    )
+    assert f.alpha_low <= 0.4 <= f.alpha_high and c.alpha_low <= 0.4 <= c.alpha_high
+    assert pair.d_alpha_low <= 0 <= pair.d_alpha_high
+    assert pair.multiplier_low <= 1.5 ** (1 / 0.4) <= pair.multiplier_high and pair.never == 0
+    assert pair.at == SIZES[-1] and "extrapolation" in pair.note
+    # The gap falls with size, since both curves approach the same floor.
+    assert pair.predicted_gap < gap_percent(frozen, control, SIZES[-1]) and pair.reach_1pct < math.inf
+
+
+def test_a_smaller_exponent_is_resolved_and_the_gap_never_closes() -> None:
+    """Frozen arm learning more slowly (alpha 0.3 against 0.4) with a higher floor: the interval of the
+    exponent difference excludes 0, and the predicted gap never falls to 1%."""
+    control, frozen = PowerLaw(1.2, 40.0, 0.4), PowerLaw(1.3, 20.0, 0.3)
+    _, _, pair = fit_pair("gpt", "f", "c", series(frozen, 0.002, 3), series(control, 0.002, 4), boot=40)
+    assert pair.d_alpha_high < 0
+    assert pair.reach_1pct == math.inf and pair.predicted_low > 5
+
+
+def test_fewer_than_five_rungs_get_no_fit() -> None:
+    """OLMo's ladder refuses fewer than five points; so does this one, saying why."""
+    law = PowerLaw(1.2, 40.0, 0.4)
+    sizes = SIZES[: MIN_RUNGS - 1]
+    f, c, pair = fit_pair("gpt", "f", "c", series(law, 0.01, 0, sizes), series(law, 0.01, 1, sizes), boot=10)
+    assert f.alpha is None and pair.multiplier is None and pair.d_alpha is None
+    assert pair.note == f"{MIN_RUNGS - 1} rung(s): a fit needs at least {MIN_RUNGS} sizes" == f.note
+
+
+def test_the_bootstrap_is_seeded_and_its_numbers_rounded_to_what_they_mean() -> None:
+    """Two fits of the same records agree exactly; stored numbers have 4 significant digits."""
+    a = fit_pair(
+        "gpt", "f", "c", series(PowerLaw(1.3, 50, 0.35), 0.01, 5), series(PowerLaw(1.2, 40, 0.4), 0.01, 6), boot=20
+    )
+    b = fit_pair(
+        "gpt", "f", "c", series(PowerLaw(1.3, 50, 0.35), 0.01, 5), series(PowerLaw(1.2, 40, 0.4), 0.01, 6), boot=20
+    )
+    assert (a[2].d_alpha_low, a[2].multiplier_high, a[0].E) == (b[2].d_alpha_low, b[2].multiplier_high, b[0].E)
+    assert len(f"{a[2].d_alpha:.12g}".lstrip("-").replace(".", "").lstrip("0")) <= 4
+    assert sig(123456.0) == 123500.0 and sig(math.inf) == math.inf and sig(None) is None
+
+
+def test_params_for_and_reach_read_the_curves() -> None:
+    """The N at which a curve reaches a loss, and where a gap falls to 1%, are exact on known curves."""
+    law = PowerLaw(1.0, 10.0, 0.5)
+    assert law.params_for(1.1) == pytest.approx(10_000.0) and law.params_for(1.0) == math.inf
+    f, c = PowerLaw(1.0, 20.0, 0.5), PowerLaw(1.0, 10.0, 0.5)
+    n = reach(f, c, 1_000.0)
+    # The gap falls as 10 / sqrt(N) nats: 1% perplexity at 10 / sqrt(N) = log(1.01).
+    assert n == pytest.approx((10 / math.log(1.01)) ** 2, rel=0.03)

@@ -96,10 +96,11 @@ def test_architecture_of_names_our_families() -> None:
     ]
 
 
-def law_rung(root: Path, total: int, gap: float, seeds: int = 3) -> Path:
-    """A rung whose twin follows L = 1.2 + 40 / N^0.4 nats and whose frozen arm is `gap` % worse."""
-    rng = np.random.default_rng(total)
-    out = root / f"gpt-tiny-{total}"
+def law_rung(root: Path, total: int, gap: float, seeds: int = 3, ratio: int = 20) -> Path:
+    """A rung whose twin follows L = 1.2 + 40 / N^0.4 nats and whose frozen arm is `gap` % worse,
+    trained for `ratio` tokens per parameter."""
+    rng = np.random.default_rng(total + ratio)
+    out = root / f"gpt-tiny-{total}-t{ratio}"
     for seed in range(seeds):
         twin = float(np.exp(1.2 + 40 * total**-0.4 + rng.normal(0, 0.003)))
         for method, value in {
@@ -117,6 +118,7 @@ def law_rung(root: Path, total: int, gap: float, seeds: int = 3) -> Path:
                 trainable_params=total - frozen,
                 frozen_params=frozen,
                 model="gpt-tiny",
+                tokens_seen=ratio * total,
             )
     return out
 
@@ -139,7 +141,8 @@ def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: P
     assert pair["predicted_low"] <= pair["predicted_gap"] <= pair["predicted_high"]
     md = (tmp_path / "out" / "ladder.md").read_text()
     assert "## Does the cost shrink with size? (the declared trend test)" in md
-    assert "| gpt | oelm-freeze vs oelm-nofreeze | 5 |" in md and "shrinks with size (resolved)" in md
+    assert "| gpt | oelm-freeze vs oelm-nofreeze | parameters | 20 tokens per parameter | 5 |" in md
+    assert "shrinks with size (resolved)" in md
     assert "## Scaling fits: L(N) = E + A / N^alpha per arm" in md
     assert (tmp_path / "out" / "scaling.png").stat().st_size > 0
 
@@ -152,3 +155,29 @@ def test_a_flat_gap_is_unresolved_with_the_slope_it_could_detect(tmp_path: Path)
     assert trend["verdict"].startswith("unresolved (smallest detectable slope ")
     assert trend["p_shrink"] > 0.05 and trend["p_grow"] > 0.05
     assert not (tmp_path / "out" / "scaling.png").exists()  # three rungs: no fit, no figure
+
+
+def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -> None:
+    """The tokens-per-parameter axis: two sizes at 20, 80 and 300 tokens per parameter, the gap
+    falling 4 points per decade of data; lines over size are drawn per budget, lines over data per
+    size, each judged in its own Holm family."""
+    rungs = [
+        law_rung(tmp_path, n, 12.0 - 4 * np.log10(r / 20), ratio=r) for n in (4_000, 10_000) for r in (20, 80, 300)
+    ]
+    rungs.append(law_rung(tmp_path, 25_000, 12.0))
+    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    by = {(t["axis"], t["held"]): t for t in data["trends"]}
+    assert set(by) == {
+        ("parameters", "20 tokens per parameter"),
+        ("parameters", "80 tokens per parameter"),
+        ("parameters", "300 tokens per parameter"),
+        ("tokens per parameter", "4,000 parameters"),
+        ("tokens per parameter", "10,000 parameters"),
+    }
+    assert by[("parameters", "20 tokens per parameter")]["rungs"] == 3
+    for size in ("4,000", "10,000"):
+        line = by[("tokens per parameter", f"{size} parameters")]
+        assert line["rungs"] == 3 and line["slope"] == pytest.approx(-4.0, abs=1.0) and line["slope_high"] < 0
+        assert line["verdict"] == "shrinks with data (resolved)"
+    assert sorted({s["budget"] for s in data["steps"]}) == [20, 80, 300]

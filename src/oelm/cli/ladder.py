@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     for t in ladder.trends:
         if t.slope is not None:
             print(
-                f"  trend {t.architecture} {t.method}: {t.slope:+.2f}% per decade [{t.slope_low:+.2f}, {t.slope_high:+.2f}]"
+                f"  trend {t.architecture} {t.method} over {t.axis}{f' at {t.held}' if t.held else ''}: "
+                f"{t.slope:+.2f}% per decade [{t.slope_low:+.2f}, {t.slope_high:+.2f}]: {t.verdict}"
             )
     return 0

@@ -57,16 +57,26 @@ class Step:
     # Test loss (nats per token) per seed at the chosen LR, of the method and of its twin: the fits' points.
     seed_loss: dict[int, float] = field(default_factory=dict)
     twin_seed_loss: dict[int, float] = field(default_factory=dict)
+    tokens: int | None = None  # training tokens of the method's runs
+    budget: float | None = None  # nominal tokens per parameter: rungs within 1.5x of each other share one
+
+    @property
+    def tokens_per_param(self) -> float | None:
+        return self.tokens / self.params if self.tokens and self.params else None
+
+
+SIZE, DATA = "parameters", "tokens per parameter"
 
 
 @dataclass
 class Trend:
-    """A fitted gap-vs-size line for one architecture and method."""
+    """A fitted gap line for one architecture and method: against size (at a fixed budget of tokens
+    per parameter) or against data (tokens per parameter, at a fixed size)."""
 
     architecture: str
     method: str
     rungs: int
-    slope: float | None  # % gap per decade of parameters
+    slope: float | None  # % gap per decade of parameters (or of tokens per parameter)
     slope_low: float | None
     slope_high: float | None
     at: float | None  # parameters of the extrapolation (10x the largest rung)
@@ -79,6 +89,8 @@ class Trend:
     p_grow: float | None = None
     verdict: str = ""
     detectable: float | None = None  # the slope (% per decade) the rungs detect at 80% power, one-sided
+    axis: str = SIZE  # SIZE or DATA
+    held: str = ""  # what is fixed along the line: "20 tokens per parameter" or "9,408 parameters"
 
 
 @dataclass
@@ -112,6 +124,12 @@ def _freezes(method: str) -> bool:
     except UserError:
         return False
     return bool(m.freeze) or getattr(m, "q_identity", False)
+
+
+def _tokens(arm: Arm) -> int | None:
+    """Training tokens of an arm's runs (one budget per arm in a sweep)."""
+    seen = {r.results.get("tokens_seen") for r in arm.runs}
+    return next(iter(seen)) if len(seen) == 1 and isinstance(next(iter(seen)), int) else None
 
 
 def _seed_losses(arm: Arm, metric: str) -> dict[int, float]:
@@ -161,22 +179,28 @@ def rung(paths: Sequence[str | Path], warnings: list[str] | None = None) -> list
                     saving=saving_fraction(arm.theoretical_saving),
                     seed_loss=_seed_losses(arm, group.primary_metric),
                     twin_seed_loss=_seed_losses(twin, group.primary_metric),
+                    tokens=_tokens(arm),
                 )
             )
     return steps
 
 
-def fit_trend(points: Sequence[Step], confidence: float = stats.CONFIDENCE) -> Trend:
-    """WLS of gap on log10(params) over rungs with an interval; the prediction at 10x the largest."""
+def _x(p: Step, axis: str) -> float | None:
+    return float(p.params) if axis == SIZE and p.params else p.tokens_per_param if axis == DATA else None
+
+
+def fit_trend(points: Sequence[Step], confidence: float = stats.CONFIDENCE, axis: str = SIZE) -> Trend:
+    """WLS of gap on log10(params) (or log10(tokens per parameter)) over rungs with an interval; the
+    prediction at 10x the largest."""
     import statsmodels.api as sm  # heavy optional dependency: imported on use
 
     first = points[0]
-    usable = [p for p in points if p.params and p.gap is not None and p.ci_low is not None and p.n >= 2]
-    trend = Trend(first.architecture, first.method, len(usable), None, None, None, None, None, None, None)
+    usable = [p for p in points if _x(p, axis) and p.gap is not None and p.ci_low is not None and p.n >= 2]
+    trend = Trend(first.architecture, first.method, len(usable), None, None, None, None, None, None, None, axis=axis)
     if len(usable) < 3:
         trend.note = f"{len(usable)} rung(s) with an interval: a line needs at least 3 to have an interval"
         return trend
-    x = np.log10([float(p.params) for p in usable])
+    x = np.log10([_x(p, axis) for p in usable])
     y = np.array([p.gap for p in usable], dtype=float)
     # SE of each rung's mean from its t interval: half-width / t(0.975, n-1).
     from scipy.stats import t  # heavy optional dependency: imported on use
@@ -187,13 +211,15 @@ def fit_trend(points: Sequence[Step], confidence: float = stats.CONFIDENCE) -> T
     fit = sm.WLS(y, design, weights=weights).fit()
     low, high = fit.conf_int(alpha=1 - confidence)[1]
     trend.slope, trend.slope_low, trend.slope_high = float(fit.params[1]), float(low), float(high)
-    at = 10 * max(float(p.params) for p in usable)
+    at = 10 * max(_x(p, axis) for p in usable)
     pred = fit.get_prediction(np.array([[1.0, math.log10(at)]])).summary_frame(alpha=1 - confidence)
     trend.at = at
     trend.predicted = float(pred["mean"].iloc[0])
     trend.predicted_low = float(pred["obs_ci_lower"].iloc[0])
     trend.predicted_high = float(pred["obs_ci_upper"].iloc[0])
-    trend.note = "extrapolation: a line through the rungs, not a measurement at that size"
+    trend.note = (
+        f"extrapolation: a line through the rungs, not a measurement at that {'size' if axis == SIZE else 'budget'}"
+    )
     t_stat, df = float(fit.tvalues[1]), float(fit.df_resid)
     trend.p_shrink, trend.p_grow = float(t.cdf(t_stat, df)), float(t.sf(t_stat, df))
     trend.detectable = float((t.ppf(0.95, df) + t.ppf(0.80, df)) * fit.bse[1])
@@ -201,9 +227,10 @@ def fit_trend(points: Sequence[Step], confidence: float = stats.CONFIDENCE) -> T
 
 
 def judge_trends(trends: list[Trend], alpha: float = stats.ALPHA) -> None:
-    """The declared trend test's verdicts, Holm over each architecture's methods (one-sided)."""
-    for arch in sorted({t.architecture for t in trends}):
-        family = [t for t in trends if t.architecture == arch]
+    """The declared trend test's verdicts, Holm over the methods of each architecture and line (one-sided)."""
+    for key in sorted({(t.architecture, t.axis, t.held) for t in trends}):
+        family = [t for t in trends if (t.architecture, t.axis, t.held) == key]
+        what = "size" if key[1] == SIZE else "data"
         shrink = stats.holm([t.p_shrink for t in family])
         grow = stats.holm([t.p_grow for t in family])
         for t, ps, pg in zip(family, shrink, grow, strict=True):
@@ -211,9 +238,9 @@ def judge_trends(trends: list[Trend], alpha: float = stats.ALPHA) -> None:
             if ps is None:
                 t.verdict = "no test (fewer than 3 rungs with an interval)"
             elif ps < alpha:
-                t.verdict = "shrinks with size (resolved)"
+                t.verdict = f"shrinks with {what} (resolved)"
             elif pg < alpha:
-                t.verdict = "grows with size (resolved)"
+                t.verdict = f"grows with {what} (resolved)"
             else:
                 t.verdict = f"unresolved (smallest detectable slope {t.detectable:.2f}% per decade at 80% power)"
 
@@ -225,19 +252,65 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
         ladder.steps += rung(paths, ladder.warnings)
     if not ladder.steps:
         raise UserError("no frozen method with a twin in the given sweeps; a ladder rung needs both arms")
-    by_series: dict[tuple[str, str], list[Step]] = {}
+    _assign_budgets(ladder.steps)
+    # Lines over size are drawn per budget only where the ladder has a data axis (a size trained at
+    # two budgets); otherwise every rung of a method is one line, whatever its tokens per parameter.
+    seen: dict[tuple[str, str, int | None], set] = {}
     for step in ladder.steps:
-        by_series.setdefault((step.architecture, step.method), []).append(step)
-    for (arch, method), points in sorted(by_series.items()):
+        seen.setdefault((step.architecture, step.method, step.params), set()).add(step.budget)
+    data_axis = any(len(b) > 1 for b in seen.values())
+    by_series: dict[tuple[str, str, float | None], list[Step]] = {}
+    for step in ladder.steps:
+        by_series.setdefault((step.architecture, step.method, step.budget if data_axis else None), []).append(step)
+    for (arch, method, budget), points in sorted(by_series.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
         sizes = [p.params for p in points]
         if len(set(sizes)) != len(sizes):
             ladder.warnings.append(f"{arch} {method}: two rungs of one size; each rung should be one size")
         points = sorted(points, key=lambda p: p.params or 0)
-        ladder.trends.append(fit_trend(points))
+        if len(points) < 2 and data_axis:
+            continue  # a single rung at this budget: a point of the data axis, not a line over size
+        trend = fit_trend(points)
+        budgets = {p.budget for p in points}
+        trend.held = (
+            f"{budget:g} tokens per parameter"
+            if budget
+            else (f"{points[0].budget:g} tokens per parameter" if len(budgets) == 1 and points[0].budget else "")
+        )
+        ladder.trends.append(trend)
         _fit_scaling(ladder, points)
+    _data_trends(ladder)
     judge_trends(ladder.trends)
-    ladder.steps.sort(key=lambda s: (s.architecture, s.method, s.params or 0))
+    ladder.steps.sort(key=lambda s: (s.architecture, s.method, (s.budget or 0) if data_axis else 0, s.params or 0))
     return ladder
+
+
+def _assign_budgets(steps: list[Step]) -> None:
+    """Nominal tokens per parameter: ratios within 1.5x of the smallest of a run of them share the
+    rounded median (20.2 and 21.6 are one budget; 20, 80 and 300 are three)."""
+    ratios = sorted({r for s in steps if (r := s.tokens_per_param)})
+    groups: list[list[float]] = []
+    for r in ratios:
+        if groups and r <= groups[-1][0] * 1.5:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    nominal = {r: float(f"{np.median(g):.2g}") for g in groups for r in g}
+    for s in steps:
+        s.budget = nominal.get(s.tokens_per_param) if s.tokens_per_param else None
+
+
+def _data_trends(ladder: Ladder) -> None:
+    """At each size trained at two or more budgets: the gap's line against tokens per parameter."""
+    by_size: dict[tuple[str, str, int], list[Step]] = {}
+    for s in ladder.steps:
+        if s.params and s.budget:
+            by_size.setdefault((s.architecture, s.method, s.params), []).append(s)
+    for (_, _, params), points in sorted(by_size.items()):
+        if len({p.budget for p in points}) < 2:
+            continue
+        trend = fit_trend(sorted(points, key=lambda p: p.budget), axis=DATA)
+        trend.held = f"{params:,} parameters"
+        ladder.trends.append(trend)
 
 
 def _fit_scaling(ladder: Ladder, points: list[Step]) -> None:
@@ -245,6 +318,8 @@ def _fit_scaling(ladder: Ladder, points: list[Step]) -> None:
     series_f = {p.params: p.seed_loss for p in points if p.params and p.seed_loss}
     series_c = {p.params: p.twin_seed_loss for p in points if p.params and p.twin_seed_loss}
     first = points[0]
+    if len(points) < 2:
+        return
     method_fit, control_fit, pair = scaling.fit_pair(first.architecture, first.method, first.twin, series_f, series_c)
     ladder.pair_fits.append(pair)
     ladder.arm_fits.append(method_fit)
@@ -263,28 +338,31 @@ def render(ladder: Ladder, command: str, figure: str = "ladder.png") -> str:
         "",
         f"Generated by `{command}` from stored run records; do not edit by hand.",
         "",
-        "| architecture | parameters | method | twin | LR | seeds | gap % [95% CI] (+ = worse) | verdict | unstable runs "
-        "| training-FLOP saving |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| architecture | parameters | tokens per parameter | method | twin | LR | seeds | gap % [95% CI] (+ = worse) "
+        "| verdict | unstable runs | training-FLOP saving |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in ladder.steps:
         params = "n/a" if s.params is None else f"{s.params:,}"
         lines.append(
-            f"| {s.architecture} | {params} | {s.method} | {s.twin} | {_f(s.lr, 'g')} | {s.n} | "
+            f"| {s.architecture} | {params} | {_f(s.tokens_per_param, '.1f')} | {s.method} | {s.twin} | "
+            f"{_f(s.lr, 'g')} | {s.n} | "
             f"{_f(s.gap)} [{_f(s.ci_low)}, {_f(s.ci_high)}] | {s.verdict} | {s.unstable} | "
             f"{'n/a' if s.saving is None else format(100 * s.saving, '.2f') + '%'} |"
         )
     lines += [
         "",
-        "## Trend (weighted least squares of the gap on log10 parameters)",
+        "## Trend (weighted least squares of the gap on log10 of the axis)",
         "",
-        "| architecture | method | rungs | slope, % per decade [95% CI] | at 10x the largest | predicted gap [95% prediction interval] | note |",
-        "|---|---|---|---|---|---|---|",
+        "| architecture | method | axis | held fixed | rungs | slope, % per decade [95% CI] | at 10x the largest "
+        "| predicted gap [95% prediction interval] | note |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for t in ladder.trends:
         at = "n/a" if t.at is None else f"{t.at:,.0f}"
         lines.append(
-            f"| {t.architecture} | {t.method} | {t.rungs} | {_f(t.slope)} [{_f(t.slope_low)}, {_f(t.slope_high)}] | "
+            f"| {t.architecture} | {t.method} | {t.axis} | {t.held or 'n/a'} | {t.rungs} | "
+            f"{_f(t.slope)} [{_f(t.slope_low)}, {_f(t.slope_high)}] | "
             f"{at} | {_f(t.predicted)} [{_f(t.predicted_low)}, {_f(t.predicted_high)}] | {t.note} |"
         )
     lines += ["", f"![gap to the twin against parameters]({figure})", ""]
@@ -299,17 +377,18 @@ def _render_trend_test(ladder: Ladder) -> list[str]:
     lines = [
         "## Does the cost shrink with size? (the declared trend test)",
         "",
-        "One-sided tests of the trend's slope, Holm over each architecture's methods: 'shrinks' needs "
-        "the slope below 0, 'grows' above 0, each at 0.05 after Holm.",
+        "One-sided tests of the trend's slope, Holm over the methods of each architecture and line (axis and "
+        "what is held fixed): 'shrinks' needs the slope below 0, 'grows' above 0, each at 0.05 after Holm.",
         "",
-        "| architecture | method vs control | rungs | slope, % per decade [95% CI] | p (shrinks), Holm | "
-        "p (grows), Holm | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| architecture | method vs control | axis | held fixed | rungs | slope, % per decade [95% CI] | "
+        "p (shrinks), Holm | p (grows), Holm | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     twins = {(s.architecture, s.method): s.twin for s in ladder.steps}
     for t in ladder.trends:
         lines.append(
-            f"| {t.architecture} | {t.method} vs {twins.get((t.architecture, t.method), 'n/a')} | {t.rungs} | "
+            f"| {t.architecture} | {t.method} vs {twins.get((t.architecture, t.method), 'n/a')} | {t.axis} | "
+            f"{t.held or 'n/a'} | {t.rungs} | "
             f"{_f(t.slope)} [{_f(t.slope_low)}, {_f(t.slope_high)}] | {_f(t.p_shrink, '.3g')} | "
             f"{_f(t.p_grow, '.3g')} | {t.verdict} |"
         )

@@ -38,6 +38,7 @@ SPEC_KEYS = {
     "lr",
     "max_extend",
     "hypothesis",
+    "data_axis",
 }
 
 
@@ -81,16 +82,24 @@ def chosen_lrs(sweep_dir: Path) -> dict[str, float]:
     return {arm.method: arm.lr for group in comparison.groups for arm in group.arms if arm.lr is not None}
 
 
-def rung_spec(spec: dict[str, Any], family_name: str, rung: dict[str, Any], lrs: dict[str, list[float]]) -> dict:
-    """The sweep spec of one rung."""
+def rung_spec(
+    spec: dict[str, Any],
+    family_name: str,
+    rung: dict[str, Any],
+    lrs: dict[str, list[float]],
+    ratio: float | None = None,
+) -> dict:
+    """The sweep spec of one rung (at `ratio` tokens per parameter; default the spec's)."""
     family = spec["families"][family_name]
     shape = model_overrides(family, rung)
     base = load_yaml_text(Path(spec["base"]).read_text(encoding="utf-8"))
     tokens_per_step = base["batch_size"] * base["seq_len"]
     n = total_params(family["model"], shape, vocab_size=VOCAB)
-    steps = max(20, round(spec["tokens_per_param"] * n / tokens_per_step))
+    ratio = ratio or spec["tokens_per_param"]
+    steps = max(20, round(ratio * n / tokens_per_step))
+    suffix = "" if ratio == spec["tokens_per_param"] else f"-t{ratio:g}"
     return {
-        "name": f"{spec['name']}-{family_name}-{rung['name']}",
+        "name": f"{spec['name']}-{family_name}-{rung['name']}{suffix}",
         "base": Path(spec["base"]).as_posix(),
         "overrides": {
             "model": family["model"],
@@ -154,6 +163,41 @@ def run_family(spec: dict[str, Any], family: str, only: set[str] | None, paralle
     return done
 
 
+def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool) -> None:
+    """The tokens-per-parameter axis: listed rungs again at larger budgets, each arm's grid centred on
+    the LR the same rung chose at the ladder's budget (the same transfer rule)."""
+    out = Path(spec["out"])
+    rungs = {r["name"]: r for r in spec["rungs"]}
+    for entry in spec.get("data_axis") or []:
+        rung = rungs[entry["rung"]]
+        for ratio in entry["tokens_per_param"]:
+            rung_dir = out / f"{family}-{rung['name']}-t{ratio:g}"
+            spec_path = rung_dir / "ladder-rung.yaml"
+            if spec_path.is_file():
+                rs = load_yaml_text(spec_path.read_text(encoding="utf-8"))
+            else:
+                base_dir = out / f"{family}-{rung['name']}"
+                if plan and not (base_dir / "runs").is_dir():
+                    below = {a: math.sqrt(spec["lr"]["first"][0] * spec["lr"]["first"][-1]) for a in spec["arms"]}
+                elif not (base_dir / "runs").is_dir():
+                    print(f"{family} {rung['name']} at {ratio:g} tokens per parameter: waits for the rung", flush=True)
+                    continue
+                else:
+                    below = chosen_lrs(base_dir)
+                rs = rung_spec(spec, family, rung, grid_from(spec, below), ratio=ratio)
+            steps = rs["overrides"]["steps"]
+            print(f"{family} {rung['name']} at {ratio:g} tokens per parameter: {steps} steps", flush=True)
+            if plan:
+                continue
+            if not spec_path.is_file():
+                rung_dir.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(spec_path, _dump(rs))
+            cmd = ["sweep", spec_path.as_posix(), "--out", rung_dir.as_posix(), "--parallel", str(parallel)]
+            if oelm([*cmd, "--threads", "1"]) != 0:
+                print(f"{rung_dir}: the sweep failed; rerun to resume", flush=True)
+                return
+
+
 def _dump(raw: dict[str, Any]) -> str:
     import yaml
 
@@ -167,12 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rungs", nargs="+", default=None, help="only these rungs (the ones below must be finished)")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--plan", action="store_true", help="print each rung's size and budget; train nothing")
+    p.add_argument("--data-axis", action="store_true", help="run the spec's tokens-per-parameter rungs instead")
     args = p.parse_args(argv)
     spec = load(args.spec)
     for family in args.family or list(spec["families"]):
         if family not in spec["families"]:
             raise SystemExit(f"unknown family {family!r}; the spec has {sorted(spec['families'])}")
-        run_family(spec, family, set(args.rungs) if args.rungs else None, args.parallel, args.plan)
+        if args.data_axis:
+            run_data_axis(spec, family, args.parallel, args.plan)
+        else:
+            run_family(spec, family, set(args.rungs) if args.rungs else None, args.parallel, args.plan)
     return 0
 
 

@@ -1,0 +1,56 @@
+"""The declared scale ladder (configs/sweeps/scale-ladder/ladder.yaml) and its driver's planning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import load_script
+from oelm.utils.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "configs" / "sweeps" / "scale-ladder" / "ladder.yaml"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    return load_script("scale_ladder")
+
+
+def test_the_ladder_spans_two_decades_at_20_tokens_per_parameter_in_both_families(driver) -> None:
+    """Seven rungs per family, from a few thousand to a few hundred thousand parameters (>= 2 decades),
+    each rung's budget 20 tokens per total parameter; the hypothesis is declared in the spec."""
+    spec = driver.load(SPEC)
+    assert spec["hypothesis"]["test"] and set(spec["families"]) == {"gpt", "llama"}
+    for family in spec["families"]:
+        grids = driver.grid_from(spec, None)
+        sizes = []
+        for rung in spec["rungs"]:
+            rs = driver.rung_spec(spec, family, rung, grids)
+            o = rs["overrides"]
+            n = driver.total_params(o["model"], o["model_overrides"], driver.VOCAB)
+            assert o["steps"] * 8 * 128 / n == pytest.approx(20, rel=0.02)
+            assert rs["primary"] == spec["primary"] and set(rs["methods"]) == set(spec["arms"])
+            sizes.append(n)
+        assert sizes == sorted(sizes) and len(sizes) >= 6 and sizes[-1] / sizes[0] >= 100
+
+
+def test_the_transfer_rule_centres_each_arm_on_the_rung_below(driver) -> None:
+    spec = driver.load(SPEC)
+    below = dict.fromkeys(spec["arms"], 0.02)
+    below["oelm-freeze"] = 0.08
+    grids = driver.grid_from(spec, below)
+    assert grids["oelm-freeze"] == [0.04, 0.08, 0.16] and grids["baseline"] == [0.01, 0.02, 0.04]
+    with pytest.raises(UserError, match="chose no LR"):
+        driver.grid_from(spec, {"baseline": 0.02})
+
+
+def test_a_spec_without_a_declared_hypothesis_is_refused(driver, tmp_path: Path) -> None:
+    raw = yaml.safe_load(SPEC.read_text())
+    raw.pop("hypothesis")
+    (tmp_path / "base.yaml").write_text((SPEC.parent / "base.yaml").read_text())
+    (tmp_path / "ladder.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(UserError, match="declare the trend hypothesis"):
+        driver.load(tmp_path / "ladder.yaml")

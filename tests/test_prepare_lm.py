@@ -349,3 +349,31 @@ def test_the_gutenberg_folder_is_four_train_shards_and_whole_book_holdouts() -> 
     files = split_files(folder)
     assert [p.name for p in files["train"]] == [f"train_0{i}.txt" for i in range(4)]
     assert [p.name for p in files["val"]] == ["valid.txt"] and [p.name for p in files["test"]] == ["test.txt"]
+
+
+def test_a_csv_is_read_one_document_per_row_from_its_named_column(tmp_path: Path) -> None:
+    """Issue 48 item 4: a CSV of many rows is many documents, read from --text-field's column."""
+    import csv
+
+    src = tmp_path / "reviews.csv"
+    with src.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["label", "review"])
+        for i in range(200):
+            w.writerow([i % 2, f"review number {i}, with a comma\nand a line break"])
+    meta = prepare_lm(src, "byte", tmp_path / "out", text_field="review", verbose=False)
+    assert meta["holdout"]["from_docs"] == 200 and meta["holdout"]["n_docs"] == 10
+    with pytest.raises(
+        UserError, match=r"has no 'text' column \(its header: \['label', 'review'\]\); pass --text-field"
+    ):
+        prepare_lm(src, "byte", tmp_path / "out2", verbose=False)
+    tsv = tmp_path / "rows.tsv"
+    tsv.write_text("id\ttext\n" + "".join(f"{i}\trow {i}\n" for i in range(40)))
+    assert prepare_lm(tsv, "byte", tmp_path / "out3", verbose=False)["holdout"]["from_docs"] == 40
+
+
+def test_a_jsonl_text_field_holding_a_list_is_refused_not_read_as_its_repr(tmp_path: Path) -> None:
+    src = tmp_path / "docs.jsonl"
+    src.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": ["a", "b"]}) + "\n")
+    with pytest.raises(UserError, match=r"record 2: its 'text' field is a list, not text"):
+        prepare_lm(src, "byte", tmp_path / "out", verbose=False)

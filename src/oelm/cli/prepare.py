@@ -71,7 +71,12 @@ def register_lm(kinds: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workers", type=int, default=None, metavar="W", help="tokenizer threads/processes (default: all cores)"
     )
-    p.add_argument("--text-field", default="text", metavar="FIELD", help="text column of JSON lines / hub datasets")
+    p.add_argument(
+        "--text-field",
+        default="text",
+        metavar="FIELD",
+        help="text field of JSON lines, column of a CSV/TSV file (header row), or hub dataset field",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace the LM files in an existing --out folder")
     p.set_defaults(func=run_lm)
 

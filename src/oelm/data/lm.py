@@ -39,12 +39,13 @@ ACCEPTED_SOURCES = (
     "accepted sources: a text file (documents separated by '<|endoftext|>' lines, else by blank "
     "lines; WikiText raw files by ' = Title = ' headings); a folder of such files (files named "
     "train/valid/validation/test, wiki.train.raw, train_head.txt... are official splits, otherwise "
-    "one document per file); a .jsonl file with a text field; 'builtin:python-docs', "
+    "one document per file); a .jsonl file with a text field; a .csv / .tsv file with a header row "
+    "(one document per row, its --text-field column); 'builtin:python-docs', "
     "'builtin:python-stdlib' (Python's own documentation or standard-library source) or "
     "'builtin:tales' (generated children's stories); a Hugging "
     "Face dataset 'owner/name' or 'owner/name:config' (e.g. Salesforce/wikitext:wikitext-103-raw-v1)"
 )
-_TEXT_SUFFIXES = {"", ".txt", ".raw", ".text", ".tokens", ".jsonl"}
+_TEXT_SUFFIXES = {"", ".txt", ".raw", ".text", ".tokens", ".jsonl", ".csv", ".tsv"}
 # `train.txt`, `valid_head.txt`, `wiki.test.raw`, `wiki.train.head.txt`, `validation.jsonl`...
 # A split may come in numbered shards, read in name order: `train_00.txt`, `train-00001-of-00004.jsonl`.
 _SPLIT_FILE = re.compile(
@@ -337,6 +338,8 @@ def _file_docs(path: Path, text_field: str, whole_if_plain: bool) -> list[str]:
     """Documents of one file: JSON lines, or text split by EOT markers / WikiText titles / blank lines."""
     if path.suffix.lower() == ".jsonl":
         return _jsonl_docs(path, text_field)
+    if path.suffix.lower() in (".csv", ".tsv"):
+        return _table_docs(path, text_field)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a BOM is no text (it would change the first document)
     except UnicodeDecodeError:
@@ -393,9 +396,38 @@ def _jsonl_docs(path: Path, text_field: str) -> list[str]:
             raise UserError(
                 f"{str(path)!r} record {n} has no {text_field!r} field (has {sorted(record)}); pass --text-field"
             )
-        if str(record[text_field]).strip():
-            docs.append(str(record[text_field]))
+        value = record[text_field]
+        if not isinstance(value, str):
+            raise UserError(
+                f"{str(path)!r} record {n}: its {text_field!r} field is a {type(value).__name__}, not text; "
+                "pass --text-field naming a field that holds a string (or flatten the file first)"
+            )
+        if value.strip():
+            docs.append(value)
     return docs
+
+
+def _table_docs(path: Path, text_field: str) -> list[str]:
+    """One document per row of a CSV / TSV file with a header row: its `text_field` column."""
+    import csv
+
+    # A whole book in a cell is a document too: the module's 128 KiB cap would refuse it.
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+            columns = reader.fieldnames or []
+            if text_field not in columns:
+                raise UserError(
+                    f"{str(path)!r} has no {text_field!r} column (its header: {columns}); pass --text-field COLUMN"
+                )
+            return [row[text_field] for row in reader if (row.get(text_field) or "").strip()]
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    except csv.Error as e:
+        raise UserError(
+            f"{str(path)!r} is not a readable {path.suffix[1:].upper()} file ({e}); fix or convert it"
+        ) from None
 
 
 def holdout_indices(n_docs: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,9 +12,14 @@ import yaml
 from oelm.cli import main
 from oelm.experiments.confirm import (
     CONFIRMED,
+    EMPTY_SHA256,
     NO_CLAIM,
     NOT_CONFIRMED,
+    PilotLink,
+    make_plan,
+    pilot_link,
     plan_spec,
+    records_hash,
     report_confirmation,
     run_confirmation,
     write_plan,
@@ -22,6 +27,8 @@ from oelm.experiments.confirm import (
 from oelm.experiments.resolve import resolve_config
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
+from oelm.records.compact import write_record
+from oelm.records.load import find_run_dirs, load_runs
 from oelm.records.plan import PLAN_FILE, ConfirmationPlan, content_hash, read_plan, write_plan_file
 from oelm.training.config import dump_config
 from oelm.utils.errors import UserError
@@ -36,6 +43,12 @@ PILOT = {
     "oelm-random": [0.05, 0.045, 0.055],  # worse, resolved
     "oelm-qknorm": [0.03, -0.02, 0.01],  # unresolved: not a claim
 }
+
+
+@pytest.fixture(autouse=True)
+def _work_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test works in its scratch folder: a plan names its pilot relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 def _pilot(tmp_path: Path) -> Path:
@@ -267,3 +280,90 @@ def test_a_warning_of_the_fresh_table_reaches_the_file_and_the_terminal(tmp_path
     printed = capsys.readouterr().out
     assert "warning: unequal budgets (tokens_seen differ" in printed
     assert "- **Warning:** unequal budgets (tokens_seen differ" in (out / "confirmation.md").read_text()
+
+
+# --- the pilot link: a plan's records_sha256 (issue 47, item 6) -----------------------------------
+
+
+def _compact(pilot: Path, dst: Path) -> Path:
+    """The pilot as committed compact records (record.json only), with its sweep.yaml."""
+    dst.mkdir(parents=True)
+    (dst / "sweep.yaml").write_text((pilot / "sweep.yaml").read_text())
+    for run in load_runs([pilot / "runs"]):
+        write_record(run, dst / run.path.relative_to(pilot), relative_to=pilot)
+    return dst
+
+
+def test_a_plan_from_committed_pilot_records_hashes_them(tmp_path: Path) -> None:
+    """A pilot of compact records (record.json, no results.json) was hashed as no records: the
+    sha256 of an empty string (the stored Llama 124k and AG News plans carry it)."""
+    pilot = _pilot(tmp_path)
+    compact = _compact(pilot, tmp_path / "pilot-records")
+    plan = make_plan(compact, 3)
+    dirs = find_run_dirs([compact])
+    assert plan.pilot.records_sha256 != EMPTY_SHA256
+    assert (plan.pilot.records_sha256, len(dirs)) == records_hash(compact, dirs)
+    assert plan.pilot.runs == len(dirs) == 24
+    # One record changed: another hash (the plan names exactly the records its claims came from).
+    record = dirs[0] / "record.json"
+    record.write_text(record.read_text().replace('"seed"', '"seed" ', 1))
+    assert records_hash(compact, dirs)[0] != plan.pilot.records_sha256
+    assert make_plan(pilot, 3).pilot.records_sha256 != EMPTY_SHA256  # run directories: results.json
+
+
+def test_hashing_no_records_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "pilot" / "runs" / "baseline" / "lr0.001" / "seed0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")  # started, never finished: no results
+    with pytest.raises(UserError, match="none of its 1 runs holds results.json or record.json"):
+        records_hash(tmp_path / "pilot", [run])
+    with pytest.raises(UserError, match="none of its 0 runs"):
+        records_hash(tmp_path / "pilot", [])
+
+
+STORED_CONFIRMATIONS = sorted(p.parent for p in REPO.glob("docs/results/**/plan.json"))
+
+
+def test_stored_plans_without_a_pilot_link_are_listed_and_their_pages_say_so(monkeypatch) -> None:
+    """The stored plans whose pilot records_sha256 is the sha256 of no records: their confirmation
+    pages say plainly that the link is missing and give the hash recomputed after the fact."""
+    monkeypatch.chdir(REPO)  # plans name their pilot from the repository root
+    unlinked = {}
+    for folder in STORED_CONFIRMATIONS:
+        plan = read_plan(folder)
+        page = (folder / "confirmation.md").read_text(encoding="utf-8")
+        done = json.loads((folder / "confirmation.json").read_text(encoding="utf-8"))
+        if plan.pilot.records_sha256 != EMPTY_SHA256:
+            assert pilot_link(plan) is None and "pilot link is missing" not in page and done["pilot_link"] is None
+            continue
+        name = folder.relative_to(REPO / "docs/results").as_posix()
+        sha, n = records_hash(plan.pilot.dir, find_run_dirs([plan.pilot.dir]))
+        unlinked[name] = n
+        assert pilot_link(plan) == PilotLink((sha, n)) and n == plan.pilot.runs
+        assert "**The plan's pilot link is missing:**" in page
+        assert f"Recomputed after the fact from the committed pilot records in `{plan.pilot.dir}`" in page
+        assert f"`{sha}`. That hash is not part of the sealed plan." in page
+        linked = {"records_sha256": sha, "records": n}
+        assert done["pilot_link"] == {"missing": True, "recomputed_after_the_fact": linked}
+    assert unlinked == {"finetune-agnews-minilm/records": 27, "ladder/llama-d64-confirm/records": 69}
+
+
+def test_a_pilot_named_by_a_machine_path_is_refused_before_the_plan_is_written(tmp_path: Path, monkeypatch) -> None:
+    """The SST-2 board's plan named its pilot /tmp/board37, so it could not be stored with its
+    records: a plan names its pilot relative to the working directory, or is not written."""
+    pilot = _pilot(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(
+        UserError, match="absolute path outside the working directory.*cd .* && oelm confirm plan pilot"
+    ):
+        write_plan(pilot, work / "confirm", 3)
+    assert not (work / "confirm").exists()
+    assert write_plan("../pilot", work / "confirm", 3)[1].pilot.dir == "../pilot"  # named relatively: kept
+    monkeypatch.chdir(tmp_path)
+    _, plan = write_plan(pilot, tmp_path / "inside", 3)  # absolute, under the working directory
+    assert (
+        plan.pilot.dir == "pilot"
+        and json.loads((tmp_path / "inside" / PLAN_FILE).read_text())["pilot"]["dir"] == "pilot"
+    )

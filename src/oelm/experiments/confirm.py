@@ -22,6 +22,7 @@ from typing import Any
 from oelm.experiments.executors import ExecutorSpec
 from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
+from oelm.records.compact import RECORD_FILE
 from oelm.records.load import find_run_dirs, load_run
 from oelm.records.plan import (
     PLAN_FILE,
@@ -35,7 +36,7 @@ from oelm.records.plan import (
     read_plan,
     write_plan_file,
 )
-from oelm.records.run import RunRecord
+from oelm.records.run import RESULTS_FILE, RunRecord
 from oelm.records.sweep import SWEEP_FILE, check_primary, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Group, Versus, compare, gap_by_seed
@@ -67,14 +68,35 @@ def _pilot_spec(sweep_dir: Path) -> SweepSpec:
     return SweepSpec.from_record(record)
 
 
-def _records_hash(sweep_dir: Path, runs: Sequence[RunRecord]) -> str:
-    """sha256 over every pilot run's results.json (by path): which records the claims came from."""
-    lines = sorted(
-        f"{os.path.relpath(r.path, sweep_dir)} {_file_hash(r.path / 'results.json')}"
-        for r in runs
-        if (r.path / "results.json").is_file()
-    )
-    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+# sha256 of no bytes: what the records hash was when it read no record (plans written before
+# records_hash counted compact records hold it; see pilot_link_lines).
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def _result_file(run_dir: Path) -> Path | None:
+    """The file holding a run's results: results.json of a run directory, else a committed record.json."""
+    for name in (RESULTS_FILE, RECORD_FILE):
+        if (run_dir / name).is_file():
+            return run_dir / name
+    return None
+
+
+def records_hash(sweep_dir: str | Path, run_dirs: Sequence[Path]) -> tuple[str, int]:
+    """sha256 over every pilot run's results (results.json, or record.json for a committed compact
+    record; by path), and how many it read: which records the claims came from.
+
+    A UserError when it reads none: the sha256 of no records ties a plan to nothing (the Llama 124k
+    and AG News plans carry one, written when only results.json was read and their pilots were
+    committed records holding record.json)."""
+    files = [(d, f) for d in run_dirs if (f := _result_file(Path(d))) is not None]
+    if not files:
+        raise UserError(
+            f"{sweep_dir}: none of its {len(run_dirs)} runs holds {RESULTS_FILE} or {RECORD_FILE}, so the plan "
+            "could tie its claims to no record; pass the finished pilot (a directory `oelm sweep` wrote, "
+            "or its committed records)"
+        )
+    lines = sorted(f"{os.path.relpath(d, sweep_dir)} {_file_hash(f)}" for d, f in files)
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest(), len(files)
 
 
 def _setting(spec: SweepSpec, arm: Arm) -> tuple[FixedArm, dict[str, Any]]:
@@ -266,7 +288,7 @@ def make_plan(
             seeds=pilot_seeds,
             runs=len(runs),
             sweep_yaml_sha256=_file_hash(sweep_dir / SWEEP_FILE),
-            records_sha256=_records_hash(sweep_dir, runs),
+            records_sha256=records_hash(sweep_dir, [r.path for r in runs])[0],
             reference_rule=boards[0].reference_rule,
         ),
         table=BoardTable(
@@ -295,6 +317,26 @@ def _inside(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
 
 
+def _named_relatively(sweep_dir: Path) -> Path:
+    """The pilot as a plan names it: relative to the working directory, never one machine's folder.
+
+    The SST-2 board's plan named its pilot /tmp/board37, so it could not be stored with its records
+    (stored pages name no machine's folders) and a sealed plan cannot be edited: an absolute path
+    under the working directory is made relative, one outside it is refused before anything is written.
+    """
+    if not sweep_dir.is_absolute():
+        return sweep_dir
+    here = Path.cwd().resolve()
+    if _inside(sweep_dir, here):
+        return sweep_dir.resolve().relative_to(here)
+    raise UserError(
+        f"the pilot {sweep_dir} is named by an absolute path outside the working directory, and plan.json "
+        "would carry it (a plan is committed with its records, which name no machine's folders); run "
+        "`oelm confirm plan` from a folder above the pilot and name it relatively (e.g. `cd "
+        f"{sweep_dir.parent} && oelm confirm plan {sweep_dir.name} ...`)"
+    )
+
+
 def write_plan(
     sweep_dir: str | Path,
     out: str | Path,
@@ -309,7 +351,7 @@ def write_plan(
     out = Path(out)
     if _inside(out, Path(sweep_dir)):
         raise UserError(f"--out {out} lies inside the pilot {sweep_dir}; its runs would count as pilot runs")
-    plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin, every, primary)
+    plan = make_plan(_named_relatively(Path(sweep_dir)), n_seeds, claims, baseline, margin, every, primary)
     return write_plan_file(out, plan), plan
 
 
@@ -484,6 +526,47 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
 # output
 
 
+@dataclass(frozen=True)
+class PilotLink:
+    """A plan whose pilot records_sha256 is the sha256 of no records: the link to its pilot is
+    missing. `recomputed`: the hash over the pilot's records as they are found now (after the fact,
+    not part of the sealed plan) and how many it read; None where the pilot is not found here."""
+
+    recomputed: tuple[str, int] | None
+
+
+def pilot_link(plan: ConfirmationPlan) -> PilotLink | None:
+    """None where the plan ties its pilot to records; else what can be said of the missing link."""
+    if plan.pilot.records_sha256 != EMPTY_SHA256:
+        return None
+    folder = Path(plan.pilot.dir)
+    dirs = find_run_dirs([folder]) if folder.is_dir() else []
+    return PilotLink(records_hash(folder, dirs) if dirs else None)
+
+
+def pilot_link_lines(plan: ConfirmationPlan) -> list[str]:
+    """The page's plain statement that the plan's pilot link is missing (nothing where it is not)."""
+    link = pilot_link(plan)
+    if link is None:
+        return []
+    pilot = plan.pilot
+    text = (
+        f"**The plan's pilot link is missing:** its pilot `records_sha256` is `{EMPTY_SHA256}`, the sha256 "
+        f"of no records (the plan was written when only results.json files were hashed, and `{pilot.dir}` "
+        "held committed record.json files), so the sealed plan does not say which pilot records its claims "
+        "came from."
+    )
+    if link.recomputed is None:
+        text += f" It is not recomputed here: `{pilot.dir}` is not found from this folder."
+    else:
+        sha, n = link.recomputed
+        text += (
+            f" Recomputed after the fact from the committed pilot records in `{pilot.dir}` ({n} records; the plan "
+            f"counted {pilot.runs} runs): `{sha}`. That hash is not part of the sealed plan."
+        )
+    return [text, ""]
+
+
 def _claim_cell(claim: Claim) -> str:
     return f"{claim.wording} (pilot, {claim.pilot.seeds} seeds, gap {claim.pilot.mean_gap:+.2f}%)"
 
@@ -512,6 +595,7 @@ def render(conf: Confirmation) -> list[str]:
         f"(seeds {', '.join(map(str, pilot.seeds))}, {pilot.runs} runs): its numbers are labelled pilot "
         "and enter no statistic below.",
         "",
+        *pilot_link_lines(plan),
         f"Fresh seeds {seeds}; {table.dataset} ({table.task}, {table.model}), {table.primary_metric}; "
         f"reference {plan.reference}; each arm at the LR its pilot validation chose "
         f"({lrs}). Each claim is tested on the fresh "
@@ -548,6 +632,15 @@ def summary_lines(conf: Confirmation) -> list[str]:
     return text_table(["Method", "Claim (pilot)", "Fresh verdict", "Result"], rows)
 
 
+def _pilot_link_json(plan: ConfirmationPlan) -> dict[str, Any] | None:
+    """confirmation.json's pilot_link: None where the plan ties its pilot to records."""
+    link = pilot_link(plan)
+    if link is None:
+        return None
+    sha, n = link.recomputed or (None, None)
+    return {"missing": True, "recomputed_after_the_fact": {"records_sha256": sha, "records": n} if sha else None}
+
+
 def to_json(conf: Confirmation) -> dict[str, Any]:
     """confirmation.json: the plan's identity, and per claim its pilot claim and fresh numbers."""
 
@@ -567,6 +660,7 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
     return {
         "plan_sha256": plan.sha256,
         "pilot": plan.pilot.to_dict(),
+        "pilot_link": _pilot_link_json(plan),
         "reference": plan.reference,
         "seeds": plan.seeds,
         "margin": plan.margin,

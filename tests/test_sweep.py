@@ -260,3 +260,21 @@ def test_edge_step_is_the_grid_s_own_or_doubling_for_one_point() -> None:
     assert edge_step([1e-3], "up") == 2.0 and edge_step([1e-3], "down") == 0.5
     assert edge_step([1e-4, 3e-4, 1e-3], "up") == pytest.approx(1e-3 / 3e-4)
     assert edge_step([1e-4, 3e-4, 1e-3], "down") == pytest.approx(1 / 3)
+
+
+def test_a_grid_also_extends_past_an_edge_whose_best_mean_the_robust_rule_rejected(tmp_path: Path) -> None:
+    """The robust rule rejects the smallest LR (its seeds scatter 18%) and chooses the middle one,
+    but the smallest has the best mean: the best LR may lie below it, so the grid grows downward."""
+    from oelm.experiments.sweep import SweepSpec, extend_grids
+    from test_report import make_run
+
+    values = {0.08: [2.6, 2.7, 3.1], 0.16: [2.94, 2.95, 2.96], 0.32: [3.05, 3.06, 3.07]}
+    for lr, losses in values.items():
+        for seed, v in enumerate(losses):
+            make_run(tmp_path, "baseline", lr, seed, best_val_loss=v, curve=[v + 0.1, v])
+    spec = SweepSpec("s", {}, {"baseline": {"lr": [0.08, 0.16, 0.32]}}, [0, 1, 2], out=tmp_path, max_extend=2)
+    assert spec.runs()[0].run_dir.is_dir()  # the records sit where the sweep looks for them
+    added = extend_grids(spec)
+    assert added == ["baseline: best mean (rejected as unstable) lr 0.08 at the smallest of its grid, adding lr 0.04"]
+    assert spec.methods["baseline"]["lr"] == [0.04, 0.08, 0.16, 0.32]
+    assert spec.extended["baseline"] == [{"lr": 0.04, "side": "down", "chosen": 0.16}]

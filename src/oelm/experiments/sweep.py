@@ -14,7 +14,7 @@ from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run
 from oelm.records.comparable import flat_config
 from oelm.records.load import load_run
 from oelm.records.run import read_results, read_run_config, run_finished
-from oelm.records.sweep import LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
+from oelm.records.sweep import BEST_MEAN, LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
 
@@ -256,8 +256,11 @@ def extend_grids(spec: SweepSpec, methods: Sequence[str] | None = None) -> list[
     finished: the setting chosen on validation (the report's rule, reports.aggregate) is found; if
     its LR is the largest (smallest) of the arm's grid and fewer than `max_extend` LRs were added on
     that side, the next LR beyond it joins the arm's grid, at the grid's own geometric step at that
-    edge (x2 or /2 for a one-point grid), so the caller trains it for the same seeds. Only
-    validation decides: no held-out number is read. A one-point grid is at both edges.
+    edge (x2 or /2 for a one-point grid), so the caller trains it for the same seeds. The same
+    holds where the edge has the best mean validation value but the robust rule rejected it (its
+    seeds scatter): the best LR may lie beyond that edge, and a grid that stops there never finds
+    it (a ladder's transfer rule once left a control 30% behind this way). Only validation
+    decides: no held-out number is read. A one-point grid is at both edges.
     """
     if spec.max_extend <= 0:
         return []
@@ -266,22 +269,26 @@ def extend_grids(spec: SweepSpec, methods: Sequence[str] | None = None) -> list[
         arm_runs = [r for r in spec.runs() if r.method == method]
         if not arm_runs or not all(r.finished() for r in arm_runs):
             continue  # a failed or unfinished run: the choice is not settled
-        chosen = chosen_setting([load_run(r.run_dir) for r in arm_runs], spec.lr_rule)
+        records = [load_run(r.run_dir) for r in arm_runs]
+        chosen = chosen_setting(records, spec.lr_rule)
         if chosen is None:
             continue
+        best = chosen_setting(records, BEST_MEAN) if spec.lr_rule != BEST_MEAN else chosen
+        edges_to_pass = {chosen.lr} | ({best.lr} if best is not None else set())
         grid = sorted(spec.methods[method]["lr"])
         made = spec.extended.setdefault(method, [])
         original = sorted(set(grid) - {e["lr"] for e in made})
         for side, edge in (("down", grid[0]), ("up", grid[-1])):
-            if chosen.lr != edge or sum(e["side"] == side for e in made) >= spec.max_extend:
+            if edge not in edges_to_pass or sum(e["side"] == side for e in made) >= spec.max_extend:
                 continue
             new = float(f"{edge * edge_step(original, side):.6g}")
             if new in grid:
                 continue
-            made.append({"lr": new, "side": side, "chosen": edge})
+            made.append({"lr": new, "side": side, "chosen": chosen.lr})
             spec.methods[method]["lr"] = sorted([*spec.methods[method]["lr"], new])
+            why = "chosen" if chosen.lr == edge else "best mean (rejected as unstable)"
             added.append(
-                f"{method}: chosen lr {edge:g} at the {'largest' if side == 'up' else 'smallest'} "
+                f"{method}: {why} lr {edge:g} at the {'largest' if side == 'up' else 'smallest'} "
                 f"of its grid, adding lr {new:g}"
             )
         if not made:

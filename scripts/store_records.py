@@ -20,7 +20,7 @@ from oelm.records.layout import RUNS
 from oelm.records.load import load_runs
 from oelm.utils.errors import UserError
 
-TOP_FILES = ("sweep.yaml", "plan.json", "confirmation.md", "confirmation.json")
+TOP_FILES = ("sweep.yaml", "plan.json", "plan-commit.json", "confirmation.md", "confirmation.json")
 
 
 def store(src: Path, dst: Path) -> int:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,7 +32,15 @@ from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
 from oelm.records.compact import write_record
 from oelm.records.load import find_run_dirs, load_runs
-from oelm.records.plan import PLAN_FILE, ConfirmationPlan, content_hash, read_plan, write_plan_file
+from oelm.records.plan import (
+    PLAN_COMMIT_FILE,
+    PLAN_FILE,
+    ConfirmationPlan,
+    PlanCommit,
+    content_hash,
+    read_plan,
+    write_plan_file,
+)
 from oelm.training.config import dump_config
 from oelm.utils.errors import UserError
 from test_report import make_run
@@ -180,7 +191,7 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
     make_run(out, "oelm-random", 3e-3, 0, test_perplexity=99.0, best_val_loss=1.6)  # a stray pilot seed: ignored
     _as_planned(out)
     capsys.readouterr()
-    assert main(["confirm", "run", str(out)]) == 0
+    assert main(["confirm", "run", str(out), "--uncommitted-plan"]) == 0
     printed = capsys.readouterr().out
     assert "1 of 2 claim(s) confirmed" in printed and "not confirmed" in printed
 
@@ -205,7 +216,7 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
         (run / "results.json").unlink()
     with pytest.raises(UserError, match="1 of the plan's 9 runs are missing or unfinished"):
         report_confirmation(out)  # judges records only: trains nothing, so it refuses
-    conf = run_confirmation(out, progress=False)
+    conf = run_confirmation(out, uncommitted_plan=True, progress=False)
     freeze = next(c for c in conf.results if c.claim.method == "oelm-freeze")
     assert freeze.result == NOT_CONFIRMED and "fewer than the 3 planned" in freeze.why
 
@@ -226,7 +237,7 @@ def test_all_plans_every_arm_and_unresolved_pilots_make_no_claim(tmp_path: Path)
         make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * (1 + [0.05, 0.045, 0.05][i]), best_val_loss=1.6)
         make_run(out, "oelm-qknorm", 3e-3, seed, test_perplexity=ppl * (1 + [0.04, 0.041, 0.039][i]), best_val_loss=1.6)
     _as_planned(out)
-    conf = run_confirmation(out, progress=False)
+    conf = run_confirmation(out, uncommitted_plan=True, progress=False)
     by = {c.claim.method: c for c in conf.results}
     assert by["oelm-freeze"].result == CONFIRMED and by["oelm-random"].result == CONFIRMED
     assert by["oelm-qknorm"].result == NO_CLAIM  # resolved on fresh seeds, but it was no pilot claim
@@ -250,7 +261,7 @@ def test_run_trains_only_the_planned_runs(tmp_path: Path) -> None:
     # A wide margin gives 6-step runs a claim either way (a resolved gap or equivalence).
     _, plan = write_plan(tmp_path / "pilot", out, 3, margin=50.0)
     lrs = {m: a.lr for m, a in plan.arms.items()}
-    conf = run_confirmation(out, progress=False, threads=1)
+    conf = run_confirmation(out, uncommitted_plan=True, progress=False, threads=1)
     assert conf.outcome is not None and not conf.outcome.failed
     trained = {(r.method, r.lr, r.seed) for r in conf.outcome.trained}
     assert trained == {(m, lr, s) for m, lr in lrs.items() for s in (3, 4, 5)}
@@ -260,7 +271,7 @@ def test_run_trains_only_the_planned_runs(tmp_path: Path) -> None:
         config = yaml.safe_load((out / "runs" / d / "config.yaml").read_text())
         assert config["lr"] == lrs[d.split("/")[0]] and config["seed"] in (3, 4, 5)
     assert {c.result for c in conf.results} <= {CONFIRMED, NOT_CONFIRMED} and len(conf.results) == 1
-    again = run_confirmation(out, progress=False, threads=1)  # resumable: nothing trains twice
+    again = run_confirmation(out, uncommitted_plan=True, progress=False, threads=1)  # resumable: nothing trains twice
     assert again.outcome is not None and not again.outcome.trained and len(again.outcome.skipped) == 6
 
 
@@ -276,7 +287,7 @@ def test_a_warning_of_the_fresh_table_reaches_the_file_and_the_terminal(tmp_path
             make_run(out, method, 3e-3, seed, test_perplexity=11 + i / 10, best_val_loss=1.6, **short)
     _as_planned(out)
     capsys.readouterr()
-    assert main(["confirm", "run", str(out)]) == 0
+    assert main(["confirm", "run", str(out), "--uncommitted-plan"]) == 0
     printed = capsys.readouterr().out
     assert "warning: unequal budgets (tokens_seen differ" in printed
     assert "- **Warning:** unequal budgets (tokens_seen differ" in (out / "confirmation.md").read_text()
@@ -367,3 +378,108 @@ def test_a_pilot_named_by_a_machine_path_is_refused_before_the_plan_is_written(t
         plan.pilot.dir == "pilot"
         and json.loads((tmp_path / "inside" / PLAN_FILE).read_text())["pilot"]["dir"] == "pilot"
     )
+
+
+# --- a plan committed before its runs (issue 47, item 6) -------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    """git in `repo` with a fixed identity, whatever repository the test itself runs in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env |= dict.fromkeys(("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"), "tester")
+    env |= dict.fromkeys(("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"), "tester@example.org")
+    done = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env)
+    return done.stdout.strip()
+
+
+def _fresh(out: Path) -> None:
+    """The planned fresh runs of the default plan, finished (oelm-freeze ~10% worse)."""
+    for i, (seed, ppl) in enumerate({3: 10.1, 4: 9.8, 5: 10.3}.items()):
+        make_run(out, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
+        make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=ppl * (1 + [0.10, 0.105, 0.095][i]), best_val_loss=1.6)
+        make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * 1.05, best_val_loss=1.6)
+    _as_planned(out)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git repository whose runs/ folder is ignored, as this project's; the working directory."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    root = tmp_path / "repo"
+    root.mkdir()
+    _git(root, "init", "-q")
+    (root / ".gitignore").write_text("runs/\n")
+    _git(root, "add", ".gitignore")
+    _git(root, "commit", "-q", "-m", "start")
+    monkeypatch.chdir(root)
+    _pilot(root / "runs")
+    return root
+
+
+def _commit(repo: Path, plan: Path, to: str) -> tuple[str, str]:
+    """Copy a plan into the repository and commit it: (commit, committer date)."""
+    (repo / to).parent.mkdir(parents=True, exist_ok=True)
+    (repo / to).write_bytes(plan.read_bytes())
+    _git(repo, "add", to)
+    _git(repo, "commit", "-q", "-m", "Fix the plan before its runs")
+    return _git(repo, "rev-parse", "HEAD"), _git(repo, "log", "-1", "--format=%cI")
+
+
+def test_confirm_run_refuses_a_plan_no_commit_holds_and_records_the_one_that_does(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = repo / "runs" / "confirm" / "x"  # ignored: plans live outside the history
+    assert main(["confirm", "plan", "runs/pilot", "--seeds", "3", "--out", str(out)]) == 0
+    _fresh(out)
+    with pytest.raises(UserError, match=r"is in no git commit .*cp .*plan\.json docs/results/NAME/records/plan\.json"):
+        run_confirmation(out, progress=False)
+    assert main(["confirm", "run", str(out)]) == 2  # the command: the same refusal, nothing run
+    assert not (out / PLAN_COMMIT_FILE).exists() and not (out / "confirmation.md").exists()
+
+    # An edited copy committed is not the plan.
+    edited = json.loads((out / PLAN_FILE).read_text())
+    (repo / "edited.json").write_text(json.dumps({**edited, "margin": 2.0}))
+    _git(repo, "add", "edited.json")
+    _git(repo, "commit", "-q", "-m", "an edited copy")
+    with pytest.raises(UserError, match="is in no git commit"):
+        run_confirmation(out, progress=False)
+
+    commit, date = _commit(repo, out / PLAN_FILE, "docs/results/x/records/plan.json")
+    monkeypatch.chdir(tmp_path)  # the repository the plan sits in answers from anywhere
+    run_confirmation(out, progress=False)
+    recorded = json.loads((out / PLAN_COMMIT_FILE).read_text())
+    assert recorded["commit"] == commit and recorded["date"] == date
+    assert recorded["path"] == "docs/results/x/records/plan.json" and recorded["plan_sha256"] == edited["sha256"]
+    line = f"Plan committed before the runs: `docs/results/x/records/plan.json` in commit `{commit}` ({date})"
+    page = (out / "confirmation.md").read_text()
+    assert line in page and json.loads((out / "confirmation.json").read_text())["plan_commit"] == recorded
+
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "later")  # a later commit moves nothing
+    run_confirmation(out, progress=False)
+    assert json.loads((out / PLAN_COMMIT_FILE).read_text()) == recorded
+    assert report_confirmation(out, tmp_path / "again").plan_commit == PlanCommit(**recorded)
+    assert (tmp_path / "again" / "confirmation.md").read_text() == page
+
+
+def test_an_uncommitted_plan_runs_only_by_the_flag_and_the_page_says_so(repo: Path) -> None:
+    out = repo / "runs" / "confirm" / "y"
+    assert main(["confirm", "plan", "runs/pilot", "--seeds", "3", "--out", str(out)]) == 0
+    _fresh(out)
+    assert main(["confirm", "run", str(out), "--uncommitted-plan"]) == 0
+    recorded = json.loads((out / PLAN_COMMIT_FILE).read_text())
+    assert recorded["commit"] is None and recorded["date"] is None and recorded["path"] is None
+    assert "**Plan not committed before the runs:**" in (out / "confirmation.md").read_text()
+    # Committed after its runs began: the record keeps what was true when they began.
+    _commit(repo, out / PLAN_FILE, "docs/results/y/records/plan.json")
+    conf = run_confirmation(out, progress=False)
+    assert conf.plan_commit is not None and not conf.plan_commit.committed
+    assert json.loads((out / "confirmation.json").read_text())["plan_commit"]["commit"] is None
+
+
+def test_stored_confirmations_say_their_plan_commit_was_not_recorded() -> None:
+    """Confirmations stored before `confirm run` checked the commit: the page says it is not recorded."""
+    for folder in STORED_CONFIRMATIONS:
+        page = (folder / "confirmation.md").read_text(encoding="utf-8")
+        if not (folder / PLAN_COMMIT_FILE).exists():
+            assert "The plan's commit before the runs is not recorded" in page, folder

@@ -65,7 +65,10 @@ PILOTS = {
 
 
 @pytest.mark.parametrize("kind", list(PILOTS))
-def test_a_verdicts_confirm_plan_is_accepted(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_verdicts_confirm_plan_is_accepted(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # `confirm plan` names its pilot relative to the working directory
     sweep = pilot(tmp_path / "pilot", PILOTS[kind])
     extend = confirm_command(sweep)  # what `oelm sweep` and `oelm compare` quote
     report, comparison = write_report([sweep], extend=extend)

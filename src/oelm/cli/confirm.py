@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Confirmation on fresh seeds. `plan` takes a finished pilot sweep's claims (every "
         "method whose verdict against the board's reference is resolved or equivalent, or --claims), "
         "fixes each arm at the LR the pilot's validation chose, picks N seeds the pilot never used and "
-        "writes DIR/plan.json with a sha256 before anything runs. `run` refuses an edited plan, trains "
+        "writes DIR/plan.json with a sha256 before anything runs. `run` refuses an edited plan or one that no "
+        "git commit holds (commit a copy of plan.json first; the commit is recorded), trains "
         "exactly the planned runs (resumable) and reports each claim as confirmed or not confirmed on "
         "the fresh seeds only (same paired test, Holm over the claims, same margin).",
     )
@@ -62,6 +63,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("dir", metavar="DIR", help="the directory holding plan.json")
     run.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once (subprocesses)")
     run.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run")
+    run.add_argument(
+        "--uncommitted-plan",
+        action="store_true",
+        help="run a plan that no git commit holds (default: refused; the page then says the plan was not "
+        "committed before the runs)",
+    )
     add_executor_flags(run)
     run.set_defaults(func=run_run)
     report = steps.add_parser(
@@ -95,9 +102,23 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_run(args: argparse.Namespace) -> int:
     """Run the plan and print each claim's result."""
-    from oelm.experiments.confirm import CONFIRMED, NO_CLAIM, run_confirmation, summary_lines, verdict_warnings
+    from oelm.experiments.confirm import (
+        CONFIRMED,
+        NO_CLAIM,
+        plan_commit_line,
+        run_confirmation,
+        summary_lines,
+        verdict_warnings,
+    )
 
-    conf = run_confirmation(args.dir, parallel=args.parallel, threads=args.threads, executor=executor_of(args))
+    conf = run_confirmation(
+        args.dir,
+        parallel=args.parallel,
+        threads=args.threads,
+        executor=executor_of(args),
+        uncommitted_plan=args.uncommitted_plan,
+    )
+    print(plan_commit_line(conf.plan_commit))
     print("\n".join(summary_lines(conf)))
     for warning in verdict_warnings(conf):  # what changes a verdict's meaning shows here, not only in the file
         print(f"warning: {warning}")

@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from oelm.experiments.sweep import SweepSpec, validate
 from oelm.records.compact import RECORD_FILE
 from oelm.records.load import find_run_dirs, load_run
 from oelm.records.plan import (
+    KIND,
+    PLAN_COMMIT_FILE,
     PLAN_FILE,
     BoardTable,
     Claim,
@@ -32,8 +35,12 @@ from oelm.records.plan import (
     FixedArm,
     Pilot,
     PilotNumbers,
+    PlanCommit,
     SeedPlan,
+    content_hash,
     read_plan,
+    read_plan_commit,
+    write_plan_commit,
     write_plan_file,
 )
 from oelm.records.run import RESULTS_FILE, RunRecord
@@ -42,6 +49,7 @@ from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Group, Versus, compare, gap_by_seed
 from oelm.reports.board import Entry, build
 from oelm.reports.tables import family_lines, fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
+from oelm.utils import git
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 
@@ -402,6 +410,8 @@ class Confirmation:
     group: Group | None
     results: list[ClaimResult]
     outcome: SweepOutcome | None = None
+    # What `confirm run` found before the runs (plan-commit.json); None: not recorded (run before the check).
+    plan_commit: PlanCommit | None = None
 
 
 def _fresh_runs(spec: SweepSpec) -> list[RunRecord]:
@@ -480,20 +490,68 @@ def seed_plan_lines(plan: ConfirmationPlan, results: Sequence[ClaimResult] = ())
     return lines
 
 
+def find_plan_commit(plan: ConfirmationPlan, folder: str | Path) -> tuple[str, str, str] | None:
+    """(commit, committer date, path) of the oldest commit whose file holds this plan's content, in
+    the repository FOLDER sits in or the working directory's (plans live in ignored folders such as
+    runs/confirm/NAME: the committed copy is any file of HEAD's tree that is this plan, its sha256
+    verifying); None where no commit holds it."""
+    repos = [r for r in (git.repository_root(folder), git.repository_root(Path.cwd())) if r is not None]
+    for repo in dict.fromkeys(repos):
+        for path in git.committed_files_with(repo, plan.sha256, "*.json"):
+            try:
+                raw = json.loads(git.show(repo, "HEAD", path) or "")
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(raw, dict) or raw.get("kind") != KIND or raw.get("sha256") != plan.sha256:
+                continue
+            if content_hash(raw) != plan.sha256:
+                continue  # an edited copy: not the plan
+            commit, date = git.first_commit_with(repo, plan.sha256, path) or (None, None)
+            if commit is not None and date is not None:
+                return commit, date, path
+    return None
+
+
+def check_plan_commit(plan: ConfirmationPlan, out: Path, uncommitted: bool = False) -> PlanCommit:
+    """The plan's commit before its runs: refused (one UserError) where no commit holds the plan,
+    unless `uncommitted`; recorded in OUT/plan-commit.json the first time, kept by every later call
+    (a resumed confirmation keeps what was true when its first run began)."""
+    found = find_plan_commit(plan, out)
+    if found is None and not uncommitted:
+        raise UserError(
+            f"{out / PLAN_FILE} (sha256 {plan.sha256[:12]}) is in no git commit of this repository: a "
+            "confirmation's plan is committed before its runs, so the order can be checked from history. Copy "
+            f"it into the repository beside the board's records (e.g. `cp {out / PLAN_FILE} "
+            "docs/results/NAME/records/plan.json`), commit it, then run again; or pass --uncommitted-plan, "
+            "and the page says the plan was not committed before the runs"
+        )
+    recorded = read_plan_commit(out, plan)
+    if recorded is not None:
+        return recorded
+    commit, date, path = found or (None, None, None)
+    checked = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    record = PlanCommit(plan.sha256, commit, date, path, checked)
+    write_plan_commit(out, record)
+    return record
+
+
 def run_confirmation(
     out: str | Path,
     parallel: int = 1,
     threads: int | None = None,
     progress: bool = True,
     executor: ExecutorSpec = LOCAL,
+    uncommitted_plan: bool = False,
 ) -> Confirmation:
-    """Verify the plan, train its runs (finished ones are kept), judge the claims, write OUT/confirmation.*."""
+    """Verify the plan and that a commit holds it (check_plan_commit), train its runs (finished ones
+    are kept), judge the claims, write OUT/confirmation.*."""
     out = Path(out)
     plan = read_plan(out)
     spec = plan_spec(plan, out)
+    committed = check_plan_commit(plan, out, uncommitted_plan)
     outcome = run_sweep(spec, parallel=parallel, progress=progress, report=False, threads=threads, executor=executor)
     group, results = judge(plan, _fresh_runs(spec))
-    confirmation = Confirmation(plan, group, results, outcome)
+    confirmation = Confirmation(plan, group, results, outcome, committed)
     atomic_write_text(out / "confirmation.md", "\n".join(render(confirmation)) + "\n")
     atomic_write_json(out / "confirmation.json", to_json(confirmation))
     return confirmation
@@ -514,7 +572,7 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
             f"finish them with `oelm confirm run {folder}` first"
         )
     group, results = judge(plan, runs)
-    confirmation = Confirmation(plan, group, results)
+    confirmation = Confirmation(plan, group, results, plan_commit=read_plan_commit(folder, plan))
     target = Path(out) if out is not None else folder
     target.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / "confirmation.md", "\n".join(render(confirmation)) + "\n")
@@ -542,6 +600,25 @@ def pilot_link(plan: ConfirmationPlan) -> PilotLink | None:
     folder = Path(plan.pilot.dir)
     dirs = find_run_dirs([folder]) if folder.is_dir() else []
     return PilotLink(records_hash(folder, dirs) if dirs else None)
+
+
+def plan_commit_line(record: PlanCommit | None) -> str:
+    """Whether a commit held the plan before the runs, as `confirm run` recorded it."""
+    if record is None:
+        return (
+            "The plan's commit before the runs is not recorded: this confirmation ran before `oelm confirm run` "
+            f"checked that a commit holds the plan (no {PLAN_COMMIT_FILE}), so the order of plan and runs is not "
+            "shown here."
+        )
+    if not record.committed:
+        return (
+            f"**Plan not committed before the runs:** no commit held it when `oelm confirm run` began "
+            f"({record.checked}); it ran with --uncommitted-plan."
+        )
+    return (
+        f"Plan committed before the runs: `{record.path}` in commit `{record.commit}` ({record.date}), found by "
+        f"`oelm confirm run` before its first run ({record.checked})."
+    )
 
 
 def pilot_link_lines(plan: ConfirmationPlan) -> list[str]:
@@ -594,6 +671,8 @@ def render(conf: Confirmation) -> list[str]:
         f"Plan `{PLAN_FILE}`, sha256 `{plan.sha256}` (checked before the runs). Pilot `{pilot.dir}` "
         f"(seeds {', '.join(map(str, pilot.seeds))}, {pilot.runs} runs): its numbers are labelled pilot "
         "and enter no statistic below.",
+        "",
+        plan_commit_line(conf.plan_commit),
         "",
         *pilot_link_lines(plan),
         f"Fresh seeds {seeds}; {table.dataset} ({table.task}, {table.model}), {table.primary_metric}; "
@@ -659,6 +738,7 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
     plan = conf.plan
     return {
         "plan_sha256": plan.sha256,
+        "plan_commit": conf.plan_commit.to_dict() if conf.plan_commit is not None else None,
         "pilot": plan.pilot.to_dict(),
         "pilot_link": _pilot_link_json(plan),
         "reference": plan.reference,

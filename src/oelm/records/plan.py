@@ -21,6 +21,8 @@ from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, clean_json, read_json_object
 
 PLAN_FILE = "plan.json"
+# What `oelm confirm run` found before its runs: the commit that held the plan, or that none did.
+PLAN_COMMIT_FILE = "plan-commit.json"
 KIND = "oelm confirmation plan"  # the file's "kind": what it is, for a reader that finds it alone
 _WRITE_ONE = "write one with `oelm confirm plan SWEEP_DIR --seeds N --out DIR`"
 
@@ -366,4 +368,60 @@ def write_plan_file(folder: str | Path, plan: ConfirmationPlan) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, content)
+    return path
+
+
+@dataclass(frozen=True)
+class PlanCommit:
+    """Whether a plan was in a git commit before its runs, as `oelm confirm run` found it the first
+    time it ran (before any run trained): the oldest commit whose file held the plan's content, or
+    none (the run was let through by --uncommitted-plan). Written once, kept by every later call."""
+
+    plan_sha256: str
+    commit: str | None  # None: the plan was in no commit when the runs began
+    date: str | None  # the commit's committer date (ISO 8601)
+    path: str | None  # the committed copy, relative to its repository
+    checked: str  # UTC time of the check, before the first run trained
+
+    @property
+    def committed(self) -> bool:
+        """Whether a commit held the plan before the runs."""
+        return self.commit is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plan-commit.json holds it."""
+        return {
+            "plan_sha256": self.plan_sha256,
+            "commit": self.commit,
+            "date": self.date,
+            "path": self.path,
+            "checked": self.checked,
+        }
+
+
+_PLAN_COMMIT_KEYS = ("plan_sha256", "commit", "date", "path", "checked")
+
+
+def read_plan_commit(folder: str | Path, plan: ConfirmationPlan) -> PlanCommit | None:
+    """FOLDER/plan-commit.json (None where absent: confirmations run before the check); one
+    UserError when it is malformed or belongs to another plan."""
+    path = Path(folder) / PLAN_COMMIT_FILE
+    if not path.is_file():
+        return None
+    fix = "restore it from git (it records what `oelm confirm run` found before the runs)"
+    raw = read_json_object(path, fix)
+    if set(raw) != set(_PLAN_COMMIT_KEYS) or not isinstance(raw["checked"], str):
+        raise UserError(f"{path} is not a plan-commit record (keys {', '.join(_PLAN_COMMIT_KEYS)}); {fix}")
+    if raw["plan_sha256"] != plan.sha256:
+        raise UserError(
+            f"{path} records plan {str(raw['plan_sha256'])[:12]}, but {PLAN_FILE} beside it is {plan.sha256[:12]}; "
+            f"{fix}"
+        )
+    return PlanCommit(**raw)
+
+
+def write_plan_commit(folder: str | Path, record: PlanCommit) -> Path:
+    """Write FOLDER/plan-commit.json atomically."""
+    path = Path(folder) / PLAN_COMMIT_FILE
+    atomic_write_json(path, record.to_dict())
     return path

@@ -394,7 +394,12 @@ def _git(repo: Path, *args: str) -> str:
 
 def _fresh(out: Path) -> None:
     """The planned fresh runs of the default plan, finished (oelm-freeze ~10% worse)."""
-    for i, (seed, ppl) in enumerate({3: 10.1, 4: 9.8, 5: 10.3}.items()):
+    _fresh_at(out, [3, 4, 5])
+
+
+def _fresh_at(out: Path, seeds: list[int]) -> None:
+    """The planned fresh runs of the default plan at these seeds, finished (oelm-freeze ~10% worse)."""
+    for i, (seed, ppl) in enumerate(zip(seeds, [10.1, 9.8, 10.3], strict=True)):
         make_run(out, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
         make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=ppl * (1 + [0.10, 0.105, 0.095][i]), best_val_loss=1.6)
         make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * 1.05, best_val_loss=1.6)
@@ -483,3 +488,77 @@ def test_stored_confirmations_say_their_plan_commit_was_not_recorded() -> None:
         page = (folder / "confirmation.md").read_text(encoding="utf-8")
         if not (folder / PLAN_COMMIT_FILE).exists():
             assert "The plan's commit before the runs is not recorded" in page, folder
+
+
+# --- fresh seeds are fresh everywhere in the stored records (issue 47, item 6) --------------------
+
+
+def test_fresh_seeds_skip_seeds_already_run_under_a_planned_configuration(tmp_path: Path, capsys) -> None:
+    """Three of the twin board's eight fresh seeds replayed runs of the board before it: a plan skips
+    every seed a stored run of a planned arm (same table, method, overrides and steps) already ran."""
+    pilot, old = _pilot(tmp_path), tmp_path / "old"
+    assert write_plan(pilot, old, 3)[1].seeds == [3, 4, 5]
+    make_run(old, "oelm-freeze", 3e-3, 3, test_perplexity=11.0, best_val_loss=1.6)  # a planned arm: used
+    make_run(old, "baseline", 1e-3, 4, test_perplexity=10.0, best_val_loss=1.5)  # the reference: used
+    make_run(old, "oelm-random", 3e-3, 5, test_perplexity=10.5, best_val_loss=1.6)  # other steps: fresh
+    _as_planned(old)
+    config = old / "runs" / "oelm-random" / "lr0.003" / "seed5" / "config.yaml"
+    config.write_text(config.read_text().replace("steps: 6\n", "steps: 60\n"))
+    make_run(old, "oelm-qknorm", 3e-3, 6, test_perplexity=10.5, best_val_loss=1.6)  # not planned: fresh
+    rebuilt = make_run(old, "oelm-freeze", 3e-3, 7, test_perplexity=11.0, best_val_loss=1.6, steps=None)
+    (rebuilt / "config.yaml").unlink()  # a record that kept neither config nor steps matches on the rest
+
+    capsys.readouterr()
+    argv = ["confirm", "plan", "pilot", "--seeds", "3", "--out", "new", "--exclude-seeds-from", "old"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    plan = read_plan(tmp_path / "new")
+    assert plan.seeds == [5, 6, 8]
+    assert [(e.seed, e.under) for e in plan.skipped_seeds] == [(3, ["old"]), (4, ["old"]), (7, ["old"])]
+    assert "seed 3 skipped: already run under a planned configuration in old" in printed
+    assert read_plan(tmp_path / "new").to_dict()["skipped_seeds"][0] == {"seed": 3, "under": ["old"]}
+
+    unscanned = write_plan(pilot, tmp_path / "unscanned", 3, exclude_seeds_from=[])[1]
+    assert (
+        unscanned.seeds == [3, 4, 5] and unscanned.skipped_seeds is None and "skipped_seeds" not in unscanned.to_dict()
+    )
+    with pytest.raises(UserError, match="--exclude-seeds-from nowhere: not a folder"):
+        write_plan(pilot, tmp_path / "bad", 3, exclude_seeds_from=["nowhere"])
+
+    # The page says which seeds the plan skipped, and why.
+    _fresh_at(tmp_path / "new", plan.seeds)
+    run_confirmation(tmp_path / "new", uncommitted_plan=True, progress=False)
+    page = (tmp_path / "new" / "confirmation.md").read_text()
+    assert "Fresh seeds 5, 6, 8 (seeds 3, 4, 7 skipped: already run under a planned configuration in `old`)" in page
+
+
+def test_a_plan_skips_seeds_of_the_stored_records_of_its_repository_by_default(repo: Path) -> None:
+    old = repo / "docs" / "results" / "old" / "records"
+    write_plan("runs/pilot", old, 3, exclude_seeds_from=[])
+    make_run(old, "oelm-freeze", 3e-3, 3, test_perplexity=11.0, best_val_loss=1.6)
+    _as_planned(old)
+    plan = write_plan("runs/pilot", repo / "runs" / "confirm" / "z", 3)[1]
+    assert plan.seeds == [4, 5, 6] and [(e.seed, e.under) for e in plan.skipped_seeds] == [
+        (3, ["docs/results/old/records"])
+    ]
+
+
+@pytest.mark.slow
+def test_the_decisive_twin_boards_plan_would_now_skip_the_seeds_the_twin_board_ran(monkeypatch) -> None:
+    """The audit's finding, from the stored records: seeds 103-105 of the decisive board's fresh
+    seeds had already run, at the same settings, as the twin board's fresh seeds."""
+    monkeypatch.chdir(REPO)
+    stored = read_plan(REPO / "docs/results/twin-decisive/records")
+    assert stored.seeds == list(range(103, 111))  # what it planned then
+    plan = make_plan(
+        "docs/results/twin-decisive/pilot-records",
+        8,
+        baseline="oelm-nofreeze",
+        margin=stored.margin,
+        every=True,
+        exclude_seeds_from=["docs/results/twin-board"],
+    )
+    assert [(e.seed, e.under) for e in plan.skipped_seeds] == [
+        (s, ["docs/results/twin-board/records/final"]) for s in (103, 104, 105)
+    ]
+    assert plan.seeds == list(range(106, 114))

@@ -57,6 +57,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="METHOD:OTHER",
         help="the primary comparisons, Holm over them only (default: the pilot sweep's declared `primary`)",
     )
+    plan.add_argument(
+        "--exclude-seeds-from",
+        nargs="*",
+        default=None,
+        metavar="DIR",
+        help="record folders whose runs under a planned configuration (same task, data, model, method, "
+        "overrides and steps) make their seeds not fresh (default: docs/results of the pilot's repository; "
+        "none: no folder)",
+    )
     add_margin_flag(plan)
     plan.set_defaults(func=run_plan)
     run = steps.add_parser("run", help="check the plan's hash, train its runs, judge every claim")
@@ -86,9 +95,19 @@ def run_plan(args: argparse.Namespace) -> int:
 
     primary = None if args.primary is None else [p.split(":", 1) for p in args.primary]
     path, plan = write_plan(
-        args.sweep, args.out, args.seeds, args.claims, args.baseline, args.margin, args.every, primary
+        args.sweep,
+        args.out,
+        args.seeds,
+        args.claims,
+        args.baseline,
+        args.margin,
+        args.every,
+        primary,
+        args.exclude_seeds_from,
     )
     print(f"plan {path} (sha256 {plan.sha256[:12]}): reference {plan.reference}, fresh seeds {plan.seeds}")
+    for skipped in plan.skipped_seeds or []:
+        print(f"  seed {skipped.seed} skipped: already run under a planned configuration in {', '.join(skipped.under)}")
     for claim in plan.claims:
         what = "claim" if claim.is_claim else "compare (no pilot claim)"
         print(f"  {what}: {claim.method} (lr {plan.arms[claim.method].lr:g}) {claim.wording}")

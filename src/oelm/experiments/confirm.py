@@ -37,6 +37,7 @@ from oelm.records.plan import (
     PilotNumbers,
     PlanCommit,
     SeedPlan,
+    SkippedSeed,
     content_hash,
     read_plan,
     read_plan_commit,
@@ -105,6 +106,73 @@ def records_hash(sweep_dir: str | Path, run_dirs: Sequence[Path]) -> tuple[str, 
         )
     lines = sorted(f"{os.path.relpath(d, sweep_dir)} {_file_hash(f)}" for d, f in files)
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest(), len(files)
+
+
+def _overrides(value: Any) -> str:
+    return json.dumps(value or {}, sort_keys=True, default=str)
+
+
+def _same(planned: Any, stored: Any) -> bool:
+    """Whether a planned and a stored value agree; an unknown one (None) agrees with any."""
+    return planned is None or stored is None or planned == stored
+
+
+def _planned_keys(spec: SweepSpec, settings: dict[str, tuple[FixedArm, dict[str, Any]]]) -> set[tuple]:
+    """(method, model overrides, steps) of every planned arm: what a stored run must share, with the
+    board's task, dataset and model, to have run a planned seed under the same configuration."""
+    keys = set()
+    for run in spec.runs():
+        arm = settings.get(run.method)
+        if arm is not None and run.run_dir.parent.name == arm[0].setting:
+            # As the spec sets them (steps left to the default: None, which matches any value).
+            keys.add((run.method, _overrides(run.config.get("model_overrides")), run.config.get("steps")))
+    return keys
+
+
+def _record_folder(run_dir: Path) -> str:
+    """The sweep or record folder of a run: the folder above its runs/ (the run's own folder without one)."""
+    parts = run_dir.parts
+    top = len(parts) - 1 - parts[::-1].index("runs") if "runs" in parts else len(parts)
+    folder = Path(*parts[:top]) if top else run_dir
+    if folder.is_absolute() and _inside(folder, Path.cwd()):  # a plan names no machine's folder it can avoid
+        folder = folder.resolve().relative_to(Path.cwd().resolve())
+    return folder.as_posix()
+
+
+def used_seeds(folders: Sequence[str | Path], table: tuple[str, str, str], keys: set[tuple]) -> dict[int, list[str]]:
+    """Seeds that stored runs under FOLDERS already ran under a planned configuration: the same task,
+    dataset and model (`table`), and a planned arm's method, model overrides and steps (`keys`; a
+    record that does not keep its overrides or steps, one rebuilt from a stored table, matches on the
+    rest). Each seed with the folders that hold such runs."""
+    methods = {k[0] for k in keys}
+    found: dict[int, list[str]] = {}
+    for folder in folders:
+        for path in find_run_dirs([folder]):
+            run = load_run(path)
+            res = run.results
+            if (
+                run.seed is None
+                or run.method not in methods
+                or (res.get("task"), res.get("dataset"), res.get("model")) != table
+            ):
+                continue
+            overrides = _overrides(run.config.get("model_overrides")) if run.config else None
+            steps = run.config.get("steps", res.get("steps"))
+            if any(m == run.method and _same(o, overrides) and _same(n, steps) for m, o, n in keys):
+                where = _record_folder(path)
+                if where not in found.setdefault(run.seed, []):
+                    found[run.seed].append(where)
+    return found
+
+
+def stored_records(sweep_dir: Path) -> list[Path]:
+    """Where a plan looks for seeds already run, by default: docs/results of the repository the
+    pilot sits in (nothing outside a repository)."""
+    root = git.repository_root(sweep_dir)
+    folder = root / "docs" / "results" if root is not None else None
+    if folder is None or not folder.is_dir():
+        return []
+    return [Path(os.path.relpath(folder)) if _inside(folder, Path.cwd()) else folder]
 
 
 def _setting(spec: SweepSpec, arm: Arm) -> tuple[FixedArm, dict[str, Any]]:
@@ -252,11 +320,15 @@ def make_plan(
     margin: float = stats.MARGIN,
     every: bool = False,
     primary: Sequence[Sequence[str]] | None = None,
+    exclude_seeds_from: Sequence[str | Path] | None = None,
 ) -> ConfirmationPlan:
     """The sealed plan (with its sha256) for a finished pilot sweep: nothing is written or run.
 
     `primary`: the primary comparisons ([method, compared with] pairs of planned arms; default: the
     pilot's declared `primary`). `n_seeds` None: the seeds the seed plan asks for (seed_plan).
+    Fresh seeds lie above every pilot seed and skip every seed a stored run under
+    `exclude_seeds_from` (default: stored_records, docs/results of the pilot's repository) already
+    ran under a planned configuration (used_seeds); the plan lists what it skipped.
     """
     sweep_dir = Path(sweep_dir)
     if n_seeds is not None and n_seeds < MIN_SEEDS:
@@ -289,6 +361,18 @@ def make_plan(
         raise UserError(f"--seeds {n_seeds}: a paired test needs at least {MIN_SEEDS} fresh seeds")
     pilot_seeds = sorted(set(spec.seeds) | {r.seed for r in runs if r.seed is not None})
     start = max(pilot_seeds, default=-1) + 1
+    folders = stored_records(sweep_dir) if exclude_seeds_from is None else list(exclude_seeds_from)
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise UserError(f"--exclude-seeds-from {folder}: not a folder; pass folders of run records")
+    used = used_seeds(folders, (group.task, group.dataset, group.model), _planned_keys(spec, settings))
+    fresh: list[int] = []
+    seed = start
+    while len(fresh) < n_seeds:
+        if seed not in used:
+            fresh.append(seed)
+        seed += 1
+    skipped = [SkippedSeed(s, sorted(used[s])) for s in sorted(used) if start <= s < seed]
     plan = ConfirmationPlan(
         pilot=Pilot(
             dir=os.path.normpath(sweep_dir),
@@ -311,11 +395,12 @@ def make_plan(
         claims=[_claim(e, group) for e in chosen],
         arms={method: arm for method, (arm, _) in settings.items()},
         grid=json.loads(extras.pop()),
-        seeds=list(range(start, start + n_seeds)),
+        seeds=fresh,
         config=spec.base,
         prepare=spec.prepare,
         primary=pairs or None,
         seed_plan=seeds_for,
+        skipped_seeds=skipped or None,
     )
     return plan.sealed()
 
@@ -354,12 +439,14 @@ def write_plan(
     margin: float = stats.MARGIN,
     every: bool = False,
     primary: Sequence[Sequence[str]] | None = None,
+    exclude_seeds_from: Sequence[str | Path] | None = None,
 ) -> tuple[Path, ConfirmationPlan]:
     """Write OUT/plan.json before anything runs; the same plan again is a no-op, a different one an error."""
     out = Path(out)
     if _inside(out, Path(sweep_dir)):
         raise UserError(f"--out {out} lies inside the pilot {sweep_dir}; its runs would count as pilot runs")
-    plan = make_plan(_named_relatively(Path(sweep_dir)), n_seeds, claims, baseline, margin, every, primary)
+    sweep_dir = _named_relatively(Path(sweep_dir))
+    plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin, every, primary, exclude_seeds_from)
     return write_plan_file(out, plan), plan
 
 
@@ -658,6 +745,17 @@ def _row(c: ClaimResult, group: Group | None) -> list[str]:
 HEADER = ["Method", "Claim (pilot)", "Fresh gap [paired 95% CI]", "Fresh p", "Fresh verdict", "Result"]
 
 
+def _skipped_text(plan: ConfirmationPlan) -> str:
+    """' (seeds 3, 4 skipped: already run under a planned configuration in FOLDER)', or ''."""
+    if not plan.skipped_seeds:
+        return ""
+    under = sorted({u for e in plan.skipped_seeds for u in e.under})
+    return (
+        f" (seeds {', '.join(str(e.seed) for e in plan.skipped_seeds)} skipped: already run under a planned "
+        f"configuration in {', '.join(f'`{u}`' for u in under)})"
+    )
+
+
 def render(conf: Confirmation) -> list[str]:
     """confirmation.md as lines."""
     plan, pilot, table = conf.plan, conf.plan.pilot, conf.plan.table
@@ -675,7 +773,7 @@ def render(conf: Confirmation) -> list[str]:
         plan_commit_line(conf.plan_commit),
         "",
         *pilot_link_lines(plan),
-        f"Fresh seeds {seeds}; {table.dataset} ({table.task}, {table.model}), {table.primary_metric}; "
+        f"Fresh seeds {seeds}{_skipped_text(plan)}; {table.dataset} ({table.task}, {table.model}), {table.primary_metric}; "
         f"reference {plan.reference}; each arm at the LR its pilot validation chose "
         f"({lrs}). Each claim is tested on the fresh "
         f"seeds only: paired per-seed % gap to the reference, Holm over the {len(plan.claims)} claim(s), "

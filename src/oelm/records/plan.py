@@ -185,6 +185,19 @@ class SeedPlan:
 
 
 @dataclass(frozen=True)
+class SkippedSeed:
+    """A seed above the pilot's that the plan did not take: stored runs under `under` had already run
+    it under a planned configuration (the same table, method, model overrides and steps)."""
+
+    seed: int
+    under: list[str]  # the record folders holding such runs
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as plan.json holds it."""
+        return {"seed": self.seed, "under": self.under}
+
+
+@dataclass(frozen=True)
 class ConfirmationPlan:
     """plan.json as data: the claims, the arms at their fixed settings and the fresh seeds."""
 
@@ -204,6 +217,9 @@ class ConfirmationPlan:
     primary: list[list[str]] | None = None
     # Fresh seeds each planned comparison needs (SeedPlan); None in plans written before the key.
     seed_plan: list[SeedPlan] | None = None
+    # Seeds above the pilot's skipped as already run under a planned configuration elsewhere in the
+    # stored records; None where none was skipped (and in plans written before the key).
+    skipped_seeds: list[SkippedSeed] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plan.json holds it, key for key and in the file's order."""
@@ -222,6 +238,7 @@ class ConfirmationPlan:
             # Written only when set, so a plan written before these keys keeps its bytes and sha256.
             **({} if self.primary is None else {"primary": self.primary}),
             **({} if self.seed_plan is None else {"seed_plan": [e.to_dict() for e in self.seed_plan]}),
+            **({} if self.skipped_seeds is None else {"skipped_seeds": [e.to_dict() for e in self.skipped_seeds]}),
             "sha256": self.sha256,
         }
 
@@ -242,7 +259,7 @@ class ConfirmationPlan:
         """A plan from plan.json's content; one UserError naming `source` (the file) when a key is
         missing or unknown or a part is not the kind of value plan.json holds there."""
         read = _Reader(source)
-        top = read.keys(raw, "the plan", _PLAN_KEYS, ("primary", "seed_plan"))
+        top = read.keys(raw, "the plan", _PLAN_KEYS, ("primary", "seed_plan", "skipped_seeds"))
         if top["kind"] != KIND:
             read.fail(f"its kind is {top['kind']!r}, not {KIND!r}")
         pilot = read.keys(top["pilot"], "pilot", _PILOT_KEYS)
@@ -270,6 +287,12 @@ class ConfirmationPlan:
             else [
                 SeedPlan(**read.keys(e, f"seed_plan[{i}]", _SEED_PLAN_KEYS))
                 for i, e in enumerate(read.kind(top["seed_plan"], list, "seed_plan", "a list"))
+            ],
+            skipped_seeds=None
+            if top.get("skipped_seeds") is None
+            else [
+                SkippedSeed(**read.keys(e, f"skipped_seeds[{i}]", ("seed", "under")))
+                for i, e in enumerate(read.kind(top["skipped_seeds"], list, "skipped_seeds", "a list"))
             ],
         )
 

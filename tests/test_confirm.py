@@ -562,3 +562,62 @@ def test_the_decisive_twin_boards_plan_would_now_skip_the_seeds_the_twin_board_r
         (s, ["docs/results/twin-board/records/final"]) for s in (103, 104, 105)
     ]
     assert plan.seeds == list(range(106, 114))
+
+
+# --- the stability rule on the fresh seeds (issue 47, item 6) -------------------------------------
+
+
+def test_an_arm_whose_fresh_seeds_scatter_or_spike_is_flagged_on_the_page_and_in_the_json(tmp_path: Path) -> None:
+    """The pilot chose each setting under the robust LR rule on its own seeds; the same check on the
+    fresh seeds flags an arm whose seeds scatter past 10% (oelm-freeze's did, 18% at 1.2e-2) or hold
+    an unstable run, beside the claim's result."""
+    pilot, out = _pilot(tmp_path), tmp_path / "confirm"
+    write_plan(pilot, out, 3)
+    for i, (seed, ppl) in enumerate({3: 10.1, 4: 9.8, 5: 10.3}.items()):
+        make_run(out, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
+        freeze = ppl * (1 + [0.10, 0.105, 0.30][i])
+        make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=freeze, best_val_loss=[1.5, 1.6, 1.9][i])
+        make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * 1.05, best_val_loss=1.6)
+    _as_planned(out)
+    conf = run_confirmation(out, uncommitted_plan=True, progress=False)
+    assert set(conf.flagged) == {"oelm-freeze"}
+    assert conf.flagged["oelm-freeze"].flag == "seeds scatter (24.0% > 10%)"
+    done = json.loads((out / "confirmation.json").read_text())
+    stability = {e["method"]: e for e in done["stability"]}
+    assert set(stability) == {"baseline", "oelm-freeze", "oelm-random"}
+    assert stability["oelm-freeze"]["flag"] == "seeds scatter (24.0% > 10%)" and stability["oelm-freeze"]["checked"]
+    assert stability["oelm-freeze"]["spread"] == pytest.approx(0.4 / (5.0 / 3))
+    assert stability["oelm-random"]["flag"] is None and stability["oelm-random"]["spread"] == 0.0
+    gaps = [10.0, 10.5, 30.0]
+    assert stability["oelm-freeze"]["median_gap_percent"] == pytest.approx(10.5)
+    assert stability["oelm-freeze"]["mean_gap_percent"] == pytest.approx(sum(gaps) / 3)
+    by = {c["method"]: c for c in done["claims"]}
+    assert (
+        by["oelm-freeze"]["stability_flag"] == "seeds scatter (24.0% > 10%)"
+        and by["oelm-random"]["stability_flag"] is None
+    )
+    page = (out / "confirmation.md").read_text()
+    assert "1 of 3 arm(s) flagged." in page
+    assert "- **Stability flag:** oelm-freeze at lr0.003, on 3 fresh seeds: seeds scatter (24.0% > 10%)." in page
+    assert "median +10.50%, mean +16.83%" in page
+    freeze_row = next(line for line in page.splitlines() if line.startswith("| oelm-freeze |"))
+    assert freeze_row.endswith("[stability flag: oelm-freeze] |")
+
+    # A spike in a fresh run of the reference flags every comparison with it.
+    spiked = out / "runs" / "baseline" / "lr0.001" / "seed4" / "metrics.jsonl"
+    lines = [json.loads(line) for line in spiked.read_text().splitlines()]
+    lines += [{"kind": "eval", "step": 60, "split": "val", "loss": 3.0, "perplexity": 20.1}]
+    spiked.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    conf = report_confirmation(out)
+    assert conf.flagged["baseline"].flag.startswith("seed 4 unstable (spiked: validation loss 3 at step 60")
+    page = (out / "confirmation.md").read_text()
+    random_row = next(line for line in page.splitlines() if line.startswith("| oelm-random |"))
+    assert random_row.endswith("[stability flag: baseline] |") and "2 of 3 arm(s) flagged." in page
+
+
+def test_the_decisive_twin_boards_page_flags_oelm_freezes_fresh_scatter() -> None:
+    page = (REPO / "docs/results/twin-decisive/records/confirmation.md").read_text(encoding="utf-8")
+    assert "- **Stability flag:** oelm-freeze at lr0.012, on 8 fresh seeds: seeds scatter (18.0% > 10%)." in page
+    assert "median +11.48%, mean +18.56%" in page
+    done = json.loads((REPO / "docs/results/twin-decisive/records/confirmation.json").read_text(encoding="utf-8"))
+    assert [e["method"] for e in done["stability"] if e["flag"]] == ["oelm-freeze"]

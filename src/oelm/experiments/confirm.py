@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -47,7 +48,7 @@ from oelm.records.plan import (
 from oelm.records.run import RESULTS_FILE, RunRecord
 from oelm.records.sweep import SWEEP_FILE, check_primary, read_sweep_record
 from oelm.reports import stats
-from oelm.reports.aggregate import Arm, Group, Versus, compare, gap_by_seed
+from oelm.reports.aggregate import MAX_SPREAD, Arm, Group, Versus, compare, gap_by_seed, stability_check
 from oelm.reports.board import Entry, build
 from oelm.reports.tables import family_lines, fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
 from oelm.utils import git
@@ -489,6 +490,71 @@ class ClaimResult:
     bound: float | None = None
 
 
+@dataclass(frozen=True)
+class FreshStability:
+    """The robust LR rule's stability check (reports.aggregate.stability_check) applied to one arm's
+    fresh seeds at its fixed setting: no unstable run, and the seeds' (max - min) / |mean| of their
+    validation selection values at most MAX_SPREAD. The pilot chose the setting on its own seeds; a
+    setting whose fresh seeds fail the check would not have passed the rule on them."""
+
+    method: str
+    setting: str | None
+    seeds: int  # fresh seeds with a kept selection value
+    spread: float | None  # None: fewer than 2 values (records rebuilt from a stored table keep none)
+    flag: str  # why the fresh seeds fail the check ('' where they pass or it cannot be checked)
+    # The per-seed % gaps to the reference: their median beside their mean (a skew shows as a split).
+    median_gap: float | None = None
+    mean_gap: float | None = None
+
+    @property
+    def checked(self) -> bool:
+        """Whether the check could see the seeds' scatter (or an unstable run)."""
+        return bool(self.flag) or self.spread is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as confirmation.json holds it."""
+        return {
+            "method": self.method,
+            "setting": self.setting,
+            "seeds": self.seeds,
+            "spread": self.spread,
+            "max_spread": MAX_SPREAD,
+            "checked": self.checked,
+            "flag": self.flag or None,
+            "median_gap_percent": self.median_gap,
+            "mean_gap_percent": self.mean_gap,
+        }
+
+
+def fresh_stability(plan: ConfirmationPlan, group: Group | None) -> list[FreshStability]:
+    """The stability check of every planned arm on the fresh seeds (reference first, as planned)."""
+    if group is None:
+        return []
+    arms = {a.method: a for a in group.arms}
+    ref = arms.get(plan.reference)
+    out = []
+    for method in plan.arms:
+        arm = arms.get(method)
+        cell = arm.chosen_cell if arm is not None else None
+        if arm is None or cell is None:
+            continue
+        gaps = (
+            list(gap_by_seed(arm, ref, group.higher_is_better).values()) if ref is not None and arm is not ref else []
+        )
+        out.append(
+            FreshStability(
+                method,
+                arm.setting,
+                len(cell.runs),
+                cell.spread,
+                stability_check([cell])[cell.setting],
+                statistics.median(gaps) if gaps else None,
+                statistics.fmean(gaps) if gaps else None,
+            )
+        )
+    return out
+
+
 @dataclass
 class Confirmation:
     """The judged claims, the fresh-seed table they come from, and the sweep that trained the runs."""
@@ -499,6 +565,16 @@ class Confirmation:
     outcome: SweepOutcome | None = None
     # What `confirm run` found before the runs (plan-commit.json); None: not recorded (run before the check).
     plan_commit: PlanCommit | None = None
+
+    @property
+    def stability(self) -> list[FreshStability]:
+        """The stability rule's check of each planned arm on its fresh seeds."""
+        return fresh_stability(self.plan, self.group)
+
+    @property
+    def flagged(self) -> dict[str, FreshStability]:
+        """The arms whose fresh seeds fail the stability check, by method."""
+        return {e.method: e for e in self.stability if e.flag}
 
 
 def _fresh_runs(spec: SweepSpec) -> list[RunRecord]:
@@ -735,11 +811,53 @@ def _claim_cell(claim: Claim) -> str:
     return f"{claim.wording} (pilot, {claim.pilot.seeds} seeds, gap {claim.pilot.mean_gap:+.2f}%)"
 
 
-def _row(c: ClaimResult, group: Group | None) -> list[str]:
-    """Method, claim (pilot), fresh gap, fresh p, fresh verdict, result."""
+def _row(c: ClaimResult, group: Group | None, flagged: dict[str, FreshStability] | None = None) -> list[str]:
+    """Method, claim (pilot), fresh gap, fresh p, fresh verdict, result (with the stability flag of
+    the arm's or the reference's fresh seeds)."""
     arm = c.arm
     fresh = [fmt_gap(arm, group), fmt_p(arm, group), fmt_verdict(arm, group)] if arm and group else ["n/a"] * 3
-    return [c.claim.method, _claim_cell(c.claim), *fresh, c.result + ("" if c.complete else f" ({c.why})")]
+    result = c.result + ("" if c.complete else f" ({c.why})")
+    marks = [m for m in (c.claim.method, c.claim.reference) if m in (flagged or {})]
+    if marks:
+        result += f" [stability flag: {', '.join(marks)}]"
+    return [c.claim.method, _claim_cell(c.claim), *fresh, result]
+
+
+def stability_lines(conf: Confirmation) -> list[str]:
+    """The stability rule on the fresh seeds: each arm that fails it, or that every arm passes."""
+    entries = conf.stability
+    if not entries:
+        return []
+    rule = (
+        "The robust LR rule's stability check, applied to the fresh seeds at each arm's fixed setting (no "
+        f"unstable run; the seeds' (max - min) / |mean| of their validation selection values at most {MAX_SPREAD:.0%})"
+    )
+    flagged = [e for e in entries if e.flag]
+    unchecked = [e.method for e in entries if not e.checked]
+    if flagged:
+        verdict = f"{len(flagged)} of {len(entries)} arm(s) flagged."
+    elif len(unchecked) < len(entries):
+        verdict = f"every arm it could check passes ({len(entries) - len(unchecked)} of {len(entries)})."
+    else:
+        verdict = "no arm could be checked."
+    lines = [f"{rule}: {verdict}"]
+    for e in flagged:
+        skew = (
+            f"; its per-seed gaps to {conf.plan.reference}: median {e.median_gap:+.2f}%, mean {e.mean_gap:+.2f}%"
+            if e.median_gap is not None and e.mean_gap is not None
+            else ""
+        )
+        rests = "every gap to it rests" if e.method == conf.plan.reference else "its fresh verdict rests"
+        lines.append(
+            f"- **Stability flag:** {e.method} at {e.setting}, on {e.seeds} fresh seeds: {e.flag}. The rule would "
+            f"not accept this setting on these seeds, so {rests} on a setting at the edge of stability{skew}."
+        )
+    if unchecked:
+        lines.append(
+            f"- Not checked ({', '.join(unchecked)}): fewer than 2 of the arm's fresh records keep a validation "
+            "selection value (records rebuilt from a stored table keep none)."
+        )
+    return lines
 
 
 HEADER = ["Method", "Claim (pilot)", "Fresh gap [paired 95% CI]", "Fresh p", "Fresh verdict", "Result"]
@@ -780,7 +898,7 @@ def render(conf: Confirmation) -> list[str]:
         f"TOST within ±{plan.margin:g}%. A claim is confirmed when the fresh verdict is the pilot's; an "
         f"arm whose pilot verdict was unresolved makes no claim, and its fresh verdict is the comparison.",
         "",
-        *md_table(HEADER, [_row(c, conf.group) for c in conf.results]),
+        *md_table(HEADER, [_row(c, conf.group, conf.flagged) for c in conf.results]),
         "",
         f"**{n_ok} of {n_claims} claim(s) confirmed.**"
         + (
@@ -791,6 +909,8 @@ def render(conf: Confirmation) -> list[str]:
         "",
         *[f"- **Warning:** {w}" for w in verdict_warnings(conf)],
         *([""] if verdict_warnings(conf) else []),
+        *stability_lines(conf),
+        *([""] if conf.stability else []),
         *(family_lines(conf.group) if conf.group is not None else []),
         *([""] if conf.plan.seed_plan else []),
         *seed_plan_lines(conf.plan, conf.results),
@@ -805,7 +925,7 @@ def verdict_warnings(conf: Confirmation) -> list[str]:
 
 def summary_lines(conf: Confirmation) -> list[str]:
     """The short table `oelm confirm run` prints."""
-    rows = [[c.claim.method, c.claim.wording, *_row(c, conf.group)[4:]] for c in conf.results]
+    rows = [[c.claim.method, c.claim.wording, *_row(c, conf.group, conf.flagged)[4:]] for c in conf.results]
     return text_table(["Method", "Claim (pilot)", "Fresh verdict", "Result"], rows)
 
 
@@ -834,6 +954,7 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
         }
 
     plan = conf.plan
+    flagged = conf.flagged
     return {
         "plan_sha256": plan.sha256,
         "plan_commit": conf.plan_commit.to_dict() if conf.plan_commit is not None else None,
@@ -844,6 +965,7 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
         "margin": plan.margin,
         "primary": plan.primary,
         "seed_plan": [e.to_dict() for e in plan.seed_plan or []],
+        "stability": [e.to_dict() for e in conf.stability],
         "claims": [
             {
                 "method": c.claim.method,
@@ -853,6 +975,7 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
                 "result": c.result,
                 "why": c.why or None,
                 "bound": c.bound,
+                "stability_flag": flagged[c.claim.method].flag if c.claim.method in flagged else None,
             }
             for c in conf.results
         ],

@@ -43,7 +43,12 @@ def test_export_cli_writes_a_gpt2_folder_with_the_same_logits(lm_run, tmp_path, 
     out = tmp_path / "hf"
     assert main(["export", str(lm_run), "--to", "hf", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "GPT2LMHeadModel" in printed and "byte tokenizer" in printed
+    assert "GPT2LMHeadModel" in printed and "tokenizer files written from 'byte'" in printed
+    # The byte tokenizer travels: transformers encodes text to the run's UTF-8 byte ids.
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    text = "Héllo, wörld\n  日本"
+    assert tok(text)["input_ids"] == list(text.encode("utf-8")) and tok.decode(list(text.encode())) == text
+    assert len(tok) == 257 and tok.eos_token == "<|endoftext|>" and tok.convert_tokens_to_ids("<|endoftext|>") == 256
     ours = oelm.load_model(lm_run)
     hf = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
     x = torch.randint(0, 64, (3, 32), generator=torch.Generator().manual_seed(7))

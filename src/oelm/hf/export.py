@@ -336,7 +336,9 @@ def model_card(
         "## Evaluate",
         "",
         f"The context is {context} tokens (`{'n_positions' if model_type == 'gpt2' else 'max_position_embeddings'}`), the length it was trained at; evaluate with",
-        f"windows of at most {context} tokens, e.g. `lm_eval --model hf --model_args pretrained=PATH,max_length={context}`.",
+        f"windows of at most {context} tokens, e.g. `lm_eval --model hf --model_args pretrained=PATH,max_length={context} "
+        "--tasks oelm_heldout --include_path tasks` (docs/huggingface.md writes that held-out task from a "
+        "prepared data folder; standard tasks such as `--tasks wikitext` need the hub).",
         "",
     ]
     return "\n".join(lines)
@@ -405,16 +407,13 @@ def hf_tokenizer(spec: str) -> tuple[Any, str]:
 
     if not spec:
         return None, "no tokenizer recorded in the checkpoint; no tokenizer files written"
-    if spec == "byte":
-        return None, (
-            "byte tokenizer (UTF-8 bytes 0-255, 256 = <|endoftext|>) has no exact Hugging Face "
-            "tokenizer; no tokenizer files written: feed list(text.encode('utf-8')) as input_ids"
-        )
     try:
         ours = load_tokenizer(spec)
     except UserError as err:
         return None, f"could not load the run's tokenizer {spec!r} ({err}); no tokenizer files written"
-    if isinstance(ours, HFTokenizer):
+    if spec == "byte":
+        backend = _byte_backend(ours.eot_id)
+    elif isinstance(ours, HFTokenizer):
         backend = _fresh_backend(ours)
     elif isinstance(ours, TiktokenTokenizer):
         backend = _tiktoken_backend(ours)
@@ -425,6 +424,21 @@ def hf_tokenizer(spec: str) -> tuple[Any, str]:
     if tok.encode(probe) != ours.encode(probe) or len(tok) != ours.vocab_size:
         return None, f"tokenizer {spec!r} could not be converted exactly; no tokenizer files written"
     return tok, f"tokenizer files written from {spec!r} (encodes the same ids as the run's tokenizer)"
+
+
+def _byte_backend(eot_id: int) -> Any:
+    """UTF-8 bytes as ids 0-255 and <|endoftext|> as `eot_id`, as a `tokenizers.Tokenizer`: GPT-2's
+    byte-level alphabet with a BPE of no merges, so each byte is its own token and id."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers  # heavy optional dependency
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # heavy optional dependency: imported on use
+
+    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
+    vocab[EOT_TEXT] = eot_id
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(EOT_TEXT, special=True)])
+    return backend
 
 
 def _fresh_backend(ours: Any) -> Any:

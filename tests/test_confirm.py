@@ -41,6 +41,7 @@ from oelm.records.plan import (
     read_plan,
     write_plan_file,
 )
+from oelm.reports.leaderboard import write_leaderboard
 from oelm.training.config import dump_config
 from oelm.utils.errors import UserError
 from test_report import make_run
@@ -203,7 +204,9 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
     assert by["oelm-freeze"]["fresh"]["decision"]["m"] == 2  # Holm over the claims
     assert by["oelm-random"]["why"].startswith("fresh verdict: ")
     md = (out / "confirmation.md").read_text()
-    assert "worse (resolved) (pilot, 3 seeds, gap +10.00%)" in md and "**1 of 2 claim(s) confirmed.**" in md
+    assert (
+        "worse (resolved) (pilot, 3 seeds, mean per-seed gap +10.00%)" in md and "**1 of 2 claim(s) confirmed.**" in md
+    )
 
     # `confirm report` judges the same records again without training: the same files.
     again = tmp_path / "again"
@@ -621,3 +624,72 @@ def test_the_decisive_twin_boards_page_flags_oelm_freezes_fresh_scatter() -> Non
     assert "median +11.48%, mean +18.56%" in page
     done = json.loads((REPO / "docs/results/twin-decisive/records/confirmation.json").read_text(encoding="utf-8"))
     assert [e["method"] for e in done["stability"] if e["flag"]] == ["oelm-freeze"]
+
+
+# --- one gap beside its interval, one margin per board (issue 47, item 6) --------------------------
+
+
+def test_the_page_prints_the_mean_per_seed_gap_beside_its_paired_interval(tmp_path: Path) -> None:
+    """The gap of the means (+15% here: the third seed's reference is twice the others) sat beside the
+    interval of the mean per-seed gap (+10%); the page prints the interval's own quantity."""
+    pilot, out = _pilot(tmp_path), tmp_path / "confirm"
+    write_plan(pilot, out, 3)
+    for i, seed in enumerate((3, 4, 5)):
+        ppl = [10.0, 10.0, 20.0][i]
+        make_run(out, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5)
+        make_run(out, "oelm-freeze", 3e-3, seed, test_perplexity=ppl * [1.0, 1.0, 1.3][i], best_val_loss=1.6)
+        make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * 1.05, best_val_loss=1.6)
+    _as_planned(out)
+    run_confirmation(out, uncommitted_plan=True, progress=False)
+    fresh = next(
+        c for c in json.loads((out / "confirmation.json").read_text())["claims"] if c["method"] == "oelm-freeze"
+    )["fresh"]
+    assert fresh["gap_percent"] == pytest.approx(15.0) and fresh["mean_seed_gap_percent"] == pytest.approx(10.0)
+    assert fresh["gap_paired"]["mean"] == fresh["mean_seed_gap_percent"]
+    page = (out / "confirmation.md").read_text()
+    assert "| Fresh mean per-seed gap [paired 95% CI] |" in page
+    row = next(line for line in page.splitlines() if line.startswith("| oelm-freeze |"))
+    low, high = fresh["gap_paired"]["ci_low"], fresh["gap_paired"]["ci_high"]
+    assert f"| +10.00% [{low:+.2f}, {high:+.2f}] |" in row and "+15.00%" not in row
+    assert "(pilot, 3 seeds, mean per-seed gap +10.00%)" in row
+
+
+def _confirmed(tmp_path: Path, name: str, margin: float) -> Path:
+    """A finished confirmation planned at `margin` (its runs written as planned)."""
+    pilot, out = tmp_path / "pilot", tmp_path / name
+    if not pilot.exists():
+        _pilot(tmp_path)
+    write_plan(pilot, out, 3, margin=margin)
+    _fresh_at(out, [3, 4, 5])
+    return out
+
+
+def test_a_board_over_a_confirmation_uses_its_plans_margin_and_refuses_another(tmp_path: Path) -> None:
+    """The decisive twin board's leaderboard judged equivalence within ±1% while its confirmation,
+    planned at ±3%, judged within ±3%: a board over a confirmation takes the plan's margin."""
+    wide = _confirmed(tmp_path, "wide", 3.0)
+    path, boards = write_leaderboard([wide], tmp_path / "board")
+    assert boards[0].group.margin == 3.0 and "equivalence margin ±3%" in path.read_text()
+    assert json.loads((tmp_path / "board" / "leaderboard.json").read_text())["tables"][0]["margin_percent"] == 3.0
+    assert write_leaderboard([wide], tmp_path / "same", margin=3.0)[1][0].group.margin == 3.0
+    with pytest.raises(UserError, match=r"--margin 1: the confirmation plan of this board fixed ±3% .*drop --margin"):
+        write_leaderboard([wide], tmp_path / "other", margin=1.0)
+    assert main(["leaderboard", str(wide), "--out", str(tmp_path / "cli"), "--margin", "1"]) == 2
+    narrow = _confirmed(tmp_path, "narrow", 1.0)
+    with pytest.raises(UserError, match=r"fixed different equivalence margins .*±3%.*±1%"):
+        write_leaderboard([wide, narrow], tmp_path / "mixed")
+    # A board without a plan keeps the default (or --margin).
+    assert write_leaderboard([tmp_path / "pilot"], tmp_path / "pilot-board")[1][0].group.margin == 1.0
+
+
+def test_every_stored_board_over_a_confirmation_uses_its_plans_margin() -> None:
+    pages = yaml.safe_load((REPO / "docs/results/pages.yaml").read_text(encoding="utf-8"))
+    checked = 0
+    for page in pages:
+        records = REPO / "docs/results" / str(page["records"])
+        if page["command"] != "leaderboard" or not (records / PLAN_FILE).is_file():
+            continue
+        board = json.loads((REPO / "docs/results" / page["out"] / "leaderboard.json").read_text(encoding="utf-8"))
+        assert {t["margin_percent"] for t in board["tables"]} == {read_plan(records).margin}, page["out"]
+        checked += 1
+    assert checked >= 6  # the twin board, three scale boards, the decisive board, the Llama 124k rung

@@ -39,19 +39,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only runs of these seeds (e.g. the seeds every method has, when the main comparison has more)",
     )
     add_margin_flag(p)
-    p.set_defaults(func=run, margin=None)  # None: 1%
+    p.set_defaults(func=run, margin=None)  # None: the board's confirmation plan's margin, else 1%
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the leaderboard and print the verdicts."""
     from oelm.reports.leaderboard import write_leaderboard
-    from oelm.reports.stats import MARGIN
     from oelm.utils.errors import UserError
 
     if not args.paths or args.out is None:
         raise UserError("name the sweep (or record) directories and --out DIR (e.g. docs/results)")
-    margin = MARGIN if args.margin is None else args.margin
-    path, boards = write_leaderboard(args.paths, args.out, args.baseline, seeds=args.seeds, margin=margin)
+    # None: the margin the board's confirmation plan fixed, else 1%
+    path, boards = write_leaderboard(args.paths, args.out, args.baseline, seeds=args.seeds, margin=args.margin)
     print(f"{len(boards)} table(s) -> {path}")
     for board in boards:
         print(f"{board.group.title}: {board.verdict.replace('**', '')}")

@@ -50,7 +50,15 @@ from oelm.records.sweep import SWEEP_FILE, check_primary, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import MAX_SPREAD, Arm, Group, Versus, compare, gap_by_seed, stability_check
 from oelm.reports.board import Entry, build
-from oelm.reports.tables import family_lines, fmt_gap, fmt_p, fmt_verdict, md_table, text_table, verdict_text
+from oelm.reports.tables import (
+    family_lines,
+    fmt_p,
+    fmt_paired_gap,
+    fmt_verdict,
+    md_table,
+    text_table,
+    verdict_text,
+)
 from oelm.utils import git
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
@@ -808,14 +816,14 @@ def pilot_link_lines(plan: ConfirmationPlan) -> list[str]:
 
 
 def _claim_cell(claim: Claim) -> str:
-    return f"{claim.wording} (pilot, {claim.pilot.seeds} seeds, gap {claim.pilot.mean_gap:+.2f}%)"
+    return f"{claim.wording} (pilot, {claim.pilot.seeds} seeds, mean per-seed gap {claim.pilot.mean_gap:+.2f}%)"
 
 
 def _row(c: ClaimResult, group: Group | None, flagged: dict[str, FreshStability] | None = None) -> list[str]:
     """Method, claim (pilot), fresh gap, fresh p, fresh verdict, result (with the stability flag of
     the arm's or the reference's fresh seeds)."""
     arm = c.arm
-    fresh = [fmt_gap(arm, group), fmt_p(arm, group), fmt_verdict(arm, group)] if arm and group else ["n/a"] * 3
+    fresh = [fmt_paired_gap(arm, group), fmt_p(arm, group), fmt_verdict(arm, group)] if arm and group else ["n/a"] * 3
     result = c.result + ("" if c.complete else f" ({c.why})")
     marks = [m for m in (c.claim.method, c.claim.reference) if m in (flagged or {})]
     if marks:
@@ -860,7 +868,7 @@ def stability_lines(conf: Confirmation) -> list[str]:
     return lines
 
 
-HEADER = ["Method", "Claim (pilot)", "Fresh gap [paired 95% CI]", "Fresh p", "Fresh verdict", "Result"]
+HEADER = ["Method", "Claim (pilot)", "Fresh mean per-seed gap [paired 95% CI]", "Fresh p", "Fresh verdict", "Result"]
 
 
 def _skipped_text(plan: ConfirmationPlan) -> str:
@@ -947,7 +955,8 @@ def to_json(conf: Confirmation) -> dict[str, Any]:
         vs = c.versus
         return {
             "seeds": sorted(c.arm.by_seed),
-            "gap_percent": vs.gap,
+            "gap_percent": vs.gap,  # the gap of the means
+            "mean_seed_gap_percent": vs.gap_paired.mean if vs.gap_paired else None,  # what the page prints
             "gap_paired": vs.gap_paired.to_dict() if vs.gap_paired else None,
             "decision": vs.decision.to_dict() if vs.decision else None,
             "verdict": verdict_text(vs.decision),

@@ -229,6 +229,19 @@ def declared_primary(paths: Iterable[str | Path]) -> list[list[str]]:
     return []
 
 
+def declared_margin(paths: Iterable[str | Path]) -> float | None:
+    """The equivalence margin (%) the confirmation plans among `paths` fixed before their runs (None
+    without a plan); one UserError when two plans fixed different margins: one board, one margin."""
+    margins = {str(path): plan.margin for path in paths if (plan := confirmation_plan(path)) is not None}
+    if len(set(margins.values())) > 1:
+        shown = ", ".join(f"{path} ±{m:g}%" for path, m in margins.items())
+        raise UserError(
+            f"the confirmation plans of this board fixed different equivalence margins ({shown}); one board "
+            "uses one margin: build a board per margin"
+        )
+    return next(iter(margins.values()), None)
+
+
 def confirmation_plan(path: str | Path) -> ConfirmationPlan | None:
     """The plan of a confirmation directory (its plan.json, hash checked), or None elsewhere."""
     return read_plan(path) if (Path(path) / PLAN_FILE).is_file() else None

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from oelm.records.plan import ConfirmationPlan
-from oelm.records.sweep import confirmation_plan
+from oelm.records.sweep import confirmation_plan, declared_margin
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE
 from oelm.reports.board import REFERENCE, TARGET, Board, Entry, Target, build
@@ -423,17 +423,37 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
     ax.grid(alpha=0.3)
 
 
+def board_margin(paths: Sequence[str | Path], margin: float | None) -> float:
+    """The board's equivalence margin: the one its confirmation plan fixed (declared_margin), which
+    --margin may repeat but not change; stats.MARGIN (or --margin) for a board without a plan."""
+    declared = declared_margin(paths)
+    if declared is None:
+        return stats.MARGIN if margin is None else margin
+    if margin is not None and margin != declared:
+        raise UserError(
+            f"--margin {margin:g}: the confirmation plan of this board fixed ±{declared:g}% before its runs, and "
+            f"its confirmation page judges with it; one board uses one margin: drop --margin (or pass "
+            f"--margin {declared:g})"
+        )
+    return declared
+
+
 def write_leaderboard(
     paths: Sequence[str | Path],
     out: str | Path,
     baseline: str | None = None,
     target: Target = TARGET,
     seeds: Sequence[int] | None = None,
-    margin: float = stats.MARGIN,
+    margin: float | None = None,
 ) -> tuple[Path, list[Board]]:
-    """Read the records under `paths`, write OUT/leaderboard.md, leaderboard.json and pareto.png."""
+    """Read the records under `paths`, write OUT/leaderboard.md, leaderboard.json and pareto.png.
+
+    `margin` None: the margin a confirmation plan among `paths` fixed before its runs (board_margin),
+    else stats.MARGIN; a margin other than the plan's is refused: one board, one margin.
+    """
     if not paths:
         raise UserError("no sweep directory given; pass the directory `oelm sweep` wrote")
+    margin = board_margin(paths, margin)
     boards, not_started, runs = build(paths, baseline, target, seeds, margin)
     out_dir = Path(out)
     command = command_line(paths, out_dir, baseline, seeds, margin)

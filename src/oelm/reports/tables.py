@@ -148,6 +148,19 @@ def fmt_gap(arm: Arm, group: Group) -> str:
     return fmt_pct(vs.gap) + fmt_interval(vs.gap_paired)
 
 
+def fmt_paired_gap(arm: Arm, group: Group) -> str:
+    """The mean per-seed % gap with its paired-by-seed 95% interval: the interval's own quantity, so
+    the two cells never disagree (the gap of the means, fmt_gap, differs from it when a seed's
+    reference is far from the others); the gap of the means, labelled so, where no seed pairs."""
+    if arm.method == group.baseline:
+        return "0 (reference)"
+    vs = group.versus_of(arm.method)
+    paired = vs.gap_paired
+    if paired is not None and paired.mean is not None:
+        return fmt_pct(paired.mean) + fmt_interval(paired)
+    return NA if vs.gap is None else f"{fmt_pct(vs.gap)} (gap of the means; no paired seeds)"
+
+
 def fmt_gap_interval(arm: Arm, group: Group) -> str:
     """The gap with the interval a report shows, saying what noise it includes.
 

@@ -58,16 +58,15 @@ from oelm.reports.stats import MARGIN, Decision, ItemsInterval, PairedTest, Powe
 from oelm.reports.tables import (
     NA,
     fmt_gap,
-    fmt_interval,
     fmt_mde,
     fmt_num,
     fmt_p,
     fmt_paired_mean,
-    fmt_pct,
     fmt_saving,
     fmt_summary,
     fmt_tost,
     fmt_verdict,
+    fmt_versus_gap,
     md_table,
     pct_scale,
     verdict_text,
@@ -313,8 +312,8 @@ def _gap(arm: Arm, table: Table) -> str:
     """The gap with the interval its page reports: seeds x test examples for classifiers that
     stored per-example correctness (the page labels it), else the paired-by-seed interval."""
     vs = table.group.versus_of(arm.method)
-    if arm.method != table.group.baseline and vs.gap is not None and vs.gap_items is not None:
-        return fmt_pct(vs.gap) + fmt_interval(vs.gap_items)
+    if arm.method != table.group.baseline and vs.mean_seed_gap is not None and vs.gap_items is not None:
+        return fmt_versus_gap(vs, vs.gap_items)
     return fmt_gap(arm, table.group)
 
 
@@ -410,7 +409,7 @@ ARMS_HEADER = [
     "method",
     "LR (chosen on val)",
     "{metric} ± 95% CI (n)",
-    "gap % [paired 95% CI] (+ = worse)",
+    "mean per-seed gap % [paired 95% CI] (+ = worse)",
     "p, Holm p (m comparisons)",
     "verdict",
     "min. detectable gap",
@@ -421,7 +420,7 @@ BOARD_HEADER = [
     "rank",
     "method",
     "{metric} ± 95% CI (n)",
-    "gap % [paired 95% CI]",
+    "mean per-seed gap % [paired 95% CI]",
     "p, Holm p (m comparisons)",
     "verdict",
     "saving kept",

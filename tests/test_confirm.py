@@ -42,6 +42,7 @@ from oelm.records.plan import (
     write_plan_file,
 )
 from oelm.reports.leaderboard import write_leaderboard
+from oelm.reports.report import write_report
 from oelm.training.config import dump_config
 from oelm.utils.errors import UserError
 from test_report import make_run
@@ -247,6 +248,34 @@ def test_all_plans_every_arm_and_unresolved_pilots_make_no_claim(tmp_path: Path)
     assert by["oelm-qknorm"].versus.decision.verdict == "worse" and by["oelm-qknorm"].versus.decision.m == 3
     md = (out / "confirmation.md").read_text()
     assert "**2 of 2 claim(s) confirmed.** 1 arm(s) compared on fresh seeds without a pilot claim." in md
+
+
+def test_reports_quote_the_seed_plans_count_and_name_the_observed_gaps_apart(tmp_path: Path, capsys) -> None:
+    """The seeds for 80% power at ±1% that a report, a board and `oelm compare`'s lines print for a
+    comparison are the count `oelm confirm plan` plans for it on the same records (one function,
+    stats.margin_seeds); the seeds to detect the observed gap are another quantity, named so and
+    worded as a power estimate."""
+    pilot = _pilot(tmp_path)
+    claims = make_plan(pilot, None)  # the claims oelm-freeze and oelm-random: m = 2
+    every = make_plan(pilot, None, every=True)  # oelm-qknorm makes no claim: the --all plan, m = 3
+    qknorm = next(e for e in every.seed_plan if e.method == "oelm-qknorm")
+    planned = {e.method: e.needed for e in claims.seed_plan} | {"oelm-qknorm": qknorm.needed}
+    assert all(planned.values()) and qknorm.alpha == pytest.approx(0.05 / 3)
+    md_path, comp = write_report([pilot], out=tmp_path / "report")
+    board_md = write_leaderboard([pilot], tmp_path / "board", "baseline")[0].read_text()
+    md = md_path.read_text()
+    for method, n in planned.items():
+        line = next(x for x in md.splitlines() if x.startswith(f"- {method}: "))
+        board_line = next(x for x in board_md.splitlines() if x.startswith(f"- {method}: pilot"))
+        for text in (line, board_line):
+            assert re.search(r"seeds for 80% power at ±1% \(the seed plan of `oelm confirm plan`: [^)]*\): (\d+)", text)
+            assert re.search(r"\): (\d+)", text.split("seeds for 80% power")[1]).group(1) == str(n), (method, text)
+        pw = comp.groups[0].versus_of(method).power
+        assert f"about {pw.seeds_for_observed} fresh seeds would detect a true mean per-seed gap" in line
+        assert pw.seeds_for_observed != n and "a power estimate, not a promise" in line
+    assert main(["confirm", "plan", str(pilot), "--out", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert f"{max(planned['oelm-freeze'], planned['oelm-random'])} planned" in out
 
 
 @pytest.mark.slow

@@ -87,9 +87,11 @@ def test_failing_verdict_names_the_closest(tmp_path: Path) -> None:
     # lowrank has the smallest gap but keeps too little saving: the closest keeps >= 75% of it.
     assert table["closest"] == "oelm-temp"
     md = md_path.read_text()
-    assert "No method meets the target.** Closest: oelm-temp, gap +5.00%" in md
+    assert "No method meets the target.** Closest: oelm-temp, mean per-seed gap +5.00%" in md
     assert "paired upper end" in md
-    assert "The smallest gap is oelm-lowrank's (gap +1.50%" in md and "keeps 50% < 75% of the saving" in md
+    assert (
+        "The smallest gap is oelm-lowrank's (mean per-seed gap +1.50%" in md and "keeps 50% < 75% of the saving" in md
+    )
 
 
 def test_pareto_front_membership(tmp_path: Path) -> None:
@@ -266,7 +268,7 @@ def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Pa
     expected = (np.array(BASE) * (1 + np.array(ARMS["oelm-freeze"][0])) / nofreeze - 1) * 100
     assert freeze["twin_gap"]["mean"] == pytest.approx(expected.mean())
     assert freeze["twin_verdict"] == "worse (resolved)" and freeze["twin"] == "oelm-nofreeze"
-    assert "gap vs its same-init trainable twin" in md_path.read_text()
+    assert "mean per-seed gap vs its same-init trainable twin" in md_path.read_text()
     assert "vs oelm-nofreeze: " in md_path.read_text()
     qknorm = next(e for e in named["ranked"] if e["method"] == "oelm-qknorm")
     assert qknorm["twin_decision"]["m"] == 4  # the frozen head-wise orthogonal methods

@@ -16,7 +16,7 @@ from oelm.records import run as records
 from oelm.records.load import load_run, load_runs
 from oelm.reports import stats
 from oelm.reports.aggregate import compare, compare_to, rebase
-from oelm.reports.report import write_report
+from oelm.reports.report import summary_table, write_report
 from oelm.utils.errors import UserError
 
 # test perplexity and best_val_loss per (method, lr, seed); chosen LRs: baseline 1e-3, oelm 3e-3
@@ -155,7 +155,7 @@ def test_report_numbers_equal_those_from_records(lm_sweep: Path) -> None:
     assert oelm["trainable_params"] == 900 and oelm["frozen_params"] == 100
 
     md = md_path.read_text()
-    assert f"{m.mean():.3f} ± " in md and f"{(m.mean() / b.mean() - 1) * 100:+.2f}%" in md
+    assert f"{m.mean():.3f} ± " in md and f"{np.mean((m / b - 1) * 100):+.2f}% [" in md  # the mean per-seed gap
     assert f"p = {p_gap:.3g}, Holm p = " in md and "(m = 1)" in md
     assert "5.0%" in md  # theoretical saving next to the measured ratio 0.900
     assert "0.900" in md
@@ -277,22 +277,56 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
     assert power.underpowered
     md = md_path.read_text()
     assert f"unresolved (smallest detectable gap {power.mde:.2f}% at 80% power)" in md  # m = 1: no Holm step
-    # A pilot result: the fresh seeds a confirmation needs, from the pilot's paired SD, for the
-    # observed gap and for a gap of the margin, with the `oelm confirm plan` call (never "add seeds").
+    # A pilot result: two seed counts, each named: the seeds to detect the observed gap (the pilot's
+    # SD taken as true, worded as a power estimate) and the seed plan's seeds for 80% power at the
+    # margin (from the SD's upper bound, what `oelm confirm plan` plans), with the plan call.
     sd = gaps.std(ddof=1)
-    n_gap, n_margin = stats.seeds_needed(gaps.mean() / sd), stats.seeds_needed(1.0 / sd)
-    assert n_gap > 3 and n_margin > 3
+    n_gap = stats.seeds_needed(gaps.mean() / sd)
+    n_margin = stats.planned_seeds(stats.sd_upper_bound(sd, 3), 1.0)
+    assert 3 < n_gap < n_margin
     assert (
-        f"pilot: 3 seeds (LRs chosen on them); a confirmation on fresh seeds needs {n_gap} to resolve "
-        f"the observed gap of {abs(gaps.mean()):.2f}% or {n_margin} to resolve a gap of the ±1% margin"
+        f"pilot: 3 seeds (LRs chosen on them); seeds to detect the observed gap: about {n_gap} fresh seeds "
+        f"would detect a true mean per-seed gap of {gaps.mean():+.2f}% with 80% power"
     ) in md
-    assert f"`oelm confirm plan SW --seeds {min(n_gap, n_margin)} --out C --all`" in md  # no pilot claim
+    assert "a power estimate, not a promise" in md
+    assert "seeds for 80% power at ±1% (the seed plan of `oelm confirm plan`" in md and f"): {n_margin};" in md
+    assert f"`oelm confirm plan SW --seeds {n_gap} --out C --all`" in md  # no pilot claim
     assert "--seeds $(seq" not in md and "reuses the finished runs" not in md
     assert "no difference" not in md.replace("not evidence of no difference", "").replace(
         "never means 'no difference'", ""
     )
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert _arm(report, "oelm-freeze")["power"]["underpowered"] is True
+
+
+def test_table_verdict_and_reading_print_one_gap_the_mean_per_seed_one(tmp_path: Path) -> None:
+    # A reference seed far from the others: the gap of the means (+8.64%) and the mean per-seed
+    # gap (+9.76%, the paired interval's, the test's and the verdict's) differ. Every line prints
+    # the mean per-seed gap and names it; the gap of the means is printed nowhere.
+    ppl = {"baseline": [10.0, 20.0, 10.5], "oelm-freeze": [11.0, 21.0, 12.0]}
+    for method, values in ppl.items():
+        for seed, v in enumerate(values):
+            make_run(tmp_path, method, 1e-3, seed, test_perplexity=v, best_val_loss=2.0)
+    md_path, comp = write_report([tmp_path])
+    group = comp.groups[0]
+    per_seed = np.array(ppl["oelm-freeze"]) / np.array(ppl["baseline"]) * 100 - 100
+    of_means = (np.mean(ppl["oelm-freeze"]) / np.mean(ppl["baseline"]) - 1) * 100
+    shown, means = f"{per_seed.mean():+.2f}%", f"{of_means:+.2f}%"
+    assert shown == "+9.76%" and means == "+8.64%"
+    md = md_path.read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| oelm-freeze |"))
+    assert f"| {shown} [" in row  # the table, beside its paired interval
+    assert f"observed mean per-seed gap {shown}." in md  # the verdict and power line
+    assert f"{per_seed.mean():.2f}% worse as the mean per-seed gap" in md  # the reading
+    terminal = "\n".join(summary_table(group))  # what `oelm compare` prints
+    assert f"{shown} [" in terminal and "mean per-seed gap" in terminal
+    for text in (md, terminal):
+        assert means not in text and f"{abs(of_means):.1f}%" not in text
+    stored = _arm(json.loads((tmp_path / "report" / "report.json").read_text()), "oelm-freeze")
+    assert stored["mean_seed_gap_percent"] == pytest.approx(per_seed.mean())
+    assert stored["gap_percent"] == pytest.approx(of_means)  # kept, under its own name
+    vs = group.versus_of("oelm-freeze")
+    assert vs.mean_seed_gap == pytest.approx(per_seed.mean()) and vs.gap == pytest.approx(of_means)
 
 
 def test_the_tasks_recorded_direction_decides_selection_and_gaps(tmp_path: Path) -> None:

@@ -309,7 +309,7 @@ def test_a_leaderboard_of_records_shows_the_same_init_twin(tmp_path):
     assert main(["leaderboard", str(folder), "--out", str(tmp_path / "board"), "--baseline", "baseline"]) == 0
     md = (tmp_path / "board" / "leaderboard.md").read_text()
     assert (tmp_path / "board" / "pareto.png").is_file() and "Reference: **baseline**" in md
-    assert "gap vs its same-init trainable twin" in md and "vs oelm-nofreeze: " in md
+    assert "mean per-seed gap vs its same-init trainable twin" in md and "vs oelm-nofreeze: " in md
     table = json.loads((tmp_path / "board" / "leaderboard.json").read_text())["tables"][0]
     freeze = next(e for e in table["ranked"] if e["method"] == "oelm-freeze")
     assert freeze["verdict"] == "worse (resolved)" and freeze["twin"] == "oelm-nofreeze"

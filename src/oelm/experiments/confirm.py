@@ -52,8 +52,8 @@ from oelm.reports.aggregate import MAX_SPREAD, Arm, Group, Versus, compare, gap_
 from oelm.reports.board import Entry, build
 from oelm.reports.tables import (
     family_lines,
+    fmt_gap,
     fmt_p,
-    fmt_paired_gap,
     fmt_verdict,
     md_table,
     text_table,
@@ -210,12 +210,11 @@ def _claims(board: dict[str, Entry], reference: str, named: Sequence[str] | None
             needs = [
                 f"{m} {n}"
                 for m, e in board.items()
-                if m != reference
-                and (pw := e.versus.power) is not None
-                and (n := stats.confirmation_seeds(pw, pw.observed))
+                if m != reference and (pw := e.versus.power) is not None and (n := pw.seeds_for_observed)
             ]
             detail = (
-                f" (seeds to resolve each observed gap, from the pilot's paired SD: {', '.join(needs)})"
+                f" (seeds to detect each observed gap at {stats.POWER:.0%} power, were the pilot's SD the true one: "
+                f"{', '.join(needs)})"
                 if needs
                 else ""
             )
@@ -261,10 +260,8 @@ def _seed_entry(
     """(method, compared with, pilot seeds, pilot SD, its upper bound, seeds needed) of one pair."""
     arms = {a.method: a for a in group.arms}
     gaps = list(gap_by_seed(arms[pair[0]], arms[pair[1]], group.higher_is_better).values())
-    sd = stats.summarize(gaps).std
-    upper = None if sd is None else stats.sd_upper_bound(sd, len(gaps))
-    needed = None if upper is None else stats.planned_seeds(upper, margin, stats.ALPHA / m)
-    return pair[0], pair[1], len(gaps), sd, upper, needed
+    plan = stats.margin_seeds(gaps, margin, m)  # the count every report quotes as the seed plan's
+    return pair[0], pair[1], plan.pilot_seeds, plan.pilot_sd, plan.sd_upper, plan.needed
 
 
 def _seed_note(n: int, needed: int | None, upper: float | None, planned: int, margin: float) -> str:
@@ -823,7 +820,7 @@ def _row(c: ClaimResult, group: Group | None, flagged: dict[str, FreshStability]
     """Method, claim (pilot), fresh gap, fresh p, fresh verdict, result (with the stability flag of
     the arm's or the reference's fresh seeds)."""
     arm = c.arm
-    fresh = [fmt_paired_gap(arm, group), fmt_p(arm, group), fmt_verdict(arm, group)] if arm and group else ["n/a"] * 3
+    fresh = [fmt_gap(arm, group), fmt_p(arm, group), fmt_verdict(arm, group)] if arm and group else ["n/a"] * 3
     result = c.result + ("" if c.complete else f" ({c.why})")
     marks = [m for m in (c.claim.method, c.claim.reference) if m in (flagged or {})]
     if marks:

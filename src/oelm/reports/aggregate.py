@@ -175,6 +175,21 @@ class Versus:
     # The verdict (Holm-adjusted over the family of comparisons it was decided in).
     decision: stats.Decision | None = None
 
+    @property
+    def mean_seed_gap(self) -> float | None:
+        """The mean per-seed % gap (+ = worse): the mean over the shared seeds of each seed's paired
+        % gap, the quantity of the paired interval, the t-test, the TOST, the verdict and the power
+        analysis (its `observed`); None where no seed pairs. `gap` is another quantity, the gap of
+        the means, which differs from it where a seed's reference is far from the others."""
+        paired = self.gap_paired
+        return None if paired is None else paired.mean
+
+    @property
+    def reported_gap(self) -> float | None:
+        """The gap a page prints, ranks and checks a target with: the mean per-seed gap, or the gap
+        of the means where no seed pairs (tables.fmt_gap labels that case)."""
+        return self.gap if self.mean_seed_gap is None else self.mean_seed_gap
+
 
 NO_VERSUS = Versus()
 

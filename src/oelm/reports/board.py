@@ -25,7 +25,16 @@ from oelm.records.run import RunRecord
 from oelm.records.sweep import declared_lr_rule, declared_primary, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase
-from oelm.reports.tables import fmt_fraction, fmt_holm, fmt_interval, fmt_pct, saving_fraction, verdict_text
+from oelm.reports.tables import (
+    GAP_NAME,
+    MEANS_NAME,
+    fmt_fraction,
+    fmt_holm,
+    fmt_pct,
+    fmt_versus_gap,
+    saving_fraction,
+    verdict_text,
+)
 from oelm.utils.errors import UserError
 
 REFERENCE = "oelm-freeze"  # the method whose Q/K weight-gradient saving the target is measured against
@@ -43,7 +52,7 @@ class Target:
     def text(self) -> str:
         """The target in one sentence."""
         return (
-            f"gap to the reference at most {self.max_gap:g}% with the upper end of its paired 95% "
+            f"{GAP_NAME} to the reference at most {self.max_gap:g}% with the upper end of its paired 95% "
             f"interval at most {self.max_upper:g}%, while keeping at least "
             f"{self.min_share * 100:g}% of {self.reference}'s Q/K weight-gradient saving"
         )
@@ -189,12 +198,14 @@ def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
 
 def _check(entry: Entry, target: Target) -> None:
     """Fill entry.meets and entry.misses against the target."""
-    gap, upper, share = entry.versus.gap, entry.upper, entry.share
+    gap, upper, share = entry.versus.reported_gap, entry.upper, entry.share
     misses = []
     if trainable(entry.arm):  # a control saving by architecture (thin keys) is no frozen variant
         misses.append("freezes nothing: a trainable control, not a frozen variant")
     if gap is None or gap > target.max_gap:
-        misses.append(f"gap {fmt_pct(gap)} > {target.max_gap:g}%" if gap is not None else "no gap")
+        misses.append(
+            f"{_gap_name(entry.versus)} {fmt_pct(gap)} > {target.max_gap:g}%" if gap is not None else "no gap"
+        )
     if upper is None or upper > target.max_upper:
         misses.append(
             f"paired upper end {fmt_pct(upper)} > {target.max_upper:g}%"
@@ -219,8 +230,8 @@ def _closest(candidates: list[Entry], target: Target) -> Entry | None:
     ]
     if keeps:
         return min(keeps, key=lambda e: (e.upper, e.method))
-    gapped = [e for e in candidates if e.versus.gap is not None]
-    return min(gapped, key=lambda e: (e.versus.gap, e.method)) if gapped else None
+    gapped = [e for e in candidates if e.versus.reported_gap is not None]
+    return min(gapped, key=lambda e: (e.versus.reported_gap, e.method)) if gapped else None
 
 
 def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple[list[str], str | None, str]:
@@ -239,8 +250,8 @@ def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple
         f"**No method meets the target.** Closest: {close.method}, {_entry_numbers(close)}; "
         f"it misses: {'; '.join(close.misses)}."
     )
-    gapped = [e for e in candidates if e.versus.gap is not None]
-    best_gap = min(gapped, key=lambda e: (e.versus.gap, e.method))
+    gapped = [e for e in candidates if e.versus.reported_gap is not None]
+    best_gap = min(gapped, key=lambda e: (e.versus.reported_gap, e.method))
     if best_gap is not close:  # the smallest gap fails on another criterion: say which
         text += (
             f" The smallest gap is {best_gap.method}'s ({_entry_numbers(best_gap)}), which "
@@ -249,12 +260,18 @@ def _verdict(ranked: list[Entry], baseline: str | None, target: Target) -> tuple
     return [], close.method, text
 
 
+def _gap_name(vs: Versus) -> str:
+    """What the gap of a comparison is called on a board: the mean per-seed gap, else the gap of the means."""
+    return GAP_NAME if vs.mean_seed_gap is not None else MEANS_NAME
+
+
 def _entry_numbers(e: Entry) -> str:
     """Gap, paired interval, p and saving share of one entry in words."""
     d = e.versus.decision
     p = f"{fmt_holm(d)}; " if d is not None and d.p is not None else ""
     return (
-        f"gap {fmt_pct(e.versus.gap)}{fmt_interval(e.versus.gap_paired)} ({p}{verdict_text(d)}), "
+        f"{GAP_NAME + ' ' if e.versus.mean_seed_gap is not None else ''}{fmt_versus_gap(e.versus)} "
+        f"({p}{verdict_text(d)}), "
         f"keeps {fmt_fraction(e.share, 0)} of the saving"
     )
 
@@ -403,7 +420,9 @@ def rank_board(
         e.rank = i
     unranked = sorted((e for e in entries if e.incomplete), key=lambda e: e.method)
     points = {
-        e.method: (e.versus.gap, e.saving * 100) for e in ranked if e.versus.gap is not None and e.saving is not None
+        e.method: (e.versus.reported_gap, e.saving * 100)
+        for e in ranked
+        if e.versus.reported_gap is not None and e.saving is not None
     }
     passing, closest, verdict = _verdict(ranked, group.baseline, target)
     warnings = list(group.warnings)

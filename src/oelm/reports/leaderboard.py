@@ -22,6 +22,7 @@ from oelm.reports.board import REFERENCE, TARGET, Board, Entry, Target, build
 from oelm.reports.reading import READING_PAGE, how_to_read
 from oelm.reports.tables import (
     CONFIRM_PLAN,
+    GAP_NAME,
     NA,
     bits_per_byte,
     bits_per_byte_head,
@@ -103,7 +104,7 @@ def _table(board: Board) -> list[str]:
         "lr (chosen on val)",
         f"{g.primary_metric}: mean ± 95% CI (n seeds), {direction} is better",
         *([bits_per_byte_head(bpb)] if bpb else []),
-        f"gap vs {g.baseline or BASELINE} (%, + = worse) [paired 95% CI]",
+        f"{GAP_NAME} vs {g.baseline or BASELINE} (%, + = worse) [paired 95% CI]",
         "p (paired t), Holm-adjusted",
         f"verdict vs {g.baseline or BASELINE}",
         "min. detectable gap",
@@ -111,7 +112,7 @@ def _table(board: Board) -> list[str]:
         "LR sensitivity",
     ]
     if board.twin:
-        head.append("gap vs its same-init trainable twin [paired 95% CI]: verdict")
+        head.append(f"{GAP_NAME} vs its same-init trainable twin [paired 95% CI]: verdict")
     head += [
         "trainable / frozen / added params",
         "saving: training FLOPs",
@@ -167,7 +168,7 @@ def _unranked(board: Board, not_started: Sequence[str]) -> list[str]:
         [e.method, e.incomplete, fmt_summary(e.arm.primary, scale), fmt_gap(e.arm, board.group)] for e in board.unranked
     ]
     rows += [[m, "planned by the sweep, no finished run", NA, NA] for m in not_started]
-    lines += md_table(["method", "why", f"{board.group.primary_metric} so far", "gap so far"], rows)
+    lines += md_table(["method", "why", f"{board.group.primary_metric} so far", f"{GAP_NAME} so far"], rows)
     return lines + [""]
 
 
@@ -192,8 +193,9 @@ def _pilot_lines(board: Board, confirm: str | ConfirmationPlan) -> list[str]:
         return []
     return [
         "Pilot results: these seeds also chose every LR on validation, so each verdict above is a pilot "
-        "result; a confirmation on fresh seeds (`oelm confirm`) needs (power analysis from the pilot's "
-        "paired SD of the per-seed gap, paired t, alpha 0.05, power 0.8):",
+        "result; a confirmation on fresh seeds (`oelm confirm`) is sized by two different counts, each "
+        "named: the seeds to detect the observed gap (a power estimate from the pilot's paired SD) and "
+        "the seeds for 80% power at the margin that `oelm confirm plan` plans (from that SD's upper bound):",
         "",
         *texts,
         "",
@@ -286,7 +288,8 @@ def _entry_json(e: Entry, bpb: str | None = None) -> dict[str, Any]:
         "primary": a.primary.to_dict(),
         **({"bits_per_byte": {"key": bpb, **bits_per_byte(a, bpb).to_dict()}} if bpb else {}),
         "by_seed": {str(k): v for k, v in sorted(a.by_seed.items())},
-        "gap_percent": vs.gap,
+        "gap_percent": vs.gap,  # the gap of the means
+        "mean_seed_gap_percent": vs.mean_seed_gap,  # the gap the page prints, ranks and checks the target with
         "gap_paired": _summary_json(vs.gap_paired),
         "paired_test": vs.test.to_dict() if vs.test else None,
         "power": vs.power.to_dict() if vs.power else None,
@@ -387,9 +390,9 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
     """One table's scatter with error bars, labels, the Pareto front and the target's lines."""
     ref = next((e for e in board.ranked + board.unranked if e.method == target.reference), None)
     ref_saving = ref.saving if ref else None
-    pts = [e for e in board.ranked if e.versus.gap is not None and e.saving is not None]
+    pts = [e for e in board.ranked if e.versus.reported_gap is not None and e.saving is not None]
     for e in pts:
-        x, y = e.saving * 100, e.versus.gap
+        x, y = e.saving * 100, e.versus.reported_gap
         paired = e.versus.gap_paired
         has = paired is not None and paired.ci_low is not None
         err = [[max(0.0, y - paired.ci_low) if has else 0.0], [max(0.0, paired.ci_high - y) if has else 0.0]]
@@ -400,7 +403,7 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
     if len(front) > 1:
         ax.plot(
             [e.saving * 100 for e in front],
-            [e.versus.gap for e in front],
+            [e.versus.reported_gap for e in front],
             "--",
             color="tab:red",
             alpha=0.7,
@@ -418,7 +421,7 @@ def _plot_board(ax: Any, board: Board, target: Target) -> None:
         )
     ax.legend(fontsize=7, loc="upper left")
     ax.set_xlabel("compute saved: theoretical training-FLOP saving (%)")
-    ax.set_ylabel(f"gap vs {board.group.baseline or BASELINE} (reference; %, + = worse), paired 95% CI")
+    ax.set_ylabel(f"{GAP_NAME} vs {board.group.baseline or BASELINE} (reference; %, + = worse), paired 95% CI")
     ax.set_title(f"{board.group.title}: {board.group.primary_metric}", fontsize=9)
     ax.grid(alpha=0.3)
 

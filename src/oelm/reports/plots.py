@@ -41,26 +41,26 @@ def plot_curves(group: Group, path: Path) -> Path | None:
 
 
 def plot_gaps(group: Group, path: Path) -> Path | None:
-    """Bar per method: gap to the baseline in % (+ = worse) with the paired 95% interval."""
+    """Bar per method: the mean per-seed gap to the baseline in % (+ = worse) with its paired 95% interval."""
     others = ((a.method, group.versus_of(a.method)) for a in group.arms if a.method != group.baseline)
-    arms = [(method, vs) for method, vs in others if vs.gap is not None]
+    arms = [(method, vs) for method, vs in others if vs.reported_gap is not None]
     if not arms:
         return None
     fig, ax = plt.subplots(figsize=(max(3.5, 1.4 * len(arms) + 1.5), 3.8))
     heights, errs = [], [[], []]
     for _, vs in arms:
-        paired = vs.gap_paired
-        heights.append(vs.gap)
+        paired, gap = vs.gap_paired, vs.reported_gap
+        heights.append(gap)
         has_ci = paired is not None and paired.ci_low is not None
-        # The bar is the gap of the means; the whisker is the paired-by-seed interval.
-        errs[0].append(max(0.0, vs.gap - paired.ci_low) if has_ci else 0.0)
-        errs[1].append(max(0.0, paired.ci_high - vs.gap) if has_ci else 0.0)
+        # The bar is the mean per-seed gap, the whisker its paired-by-seed interval (the tables' numbers).
+        errs[0].append(max(0.0, gap - paired.ci_low) if has_ci else 0.0)
+        errs[1].append(max(0.0, paired.ci_high - gap) if has_ci else 0.0)
     x = np.arange(len(arms))
     colors = ["tab:red" if h > 0 else "tab:green" for h in heights]
     ax.bar(x, heights, yerr=errs, capsize=4, color=colors, alpha=0.8)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, [method for method, _ in arms], rotation=15)
-    ax.set_ylabel(f"gap vs {group.baseline}, % (+ = worse)")
+    ax.set_ylabel(f"mean per-seed gap vs {group.baseline}, % (+ = worse)")
     ax.set_title(f"{group.title}: {group.primary_metric}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

@@ -10,7 +10,16 @@ from collections.abc import Mapping
 
 from oelm.reports import stats
 from oelm.reports.aggregate import Arm, Comparison, Crossing, Group, Noise, Versus, crossing
-from oelm.reports.tables import fmt_num, fmt_p, fmt_saving, pct_scale, verdict_text
+from oelm.reports.tables import (
+    GAP_NAME,
+    MEANS_NAME,
+    fmt_num,
+    fmt_p,
+    fmt_saving,
+    observed_seeds_text,
+    pct_scale,
+    verdict_text,
+)
 
 SMALL_NOISE = 0.5  # test SE below half the seed SD: the test set adds little to the seed spread
 # How to read each output (what the columns mean, how a verdict is reached) is one page of docs,
@@ -106,7 +115,7 @@ def _sureness(arm: Arm, group: Group) -> str:
     paired, pw, d = vs.gap_paired, vs.power, vs.decision
     bits = []
     if paired is not None and paired.ci_low is not None:
-        bits.append(f"paired 95% interval {paired.ci_low:+.1f}% to {paired.ci_high:+.1f}%")
+        bits.append(f"paired 95% interval {paired.ci_low:+.2f}% to {paired.ci_high:+.2f}%")
     if d is not None and d.p is not None:
         bits.append(f"{fmt_p(arm, group)} over {d.n} seeds")
     text = f" ({'; '.join(bits)})" if bits else ""
@@ -114,13 +123,8 @@ def _sureness(arm: Arm, group: Group) -> str:
     if d is None or d.p is None:
         return text + "; the gap is unmeasured, not zero"
     if d.verdict == stats.UNRESOLVED:
-        need = stats.confirmation_seeds(pw, pw.observed) if pw is not None else None
-        more = (
-            f" (pilot: {pw.n} seeds; a confirmation on fresh seeds needs about {need} to resolve this gap, "
-            "see `oelm confirm plan`)"
-            if pw is not None and need is not None
-            else ""
-        )
+        seeds = observed_seeds_text(pw) if pw is not None else ""
+        more = f" (pilot: {pw.n} seeds; {seeds}; see `oelm confirm plan`)" if pw is not None and seeds else ""
         return text + f", not evidence that the methods are equal (nor equivalent within ±{d.margin:g}%){more}"
     return text
 
@@ -146,13 +150,15 @@ def _time(arm: Arm, vs: Versus) -> str:
 def _arm_sentence(arm: Arm, base: Arm, group: Group, scale: float, cross: Crossing | None) -> str:
     """One method against the reference."""
     vs = group.versus_of(arm.method)
-    if vs.gap is None or arm.primary.mean is None:
+    gap = vs.reported_gap
+    if gap is None or arm.primary.mean is None:
         return f"{arm.method} has no finished runs to compare."
-    direction = "worse" if vs.gap > 0 else "better"
+    direction = "worse" if gap > 0 else "better"
+    name = GAP_NAME if vs.mean_seed_gap is not None else MEANS_NAME
     return (
         f"{arm.method} reached {group.primary_metric} {fmt_num(arm.primary.mean * scale)} against "
-        f"{_ref(base, group)}'s {fmt_num(base.primary.mean * scale)}, {abs(vs.gap):.1f}% {direction}"
-        f"{_sureness(arm, group)}; {_time(arm, vs)}.{_crossing(arm, cross)}"
+        f"{_ref(base, group)}'s {fmt_num(base.primary.mean * scale)}, {abs(gap):.2f}% {direction} as "
+        f"the {name}{_sureness(arm, group)}; {_time(arm, vs)}.{_crossing(arm, cross)}"
     )
 
 

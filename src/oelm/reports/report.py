@@ -34,6 +34,7 @@ from oelm.reports.study_compare import study_rows, study_section, study_summary
 from oelm.reports.study_numbers import StudyNumbers
 from oelm.reports.tables import (
     CONFIRM_PLAN,
+    GAP_NAME,
     NA,
     bits_per_byte,
     bits_per_byte_head,
@@ -75,7 +76,7 @@ def _main_table(group: Group, scale: float) -> list[str]:
         f"setting chosen on val ({group.lr_rule} rule on {group.selection_metric}, {sel_dir} is better)",
         f"{metric_label(group.primary_metric, group.splits)}{unit}: mean ± 95% CI (n seeds)",
         *([bits_per_byte_head(bpb)] if bpb else []),
-        f"gap vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI"
+        f"{GAP_NAME} vs {group.baseline or BASELINE}, % of the reference (+ = worse) [paired 95% CI"
         + (": what noise it includes]" if group.facts.item_noise_interval else "]"),
     ]
     if group.higher_is_better:
@@ -275,7 +276,8 @@ def _arm_json(arm: Arm, vs: Versus, bpb: str | None = None) -> dict[str, Any]:
         "primary": arm.primary.to_dict(),
         **({"bits_per_byte": {"key": bpb, **bits_per_byte(arm, bpb).to_dict()}} if bpb else {}),
         "by_seed": {str(k): v for k, v in sorted(arm.by_seed.items())},
-        "gap_percent": vs.gap,
+        "gap_percent": vs.gap,  # the gap of the means
+        "mean_seed_gap_percent": vs.mean_seed_gap,  # the gap the page prints beside its paired interval
         "gap_paired": vs.gap_paired.to_dict() if vs.gap_paired else None,
         "gap_seeds_items": vs.gap_items.to_dict() if vs.gap_items else None,
         "delta": vs.delta,
@@ -465,7 +467,7 @@ def summary_table(group: Group) -> list[str]:
         "method",
         "setting\n(val)",
         f"{group.primary_metric}{unit}\nmean ± 95% CI (n)",
-        "gap % (+ = worse)\n[paired 95% CI]",
+        "mean per-seed gap %\n+ = worse [95% CI]",
         f"Holm p\n(m = {group.comparisons})",
         "time\nratio",
         "FLOP\nsaving",

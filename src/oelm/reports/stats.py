@@ -176,6 +176,29 @@ def seeds_needed(effect_size: float, alpha: float = ALPHA, power: float = POWER)
     return hi
 
 
+MIN_CONFIRM_SEEDS = 3  # a confirmation's paired test needs at least this many fresh seeds
+
+
+def observed_gap_seeds(
+    observed: float | None, sd: float | None, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
+    """Seeds to detect the observed gap: the fewest paired seeds (at least MIN_CONFIRM_SEEDS, what a
+    paired test needs) whose two-sided paired t-test at `alpha` detects a true mean per-seed gap of
+    |observed| % with `power`, were `sd` (the pilot's SD of the per-seed gaps) the true SD.
+
+    A power estimate, not a promise: at that many seeds a true gap of that size is missed with
+    probability 1 - power, and a pilot's SD of a few seeds is itself uncertain (the seed plan of
+    `oelm confirm plan`, margin_seeds, plans from its upper bound). None where sd or the gap is
+    missing or the gap is 0. Every page that prints this count takes it from here (Power.seeds_for_observed).
+    """
+    if sd is None or observed is None or not math.isfinite(observed) or observed == 0 or not math.isfinite(sd):
+        return None
+    if sd == 0:
+        return MIN_CONFIRM_SEEDS
+    n = seeds_needed(observed / sd, alpha, power)
+    return None if n is None else max(MIN_CONFIRM_SEEDS, n)
+
+
 @dataclass(frozen=True)
 class Power:
     """What a paired comparison of n seeds can resolve, in the units of the paired values."""
@@ -185,7 +208,7 @@ class Power:
     mde: float | None  # minimum detectable |mean difference| at n seeds (alpha, power below)
     observed: float | None  # the observed mean paired difference
     underpowered: bool  # |observed| < mde: this comparison cannot tell such a gap from noise
-    seeds_for_observed: int | None  # seeds needed to detect the observed difference
+    seeds_for_observed: int | None  # seeds to detect the observed difference (observed_gap_seeds)
     alpha: float = ALPHA
     power: float = POWER
 
@@ -195,35 +218,19 @@ class Power:
 
 
 def power_analysis(diffs: Sequence[float], alpha: float = ALPHA, power: float = POWER) -> Power:
-    """Minimum detectable effect of a paired t-test from the observed paired differences."""
+    """Minimum detectable effect of a paired t-test from the observed paired differences, and the
+    seeds to detect the observed mean difference (observed_gap_seeds)."""
     vals = _finite(diffs)
     n = len(vals)
     if n < 2:
         return Power(n, None, None, float(np.mean(vals)) if vals else None, True, None, alpha, power)
     sd = float(np.std(vals, ddof=1))
     mean = float(np.mean(vals))
+    needed = observed_gap_seeds(mean, sd, alpha, power)
     if sd == 0:
-        return Power(n, 0.0, 0.0, mean, False, n, alpha, power)
+        return Power(n, 0.0, 0.0, mean, False, needed, alpha, power)
     mde = min_detectable_effect_size(n, alpha, power) * sd
-    return Power(n, sd, mde, mean, abs(mean) < mde, seeds_needed(mean / sd, alpha, power), alpha, power)
-
-
-MIN_CONFIRM_SEEDS = 3  # a confirmation's paired test needs at least this many fresh seeds
-
-
-def confirmation_seeds(pw: Power, gap: float | None) -> int | None:
-    """Fresh seeds a confirmation needs to resolve a gap of |gap| % at pw's power, from the pilot's
-    paired SD (the pilot's own seeds chose the LRs, so its verdict is a pilot result).
-
-    None where the pilot gives no SD (fewer than 2 paired seeds) or the gap is 0 or unknown;
-    at least MIN_CONFIRM_SEEDS (what `oelm confirm plan` accepts).
-    """
-    if pw.sd_diff is None or gap is None or not math.isfinite(gap) or gap == 0:
-        return None
-    if pw.sd_diff == 0:
-        return MIN_CONFIRM_SEEDS
-    n = seeds_needed(gap / pw.sd_diff, pw.alpha, pw.power)
-    return None if n is None else max(MIN_CONFIRM_SEEDS, n)
+    return Power(n, sd, mde, mean, abs(mean) < mde, needed, alpha, power)
 
 
 # ---- learning-rate sensitivity -------------------------------------------------------------------
@@ -262,6 +269,35 @@ def planned_seeds(sd_upper: float, margin: float, alpha: float = ALPHA, power: f
         return MIN_PILOT_SEEDS
     n = seeds_needed(margin / sd_upper, alpha, power)
     return None if n is None else max(MIN_PILOT_SEEDS, n)
+
+
+@dataclass(frozen=True)
+class MarginSeeds:
+    """Seeds for 80% power at ±margin: what the seed plan of `oelm confirm plan` asks of one
+    comparison (margin_seeds), a different quantity from the seeds to detect the observed gap."""
+
+    pilot_seeds: int  # paired pilot seeds
+    pilot_sd: float | None  # their sample SD of the per-seed % gaps
+    sd_upper: float | None  # its one-sided SD_CONFIDENCE upper bound (None below MIN_PILOT_SEEDS)
+    margin: float
+    alpha: float  # the Holm level alpha / m of the plan's family
+    power: float
+    needed: int | None  # fresh seeds for `power` at ±margin (None: not computable)
+
+
+def margin_seeds(
+    gaps: Sequence[float], margin: float, m: int = 1, alpha: float = ALPHA, power: float = POWER
+) -> MarginSeeds:
+    """Seeds for `power` at ±margin of one comparison, from its pilot's per-seed % gaps: the fewest
+    fresh paired seeds whose two-sided t-test at Holm's level alpha / m detects a gap of ±margin
+    with `power` were the SD of the gaps the one-sided 95% upper bound of the pilot's SD
+    (sd_upper_bound, planned_seeds). The one count `oelm confirm plan` plans and every report quotes."""
+    vals = _finite(gaps)
+    sd = summarize(vals).std
+    upper = None if sd is None else sd_upper_bound(sd, len(vals))
+    level = alpha / max(m, 1)
+    needed = None if upper is None else planned_seeds(upper, margin, level, power)
+    return MarginSeeds(len(vals), sd, upper, margin, level, power, needed)
 
 
 def gap_upper_bound(gaps: Sequence[float], confidence: float = CONFIDENCE) -> float | None:

@@ -165,7 +165,7 @@ def study_section(group: Group) -> list[str]:
         "study's value",
         "ours, in the same units",
         "study's gap vs its reference (+ = worse)",
-        "our gap [paired 95% CI]",
+        "our mean per-seed gap [paired 95% CI]",
         "our verdict",
         "study's gap inside our interval",
     ]

@@ -13,7 +13,7 @@ from typing import Any
 
 from oelm.records.stability import RULE as STABILITY_RULE
 from oelm.reports import stats
-from oelm.reports.aggregate import INSTABILITY_POLICY, Arm, Group, LrCell, Versus, lr_rule_text
+from oelm.reports.aggregate import INSTABILITY_POLICY, Arm, Group, LrCell, Versus, gap_by_seed, lr_rule_text
 from oelm.reports.stats import Decision, Summary
 
 NA = "n/a"
@@ -138,42 +138,40 @@ def fmt_summary(s: Summary, scale: float = 1.0) -> str:
     return f"{fmt_num(s.mean * scale)} ± {fmt_num(s.half_width * scale, 2)} (n={s.n})"
 
 
+GAP_NAME = "mean per-seed gap"  # the quantity every page prints as its gap (Versus.mean_seed_gap)
+MEANS_NAME = "gap of the means"  # another quantity (Versus.gap): printed only where no seed pairs
+NO_PAIRS = f"{MEANS_NAME}; no paired seeds"  # the label of that fallback
+
+
+def fmt_versus_gap(vs: Versus, interval: Summary | stats.ItemsInterval | None = None) -> str:
+    """'+4.12% [+0.72, +7.51]': the one gap every page prints for a comparison, the mean per-seed %
+    gap (Versus.reported_gap), beside its paired 95% interval (or `interval`, the seeds x test items
+    one, whose mean is the same quantity); the gap of the means, labelled so, where no seed pairs."""
+    if vs.mean_seed_gap is not None:
+        return fmt_pct(vs.mean_seed_gap) + fmt_interval(vs.gap_paired if interval is None else interval)
+    return NA if vs.gap is None else f"{fmt_pct(vs.gap)} ({NO_PAIRS})"
+
+
 def fmt_gap(arm: Arm, group: Group) -> str:
-    """Gap of the means in %, with the paired-by-seed 95% interval when there is one."""
+    """The comparison's gap cell (fmt_versus_gap); '0 (reference)' for the reference itself."""
     if arm.method == group.baseline:
         return "0 (reference)"
-    vs = group.versus_of(arm.method)
-    if vs.gap is None:
-        return NA
-    return fmt_pct(vs.gap) + fmt_interval(vs.gap_paired)
-
-
-def fmt_paired_gap(arm: Arm, group: Group) -> str:
-    """The mean per-seed % gap with its paired-by-seed 95% interval: the interval's own quantity, so
-    the two cells never disagree (the gap of the means, fmt_gap, differs from it when a seed's
-    reference is far from the others); the gap of the means, labelled so, where no seed pairs."""
-    if arm.method == group.baseline:
-        return "0 (reference)"
-    vs = group.versus_of(arm.method)
-    paired = vs.gap_paired
-    if paired is not None and paired.mean is not None:
-        return fmt_pct(paired.mean) + fmt_interval(paired)
-    return NA if vs.gap is None else f"{fmt_pct(vs.gap)} (gap of the means; no paired seeds)"
+    return fmt_versus_gap(group.versus_of(arm.method))
 
 
 def fmt_gap_interval(arm: Arm, group: Group) -> str:
     """The gap with the interval a report shows, saying what noise it includes.
 
     Classifiers whose runs stored per-example test correctness: the Student-t interval over seeds x
-    test examples ('seeds + test examples', stats.paired_items_gap); other classifier records: the paired-by-seed interval,
-    labelled 'seeds only' (the test set's noise is not in it). LMs: fmt_gap (seeds).
+    test examples ('seeds + test examples', stats.paired_items_gap, whose mean is the mean per-seed
+    gap); other classifier records: the paired-by-seed interval, labelled 'seeds only' (the test
+    set's noise is not in it). LMs: fmt_gap (seeds).
     """
     vs = group.versus_of(arm.method)
-    if arm.method == group.baseline or vs.gap is None:
+    if arm.method == group.baseline or vs.mean_seed_gap is None:
         return fmt_gap(arm, group)
-    items = vs.gap_items
-    if items is not None:
-        return f"{fmt_pct(vs.gap)}{fmt_interval(items)} (seeds + test examples)"
+    if vs.gap_items is not None:
+        return f"{fmt_versus_gap(vs, vs.gap_items)} (seeds + test examples)"
     if group.facts.item_noise_interval and vs.gap_paired is not None and vs.gap_paired.ci_low is not None:
         return f"{fmt_gap(arm, group)} (seeds only)"
     return fmt_gap(arm, group)
@@ -256,36 +254,85 @@ CONFIRM_PLAN = "oelm confirm plan SWEEP_DIR --seeds {seeds} --out CONFIRM_DIR"
 SWEEP_EXTEND = CONFIRM_PLAN  # the name callers used when this command added seeds to the pilot
 
 
-def pilot_text(arm: Arm, group: Group, confirm: str = CONFIRM_PLAN) -> str:
-    """'pilot: n seeds; a confirmation on fresh seeds needs N ...' with the `oelm confirm plan` call.
+def plan_family_size(arm: Arm, group: Group) -> int:
+    """The m of the Holm family `oelm confirm plan` tests this comparison in on fresh seeds: the
+    declared primary comparisons present, else the pilot's claims (comparisons whose verdict is
+    resolved or equivalent) or, for an arm with no claim (the plan's `--all`), every comparison
+    with the reference that has a verdict."""
+    if group.primary_versus:
+        return len(group.primary_versus)
+    decided = [vs.decision for m, vs in group.versus.items() if m != group.baseline and vs.decision is not None]
+    d = group.versus_of(arm.method).decision
+    if d is None or d.verdict == stats.UNRESOLVED:
+        return max(1, len(decided))
+    return max(1, sum(x.verdict != stats.UNRESOLVED for x in decided))
 
-    The sweep's seeds chose every LR on validation, so its verdicts are pilot results; N comes from
-    a power analysis on the pilot's paired SD of the per-seed gap (paired t, two-sided, alpha 0.05,
-    power 0.8): the seeds that resolve the observed gap and those that resolve a gap of the margin.
-    '' without a power analysis (fewer than 2 paired seeds).
+
+def margin_plan(arm: Arm, group: Group) -> stats.MarginSeeds | None:
+    """Seeds for 80% power at ±margin of the arm's comparison, as `oelm confirm plan` plans them
+    (stats.margin_seeds over the pilot's per-seed gaps, at the plan's Holm level); None for the
+    reference or a table without one."""
+    base = next((a for a in group.arms if a.method == group.baseline), None)
+    if base is None or arm is base:
+        return None
+    d = group.versus_of(arm.method).decision
+    margin = d.margin if d is not None else group.margin
+    gaps = list(gap_by_seed(arm, base, group.higher_is_better).values())
+    return stats.margin_seeds(gaps, margin, plan_family_size(arm, group))
+
+
+def observed_seeds_text(pw: stats.Power) -> str:
+    """'about 4 fresh seeds would detect ...': the seeds to detect the observed gap
+    (Power.seeds_for_observed), worded as the power estimate it is; '' without one."""
+    if pw.seeds_for_observed is None or pw.observed is None or pw.sd_diff is None:
+        return ""
+    return (
+        f"seeds to detect the observed gap: about {pw.seeds_for_observed} fresh seeds would detect a true mean "
+        f"per-seed gap of {fmt_pct(pw.observed)} with {pw.power:.0%} power (paired t, two-sided alpha {pw.alpha:g}) "
+        f"were the pilot's paired SD ({pw.sd_diff:.2f}%) the true one: a power estimate, not a promise"
+    )
+
+
+def margin_seeds_text(plan: stats.MarginSeeds) -> str:
+    """'seeds for 80% power at ±1% (the seed plan of `oelm confirm plan`): 287 ...'; '' without a count."""
+    if plan.needed is None or plan.sd_upper is None:
+        return ""
+    return (
+        f"seeds for {plan.power:.0%} power at ±{plan.margin:g}% (the seed plan of `oelm confirm plan`: paired t at "
+        f"the Holm level alpha/m = {plan.alpha:.3g}, from the one-sided {stats.SD_CONFIDENCE:.0%} upper bound "
+        f"{plan.sd_upper:.2f}% of the pilot's SD): {plan.needed}"
+    )
+
+
+def pilot_text(arm: Arm, group: Group, confirm: str = CONFIRM_PLAN) -> str:
+    """'pilot: n seeds (LRs chosen on them); ...' with the two seed counts and the `oelm confirm plan` call.
+
+    The sweep's seeds chose every LR on validation, so its verdicts are pilot results. Two different
+    counts, each named: the seeds to detect the observed gap (stats.observed_gap_seeds, the pilot's
+    SD taken as true: a power estimate) and the seeds for 80% power at ±margin that `oelm confirm
+    plan` plans (stats.margin_seeds, from the SD's upper bound). '' without a power analysis
+    (fewer than 2 paired seeds).
     """
     vs = group.versus_of(arm.method)
     pw, d = vs.power, vs.decision
     if arm.method == group.baseline or pw is None or pw.sd_diff is None:
         return ""
-    n_gap = stats.confirmation_seeds(pw, pw.observed)
-    n_margin = stats.confirmation_seeds(pw, d.margin if d is not None else group.margin)
-    needs = []
-    if n_gap is not None:
-        needs.append(f"{n_gap} to resolve the observed gap of {abs(pw.observed):.2f}%")
-    if n_margin is not None:
-        needs.append(f"{n_margin} to resolve a gap of the ±{group.margin:g}% margin")
+    plan = margin_plan(arm, group)
+    n_gap, n_margin = pw.seeds_for_observed, None if plan is None else plan.needed
+    needs = [t for t in (observed_seeds_text(pw), "" if plan is None else margin_seeds_text(plan)) if t]
     if not needs:
         return f"pilot: {pw.n} seeds (LRs chosen on them)."
-    n_plan = min(n for n in (n_gap, n_margin) if n is not None)
+    n_plan = n_gap if n_gap is not None else n_margin
     cmd = confirm.format(seeds=n_plan)
     if d is None or d.verdict == stats.UNRESOLVED:
         # No pilot claim: a plain plan refuses ("no claim to confirm"); --all compares every arm afresh.
         cmd += " --all"
-    return (
-        f"pilot: {pw.n} seeds (LRs chosen on them); a confirmation on fresh seeds needs "
-        f"{' or '.join(needs)} (power {pw.power:g}, from the pilot's paired SD {pw.sd_diff:.2f}%): `{cmd}`."
+    short = (
+        "; a plan with fewer seeds than the seed plan's states its claim as a bound"
+        if n_margin is not None and n_plan is not None and n_plan < n_margin
+        else ""
     )
+    return f"pilot: {pw.n} seeds (LRs chosen on them); {'; '.join(needs)}{short}: `{cmd}`."
 
 
 def resolved(arm: Arm, group: Group) -> bool:
@@ -326,7 +373,7 @@ def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:
     pilot = pilot_text(arm, group, extend)
     if pw.sd_diff == 0:
         return (
-            f"{head}; the per-seed gaps are identical ({pw.observed:+.2f}%) over {pw.n} seeds, so "
+            f"{head}; the per-seed gaps are identical ({fmt_pct(vs.mean_seed_gap)}) over {pw.n} seeds, so "
             f"the t-test is undefined. {pilot}"
         )
     d = vs.decision
@@ -339,7 +386,7 @@ def power_text(arm: Arm, group: Group, extend: str = CONFIRM_PLAN) -> str:
     text = (
         f"{head}; {fmt_p(arm, group)}. With {pw.n} seeds (paired SD of the gap {pw.sd_diff:.2f}%), "
         f"the paired t-test (two-sided, {holm}, power {pw.power:g}) detects gaps of "
-        f"±{mde:.2f}% or more; observed {pw.observed:+.2f}%."
+        f"±{mde:.2f}% or more; observed {GAP_NAME} {fmt_pct(vs.mean_seed_gap)}."
     )
     if d is not None and d.tost_power is not None and d.verdict in (stats.UNRESOLVED, stats.EQUIVALENT):
         text += (
@@ -486,8 +533,7 @@ def family_lines(group: Group) -> list[str]:
 
 def fmt_paired_mean(vs: Versus) -> str:
     """'+4.12% [+3.22, +5.01]': the mean per-seed gap of a comparison with its paired interval."""
-    paired = vs.gap_paired
-    return NA if paired is None or paired.mean is None else f"{fmt_pct(paired.mean)}{fmt_interval(paired)}"
+    return fmt_versus_gap(vs)
 
 
 def primary_table(group: Group) -> list[str]:

@@ -322,7 +322,7 @@ def pilot_text(arm: Arm, group: Group, confirm: str = CONFIRM_PLAN) -> str:
     needs = [t for t in (observed_seeds_text(pw), "" if plan is None else margin_seeds_text(plan)) if t]
     if not needs:
         return f"pilot: {pw.n} seeds (LRs chosen on them)."
-    n_plan = n_gap if n_gap is not None else n_margin
+    n_plan = min(n for n in (n_gap, n_margin) if n is not None)  # the smaller count, named by the text
     cmd = confirm.format(seeds=n_plan)
     if d is None or d.verdict == stats.UNRESOLVED:
         # No pilot claim: a plain plan refuses ("no claim to confirm"); --all compares every arm afresh.

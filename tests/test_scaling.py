@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from oelm.reports.scaling import MIN_RUNGS, PowerLaw, fit_pair, fit_power_law, gap_percent, reach, sig
+from oelm.reports.scaling import FLOORLESS, MIN_RUNGS, PowerLaw, fit_pair, fit_power_law, gap_percent, reach, sig
 
 SIZES = [4_000, 9_000, 23_000, 50_000, 100_000, 220_000]
 
@@ -80,3 +80,29 @@ def test_params_for_and_reach_read_the_curves() -> None:
     n = reach(f, c, 1_000.0)
     # The gap falls as 10 / sqrt(N) nats: 1% perplexity at 10 / sqrt(N) = log(1.01).
     assert n == pytest.approx((10 / math.log(1.01)) ** 2, rel=0.03)
+
+
+def test_a_floor_the_rungs_cannot_identify_is_named_not_hidden() -> None:
+    """Pure power-law losses (no floor): the fitted E sits at the optimizer's bound, and the arm and
+    pair say that their extrapolation assumes the loss keeps falling at the same rate."""
+    pure_c, pure_f = PowerLaw(0.0, 8.0, 0.12), PowerLaw(0.0, 9.0, 0.11)
+    f, c, pair = fit_pair("gpt", "f", "c", series(pure_f, 0.002, 7), series(pure_c, 0.002, 8), boot=10)
+    assert FLOORLESS == c.note == f.note and pair.note.endswith(FLOORLESS)
+    assert c.alpha == pytest.approx(0.12, abs=0.01)
+
+
+def test_a_curve_that_misses_its_rungs_says_so() -> None:
+    """Losses on a plateau at the small rungs, then falling (a broken power law): the fitted form
+    misses a rung's mean by many standard errors, and the fit says it is no law."""
+    from oelm.reports.scaling import MISFIT
+
+    rng = np.random.default_rng(9)
+
+    def broken(seed_shift: float) -> dict[int, dict[int, float]]:
+        return {
+            n: {s: min(3.1, 40.0 * n**-0.3) * (1 + seed_shift) * math.exp(rng.normal(0, 0.002)) for s in range(3)}
+            for n in SIZES
+        }
+
+    f, c, pair = fit_pair("gpt", "f", "c", broken(0.02), broken(0.0), boot=10)
+    assert c.misfit > 3 * c.seed_se and MISFIT in c.note and MISFIT in pair.note

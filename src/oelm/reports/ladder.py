@@ -389,10 +389,20 @@ def _answer_line(t: Trend, pair: scaling.PairFit | None, twin: str) -> str:
             f"[{_g(pair.multiplier_low, '.3g')}, {_g(pair.multiplier_high, '.3g')}] the parameters to match "
             f"at {pair.at:,}{never}; extrapolated gap at {pair.target / 1e6:g}M parameters "
             f"{_g(pair.predicted_gap, '+.3g')}% [{_g(pair.predicted_low, '+.3g')}, {_g(pair.predicted_high, '+.3g')}], "
-            f"reaching {scaling.REACH_GAP:g}% at {_g(pair.reach_1pct, '.3g')} parameters "
-            f"[{_g(pair.reach_low, '.3g')}, {_g(pair.reach_high, '.3g')}] ('never': not below 10^12)."
+            f"{_reach_text(pair)}."
         )
+        for caveat in (scaling.FLOORLESS, scaling.MISFIT):
+            if caveat in pair.note:
+                text += " " + caveat[0].upper() + caveat[1:] + "."
     return text
+
+
+def _reach_text(pair: scaling.PairFit) -> str:
+    """Where the fitted gap falls to 1%, in words ('never': not below 10^12 parameters)."""
+    interval = f"[{_g(pair.reach_low, '.3g')}, {_g(pair.reach_high, '.3g')}]"
+    if pair.reach_1pct is not None and math.isinf(pair.reach_1pct):
+        return f"the fitted gap does not fall to {scaling.REACH_GAP:g}% below 10^12 parameters (bootstrap: {interval})"
+    return f"it falls to {scaling.REACH_GAP:g}% at {_g(pair.reach_1pct, '.3g')} parameters {interval}"
 
 
 def _render_answer(ladder: Ladder) -> list[str]:
@@ -457,13 +467,15 @@ def _render_fits(ladder: Ladder) -> list[str]:
         f"{scaling.BOOTSTRAP} paired bootstrap draws over seeds. N = total parameters. A fit needs at least "
         f"{scaling.MIN_RUNGS} rungs.",
         "",
-        "| architecture | arm | rungs | runs | alpha [95% CI] | E, nats [95% CI] | A | note |",
-        "|---|---|---|---|---|---|---|---|",
+        "| architecture | arm | rungs | runs | alpha [95% CI] | E, nats [95% CI] | A | largest miss of a rung's "
+        "mean loss, % | largest SE of a rung's mean, % | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for a in sorted(ladder.arm_fits, key=lambda a: (a.architecture, a.method)):
         lines.append(
             f"| {a.architecture} | {a.method} | {a.rungs} | {a.runs} | {_g(a.alpha)} [{_g(a.alpha_low)}, "
-            f"{_g(a.alpha_high)}] | {_g(a.E)} [{_g(a.E_low)}, {_g(a.E_high)}] | {_g(a.A)} | {a.note} |"
+            f"{_g(a.alpha_high)}] | {_g(a.E)} [{_g(a.E_low)}, {_g(a.E_high)}] | {_g(a.A)} | {_g(a.misfit, '.3g')} | "
+            f"{_g(a.seed_se, '.3g')} | {a.note} |"
         )
     lines += [
         "",

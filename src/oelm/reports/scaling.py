@@ -38,6 +38,7 @@ BOOTSTRAP_SEED = 0
 TARGET_PARAMS = 124_000_000  # GPT-2 small
 REACH_GAP = 1.0  # % perplexity: where "the cost is gone" is read
 REACH_LIMIT = 1e12
+LOG_E_MIN = -10.0  # the fit's lower bound on log E: a floor fitted there is no floor at all
 # Starting points: (log E, log A, alpha) on a grid wide enough for byte- and BPE-level losses.
 _STARTS = [(e, a, al) for e in (-1.0, 0.0, 0.5, 1.0) for a in (0.0, 2.0, 4.0, 6.0) for al in (0.1, 0.3, 0.6)]
 
@@ -90,7 +91,7 @@ def fit_power_law(n: Sequence[float], loss: Sequence[float], starts: Sequence[tu
             args=(x, y),
             jac=True,
             method="L-BFGS-B",
-            bounds=[(-10.0, float(y.min())), (-20.0, 60.0), (0.0, 4.0)],
+            bounds=[(LOG_E_MIN, float(y.min())), (-20.0, 60.0), (0.0, 4.0)],
             options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000},
         )
         if best is None or res.fun < best.fun - 1e-15:
@@ -108,6 +109,23 @@ def _points(series: Series, seeds: Mapping[int, Sequence[int]] | None = None) ->
             ns.append(float(n))
             ls.append(float(by_seed[s]))
     return ns, ls
+
+
+FLOORLESS = (
+    "E at the fit's lower bound: the rungs identify no irreducible loss, so the curve is a pure power "
+    "law and its extrapolation assumes the loss keeps falling at the same rate"
+)
+
+
+MISFIT = (
+    "the curve misses a rung's mean loss by more than three standard errors of that mean: the form "
+    "does not describe these rungs, and its extrapolation is the shape of these points, not a law"
+)
+
+
+def floorless(p: PowerLaw) -> bool:
+    """Whether the fitted floor E sits at the optimizer's lower bound (not identified by the rungs)."""
+    return math.log(p.E) <= LOG_E_MIN + 1e-6
 
 
 def gap_percent(f: PowerLaw, c: PowerLaw, n: float) -> float:
@@ -163,6 +181,10 @@ class ArmFit:
     alpha_high: float | None = None
     E_low: float | None = None
     E_high: float | None = None
+    # How far the curve misses the measured rungs: the largest |mean loss at a rung / fitted - 1|, in %,
+    # beside the seeds' own scatter there (the largest standard error of a rung's mean, in %).
+    misfit: float | None = None
+    seed_se: float | None = None
     note: str = ""
 
 
@@ -257,6 +279,18 @@ def _fit_pair(
         arm.E, arm.A, arm.alpha = sig(p.E), sig(p.A), sig(p.alpha)
         arm.alpha_low, arm.alpha_high = _interval([b[k].alpha for b in boots])
         arm.E_low, arm.E_high = _interval([b[k].E for b in boots])
+        series = (series_f, series_c)[k]
+        misses = [abs(float(np.mean(list(series[n].values()))) / float(p.loss(n)) - 1) for n in rungs]
+        ses = [
+            float(np.std(list(series[n].values()), ddof=1) / math.sqrt(len(series[n])))
+            / float(np.mean(list(series[n].values())))
+            for n in rungs
+        ]
+        arm.misfit, arm.seed_se = sig(100 * max(misses)), sig(100 * max(ses))
+        notes = [FLOORLESS] if floorless(p) else []
+        if arm.misfit > 3 * arm.seed_se:
+            notes.append(MISFIT)
+        arm.note = "; ".join(notes)
     f, c = fits
     pair.d_alpha = sig(f.alpha - c.alpha)
     pair.d_alpha_low, pair.d_alpha_high = _interval([b[0].alpha - b[1].alpha for b in boots])
@@ -270,5 +304,9 @@ def _fit_pair(
     pair.reach_1pct = sig(reach(f, c, top))
     pair.reach_low, pair.reach_high = _interval([reach(b[0], b[1], top) for b in boots])
     pair.note = f"extrapolation from {len(rungs)} rungs ({int(min(rungs)):,}-{int(top):,} parameters)"
+    if any(floorless(p) for p in fits):
+        pair.note += "; " + FLOORLESS
+    if any(MISFIT in a.note for a in arms):
+        pair.note += "; " + MISFIT
     pair.curves = {"fit": fits, "boot": boots}
     return arms[0], arms[1], pair

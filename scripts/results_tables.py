@@ -80,6 +80,7 @@ DEFAULT_FILES = (
     "docs/results/twin-decisive/README.md",
     "docs/results/ladder/README.md",
     "docs/results/scale/README.md",
+    "docs/results/scale-ladder/README.md",
     "docs/results/claims-ledger.md",
 )
 CLOSE = "<!-- /generated -->"

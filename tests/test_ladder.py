@@ -17,6 +17,22 @@ SIZES = {"s1": 50_000, "s2": 200_000, "s3": 800_000}
 GAP = {"s1": 12.0, "s2": 12.0 - 4 * np.log10(4), "s3": 12.0 - 4 * np.log10(16)}
 
 
+def ladder_run(out: Path, method: str, seed: int, ppl: float, total: int, **results) -> Path:
+    """One run of a rung of `total` parameters (a tenth frozen for oelm-freeze) at test perplexity `ppl`."""
+    frozen = total // 10 if method == "oelm-freeze" else 0
+    return make_run(
+        out,
+        method,
+        1e-3,
+        seed,
+        test_perplexity=ppl,
+        best_val_loss=float(np.log(ppl)),
+        trainable_params=total - frozen,
+        frozen_params=frozen,
+        **results,
+    )
+
+
 def rung(root: Path, name: str, model: str = "gpt-tiny") -> Path:
     rng = np.random.default_rng(len(name) + SIZES[name] % 97)
     out = root / f"{model}-{name}"
@@ -29,18 +45,8 @@ def rung(root: Path, name: str, model: str = "gpt-tiny") -> Path:
             "oelm-freeze": twin * (1 + (GAP[name] + rng.normal(0, 0.3)) / 100),
         }
         for method, value in ppl.items():
-            frozen = total // 10 if method == "oelm-freeze" else 0
-            make_run(
-                out,
-                method,
-                1e-3,
-                seed,
-                test_perplexity=value,
-                best_val_loss=float(np.log(value)),
-                trainable_params=total - frozen,
-                frozen_params=frozen,
-                model=model,
-                theoretical_saving=0.0444 if method == "oelm-freeze" else 0.0,
+            ladder_run(
+                out, method, seed, value, total, model=model, theoretical_saving=0.0444 * (method == "oelm-freeze")
             )
     return out
 
@@ -107,19 +113,7 @@ def law_rung(root: Path, total: int, gap: float, seeds: int = 3, ratio: int = 20
             "oelm-nofreeze": twin,
             "oelm-freeze": twin * (1 + (gap + rng.normal(0, 0.2)) / 100),
         }.items():
-            frozen = total // 10 if method == "oelm-freeze" else 0
-            make_run(
-                out,
-                method,
-                1e-3,
-                seed,
-                test_perplexity=value,
-                best_val_loss=float(np.log(value)),
-                trainable_params=total - frozen,
-                frozen_params=frozen,
-                model="gpt-tiny",
-                tokens_seen=ratio * total,
-            )
+            ladder_run(out, method, seed, value, total, model="gpt-tiny", tokens_seen=ratio * total)
     return out
 
 

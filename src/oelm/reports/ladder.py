@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -503,6 +504,17 @@ def _render_fits(ladder: Ladder) -> list[str]:
     return [*lines, ""]
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Write a finished figure to `path` and release it."""
+    import matplotlib.pyplot as plt  # heavy optional dependency: imported on use
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot(ladder: Ladder, path: Path) -> Path:
     """ladder.png: gap with its interval against parameters (log), one panel per architecture."""
     import matplotlib  # heavy optional dependency: imported on use
@@ -536,11 +548,7 @@ def plot(ladder: Ladder, path: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_fits(ladder: Ladder, path: Path) -> Path:
@@ -592,11 +600,7 @@ def plot_fits(ladder: Ladder, path: Path) -> Path:
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_ladder(rungs: Sequence[str | Path], out: str | Path) -> tuple[Path, Ladder]:

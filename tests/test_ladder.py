@@ -175,3 +175,5 @@ def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -
         assert line["rungs"] == 3 and line["slope"] == pytest.approx(-4.0, abs=1.0) and line["slope_high"] < 0
         assert line["verdict"] == "shrinks with data (resolved)"
     assert sorted({s["budget"] for s in data["steps"]}) == [20, 80, 300]
+    # Each budget's line has its own fit record, named by what it holds fixed (none fitted: < 5 rungs).
+    assert sorted(p["held"] for p in data["pair_fits"]) == [f"{b} tokens per parameter" for b in (20, 300, 80)]

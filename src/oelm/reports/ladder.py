@@ -278,7 +278,7 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
             else (f"{points[0].budget:g} tokens per parameter" if len(budgets) == 1 and points[0].budget else "")
         )
         ladder.trends.append(trend)
-        _fit_scaling(ladder, points)
+        _fit_scaling(ladder, points, trend.held)
     _data_trends(ladder)
     judge_trends(ladder.trends)
     ladder.steps.sort(key=lambda s: (s.architecture, s.method, (s.budget or 0) if data_axis else 0, s.params or 0))
@@ -314,17 +314,19 @@ def _data_trends(ladder: Ladder) -> None:
         ladder.trends.append(trend)
 
 
-def _fit_scaling(ladder: Ladder, points: list[Step]) -> None:
-    """The scaling fits of one frozen method and its twin over the rungs (the twin's fit once)."""
+def _fit_scaling(ladder: Ladder, points: list[Step], held: str) -> None:
+    """The scaling fits of one frozen method and its twin over the rungs of one budget (`held`; the
+    twin's fit once per budget)."""
     series_f = {p.params: p.seed_loss for p in points if p.params and p.seed_loss}
     series_c = {p.params: p.twin_seed_loss for p in points if p.params and p.twin_seed_loss}
     first = points[0]
     if len(points) < 2:
         return
     method_fit, control_fit, pair = scaling.fit_pair(first.architecture, first.method, first.twin, series_f, series_c)
+    pair.held = method_fit.held = control_fit.held = held
     ladder.pair_fits.append(pair)
     ladder.arm_fits.append(method_fit)
-    if not any(a.architecture == first.architecture and a.method == first.twin for a in ladder.arm_fits):
+    if not any((a.architecture, a.method, a.held) == (first.architecture, first.twin, held) for a in ladder.arm_fits):
         ladder.arm_fits.append(control_fit)
 
 
@@ -410,7 +412,7 @@ def _render_answer(ladder: Ladder) -> list[str]:
     """The page's first lines: does the cost shrink with size, with data, by how much, and where
     would it reach 1%? Read from the declared trend test and the fits."""
     twins = {(s.architecture, s.method): s.twin for s in ladder.steps}
-    fits = {(p.architecture, p.method): p for p in ladder.pair_fits}
+    fits = {(p.architecture, p.method, p.held): p for p in ladder.pair_fits}
     lines = [
         "## The answer",
         "",
@@ -421,7 +423,7 @@ def _render_answer(ladder: Ladder) -> list[str]:
         "",
     ]
     for t in sorted(ladder.trends, key=lambda t: (t.architecture, t.axis != SIZE, t.held, t.method)):
-        pair = fits.get((t.architecture, t.method)) if t.axis == SIZE else None
+        pair = fits.get((t.architecture, t.method, t.held)) if t.axis == SIZE else None
         lines.append(_answer_line(t, pair, twins.get((t.architecture, t.method), "its control")))
     return [*lines, ""]
 
@@ -468,13 +470,13 @@ def _render_fits(ladder: Ladder) -> list[str]:
         f"{scaling.BOOTSTRAP} paired bootstrap draws over seeds. N = total parameters. A fit needs at least "
         f"{scaling.MIN_RUNGS} rungs.",
         "",
-        "| architecture | arm | rungs | runs | alpha [95% CI] | E, nats [95% CI] | A | largest miss of a rung's "
-        "mean loss, % | largest SE of a rung's mean, % | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| architecture | arm | held fixed | rungs | runs | alpha [95% CI] | E, nats [95% CI] | A | largest miss "
+        "of a rung's mean loss, % | largest SE of a rung's mean, % | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for a in sorted(ladder.arm_fits, key=lambda a: (a.architecture, a.method)):
+    for a in sorted(ladder.arm_fits, key=lambda a: (a.architecture, a.method, a.held)):
         lines.append(
-            f"| {a.architecture} | {a.method} | {a.rungs} | {a.runs} | {_g(a.alpha)} [{_g(a.alpha_low)}, "
+            f"| {a.architecture} | {a.method} | {a.held or 'n/a'} | {a.rungs} | {a.runs} | {_g(a.alpha)} [{_g(a.alpha_low)}, "
             f"{_g(a.alpha_high)}] | {_g(a.E)} [{_g(a.E_low)}, {_g(a.E_high)}] | {_g(a.A)} | {_g(a.misfit, '.3g')} | "
             f"{_g(a.seed_se, '.3g')} | {a.note} |"
         )
@@ -486,16 +488,16 @@ def _render_fits(ladder: Ladder) -> list[str]:
         f"The gap at {scaling.TARGET_PARAMS / 1e6:g}M parameters and the size where the gap falls to "
         f"{scaling.REACH_GAP:g}% are extrapolations far beyond the rungs, at the ladder's tokens per parameter.",
         "",
-        "| architecture | method vs control | alpha difference [95% CI] | parameter multiplier at the top rung "
-        "[95% CI] | refits that never match | predicted gap at 124M, % [95% CI] | gap reaches 1% at N "
+        "| architecture | method vs control | held fixed | alpha difference [95% CI] | parameter multiplier at the "
+        "top rung [95% CI] | refits that never match | predicted gap at 124M, % [95% CI] | gap reaches 1% at N "
         "[95% CI] | note |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p in ladder.pair_fits:
         at = "" if p.at is None else f" ({p.at:,})"
         never = "n/a" if p.never is None else f"{100 * p.never:.1f}%"
         lines.append(
-            f"| {p.architecture} | {p.method} vs {p.control} | {_g(p.d_alpha, '+.4g')} [{_g(p.d_alpha_low, '+.4g')}, "
+            f"| {p.architecture} | {p.method} vs {p.control} | {p.held or 'n/a'} | {_g(p.d_alpha, '+.4g')} [{_g(p.d_alpha_low, '+.4g')}, "
             f"{_g(p.d_alpha_high, '+.4g')}] | {_g(p.multiplier)}{at} [{_g(p.multiplier_low)}, "
             f"{_g(p.multiplier_high)}] | {never} | {_g(p.predicted_gap, '+.4g')} [{_g(p.predicted_low, '+.4g')}, "
             f"{_g(p.predicted_high, '+.4g')}] | {_g(p.reach_1pct, '.3g')} [{_g(p.reach_low, '.3g')}, "
@@ -525,21 +527,27 @@ def plot(ladder: Ladder, path: Path) -> Path:
     archs = sorted({s.architecture for s in ladder.steps})
     fig, axes = plt.subplots(1, len(archs), figsize=(6 * len(archs), 4.2), squeeze=False)
     for ax, arch in zip(axes[0], archs):
-        for method in sorted({s.method for s in ladder.steps if s.architecture == arch}):
+        budgets = sorted({s.budget or 0 for s in ladder.steps if s.architecture == arch})
+        for method, budget in sorted({(s.method, s.budget or 0) for s in ladder.steps if s.architecture == arch}):
             pts = [
                 s
                 for s in ladder.steps
-                if s.architecture == arch and s.method == method and s.params and s.gap is not None
+                if s.architecture == arch
+                and s.method == method
+                and (s.budget or 0) == budget
+                and s.params
+                and s.gap is not None
             ]
             if not pts:
                 continue
+            label = f"{method}, {budget:g} tokens/parameter" if len(budgets) > 1 else method
             x = [p.params for p in pts]
             y = [p.gap for p in pts]
             err = [
                 [p.gap - (p.ci_low if p.ci_low is not None else p.gap) for p in pts],
                 [(p.ci_high if p.ci_high is not None else p.gap) - p.gap for p in pts],
             ]
-            ax.errorbar(x, y, yerr=err, fmt="o-", capsize=3, label=method)
+            ax.errorbar(x, y, yerr=err, fmt="o-", capsize=3, label=label)
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("parameters")
@@ -549,6 +557,11 @@ def plot(ladder: Ladder, path: Path) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+def _held(s: Step) -> str:
+    """The budget a step's size line holds fixed, as trends and fits name it."""
+    return f"{s.budget:g} tokens per parameter" if s.budget else ""
 
 
 def plot_fits(ladder: Ladder, path: Path) -> Path:
@@ -566,7 +579,11 @@ def plot_fits(ladder: Ladder, path: Path) -> Path:
         pairs = [p for p in ladder.pair_fits if p.architecture == arch and p.curves]
         drawn: set[str] = set()
         for p in pairs:
-            points = [s for s in ladder.steps if s.architecture == arch and s.method == p.method and s.params]
+            points = [
+                s
+                for s in ladder.steps
+                if s.architecture == arch and s.method == p.method and s.params and _held(s) == p.held
+            ]
             lo, hi = min(s.params for s in points), max(s.params for s in points)
             grid = np.geomspace(lo / 1.5, hi * 1.5, 100)
             for method, fit, key in (

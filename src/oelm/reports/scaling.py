@@ -186,6 +186,7 @@ class ArmFit:
     misfit: float | None = None
     seed_se: float | None = None
     note: str = ""
+    held: str = ""  # what the ladder held fixed along the curve (its tokens-per-parameter budget)
 
 
 @dataclass
@@ -212,6 +213,7 @@ class PairFit:
     reach_low: float | None = None
     reach_high: float | None = None
     note: str = ""
+    held: str = ""  # what the ladder held fixed along the curve (its tokens-per-parameter budget)
     curves: dict = field(default_factory=dict, repr=False)  # bootstrap refits, for the plot (not stored)
 
 

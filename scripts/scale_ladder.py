@@ -24,6 +24,8 @@ from oelm.cli import main as oelm
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text, load_yaml_text
 
+# Where finished rungs are committed (scripts/store_records.py): a later session resumes above them.
+STORED = Path("docs/results/scale-ladder/records")
 VOCAB = 257  # the byte tokenizer's vocabulary (256 bytes and end of text)
 SPEC_KEYS = {
     "name",
@@ -133,6 +135,13 @@ def run_family(spec: dict[str, Any], family: str, only: set[str] | None, paralle
     for rung in spec["rungs"]:
         rung_dir = out / f"{family}-{rung['name']}"
         spec_path = rung_dir / "ladder-rung.yaml"
+        stored = STORED / f"{family}-{rung['name']}"
+        if not (rung_dir / "runs").is_dir() and (stored / "sweep.yaml").is_file():
+            # Finished in an earlier session and committed: its records carry the transfer on.
+            print(f"{family} {rung['name']}: stored in {stored.as_posix()}", flush=True)
+            below = chosen_lrs(stored)
+            done += 1
+            continue
         if spec_path.is_file():  # a grid once written is never moved by a rerun
             rs = load_yaml_text(spec_path.read_text(encoding="utf-8"))
         else:
@@ -173,10 +182,15 @@ def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool) 
         for ratio in entry["tokens_per_param"]:
             rung_dir = out / f"{family}-{rung['name']}-t{ratio:g}"
             spec_path = rung_dir / "ladder-rung.yaml"
+            if not (rung_dir / "runs").is_dir() and (STORED / rung_dir.name / "sweep.yaml").is_file():
+                print(f"{rung_dir.name}: stored in {(STORED / rung_dir.name).as_posix()}", flush=True)
+                continue
             if spec_path.is_file():
                 rs = load_yaml_text(spec_path.read_text(encoding="utf-8"))
             else:
                 base_dir = out / f"{family}-{rung['name']}"
+                if not (base_dir / "runs").is_dir() and (STORED / base_dir.name / "sweep.yaml").is_file():
+                    base_dir = STORED / base_dir.name
                 if plan and not (base_dir / "runs").is_dir():
                     below = {a: math.sqrt(spec["lr"]["first"][0] * spec["lr"]["first"][-1]) for a in spec["arms"]}
                 elif not (base_dir / "runs").is_dir():

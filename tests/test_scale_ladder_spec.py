@@ -54,3 +54,20 @@ def test_a_spec_without_a_declared_hypothesis_is_refused(driver, tmp_path: Path)
     (tmp_path / "ladder.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(UserError, match="declare the trend hypothesis"):
         driver.load(tmp_path / "ladder.yaml")
+
+
+def test_a_later_session_resumes_above_the_committed_rungs(driver, tmp_path: Path, monkeypatch, capsys) -> None:
+    """With no run directories, the rungs already committed under docs/results/scale-ladder/records
+    are skipped and their records carry the LR transfer on (here: every rung the repo stores)."""
+    stored = ROOT / "docs" / "results" / "scale-ladder" / "records"
+    if not (stored / "gpt-r1" / "sweep.yaml").is_file():
+        pytest.skip("no stored rung")
+    monkeypatch.chdir(ROOT)
+    spec = driver.load(SPEC)
+    spec["out"] = str(tmp_path / "runs")
+    spec["rungs"] = spec["rungs"][:2]  # r1 and r2, both stored
+    assert driver.run_family(spec, "gpt", None, parallel=1, plan=False) == 2
+    assert "gpt r1: stored in docs/results/scale-ladder/records/gpt-r1" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+    lrs = driver.chosen_lrs(stored / "gpt-r2")
+    assert set(lrs) == set(spec["arms"]) and all(lr > 0 for lr in lrs.values())

@@ -63,3 +63,29 @@ def test_sample_of_a_run_trained_shorter_than_its_block_stays_in_the_trained_con
     seen.clear()
     sample(tmp_path / "run", "", tokens=3, temperature=0)
     assert max(seen) <= 8 and "exceed" not in caplog.text
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf")])
+def test_a_non_finite_temperature_is_refused_before_loading(tmp_path: Path, temperature: float) -> None:
+    with pytest.raises(UserError, match="--temperature must be a finite number"):
+        sample(tmp_path / "no-run", "hi", tokens=2, temperature=temperature)  # refused before the run is read
+    model = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16, n_layer=1)).eval()
+    with pytest.raises(UserError, match="temperature must be a finite number"):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), 2, temperature=temperature)
+
+
+def test_sample_from_weights_holding_nan_is_refused_naming_the_tensor(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from oelm.training.checkpoint import read_metadata
+
+    cfg = tiny_config(synthetic_lm_dir(tmp_path / "data", vocab=257, n_train=2000), tmp_path / "run", steps=4)
+    with one_thread():
+        train(cfg)
+    weights = next((tmp_path / "run" / "checkpoints").glob("step_*/model.safetensors"))
+    state = load_file(weights)
+    state["lm_head.weight"][0, 0] = float("nan")  # a trainable tensor: the freeze audit passes, the values do not
+    save_file(state, weights, metadata=read_metadata(weights))
+    step = weights.parent.name.removeprefix("step_").lstrip("0")
+    with pytest.raises(UserError, match=r"tensor '(transformer\.wte|lm_head)\.weight' holds 1 non-finite value"):
+        sample(tmp_path / "run", "", tokens=2, checkpoint=step)

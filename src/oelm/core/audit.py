@@ -59,6 +59,18 @@ def fingerprint(t: torch.Tensor) -> str:
     return h.hexdigest()[:32]
 
 
+def check_finite(model: nn.Module) -> None:
+    """Raise naming the first tensor holding NaN or inf: nothing such a model produces (samples, an
+    export) is a faithful result of the run."""
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise UserError(
+                f"tensor {name!r} holds {bad} non-finite value(s) (NaN or inf) of {t.numel()}; the run diverged "
+                "at this checkpoint: use an earlier one (--checkpoint best or a step number)"
+            )
+
+
 @dataclass
 class AuditRow:
     """One parameter tensor."""

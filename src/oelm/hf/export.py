@@ -27,6 +27,7 @@ from tiktoken_ext.openai_public import r50k_pat_str
 from torch import nn
 
 from oelm import __version__
+from oelm.core.audit import check_finite
 from oelm.core.restore import carry_method
 from oelm.data.tokenizers import EOT_TEXT, HFTokenizer, TiktokenTokenizer, load_tokenizer
 from oelm.hf.llama_export import to_llama
@@ -44,17 +45,6 @@ MARKER = "oelm_export.json"
 
 # Text the exported tokenizer must encode exactly as the run's tokenizer did.
 _PROBE = "Hello world! Once upon a time, 12 cats\u2014naïve, 日本語—sat.\n\n  <|endoftext|> end"
-
-
-def check_finite(model: nn.Module) -> None:
-    """Raise naming the first tensor holding NaN or inf: such an export cannot be a faithful copy."""
-    for name, t in model.state_dict().items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            bad = int((~torch.isfinite(t)).sum())
-            raise UserError(
-                f"tensor {name!r} holds {bad} non-finite value(s) (NaN or inf) of {t.numel()}; the run diverged "
-                "at this checkpoint: export an earlier one (--checkpoint best or a step number)"
-            )
 
 
 def _check_maps(model: nn.Module) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -20,6 +22,8 @@ def pick_next(
     logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
 ) -> torch.Tensor:
     """The next token [B, 1] from last-position logits: argmax at temperature 0, else a top-k sample."""
+    if not math.isfinite(temperature):  # NaN is neither <= 0 nor a divisor: torch would fail deep inside
+        raise UserError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
     if temperature <= 0:
         return logits.argmax(-1, keepdim=True)
     logits = logits / temperature

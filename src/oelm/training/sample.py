@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import torch
 
+from oelm.core.audit import check_finite
 from oelm.data.tokenizers import load_tokenizer
 from oelm.models.gpt import GPT
 from oelm.models.llama import Llama
@@ -46,12 +48,13 @@ def sample(
 
     if tokens < 1:
         raise UserError(f"--tokens must be at least 1, got {tokens}")
-    if temperature < 0:
-        raise UserError(f"--temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not math.isfinite(temperature) or temperature < 0:  # NaN passes `< 0` and samples from NaN weights
+        raise UserError(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
     if top_k is not None and top_k < 1:
         raise UserError(f"--top-k must be at least 1 (or left out), got {top_k}")
     resolve_device(device)  # an unknown or missing device fails before any loading
     model, spec = load_run_model(run_dir, checkpoint, device)
+    check_finite(model)  # a diverged checkpoint samples from NaN probabilities: refuse, naming the tensor
     tok = load_tokenizer(spec)
     ids = tok.encode(prompt) or [tok.eot_id]  # an empty prompt starts from end-of-text
     idx = torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)

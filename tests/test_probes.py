@@ -149,6 +149,15 @@ def test_probe_run_writes_higher_is_better_accuracy_that_report_tabulates(tmp_pa
     assert "How to read these numbers: docs/reading.md#probes." in text  # the guide is docs/reading.md
 
 
+def test_sample_on_a_probe_run_is_refused_naming_the_task(tmp_path: Path) -> None:
+    from oelm.training.loop import train
+    from oelm.training.sample import sample
+
+    train(_probe_config(tmp_path / "run", steps=2, eval_every=2, eval_batches=1))
+    with pytest.raises(UserError, match=r"is a synthetic probe run .* sample needs a run of --task lm"):
+        sample(tmp_path / "run", "hello", tokens=2)
+
+
 def test_query_rank_accuracy_separates_recall_from_elimination() -> None:
     from oelm.reports.probes import query_rank_accuracy
 

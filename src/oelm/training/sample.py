@@ -14,7 +14,7 @@ from oelm.models.gpt import GPT
 from oelm.models.llama import Llama
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
-from oelm.training.runs import load_model, run_tokenizer_spec
+from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_yaml
 
@@ -25,13 +25,24 @@ def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = 
     """(GPT or Llama in eval mode, tokenizer spec) of a language-model run, through the one run loader
     (`oelm.training.runs.load_model`: method re-applied, freeze audit verified)."""
     which = "latest" if checkpoint == "last" else checkpoint
+    path = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)
+    meta = read_metadata(path)
+    task = meta.get("task", "lm")
+    if task != "lm":  # a probe run's model reads synthetic token rows: no text, no tokenizer to decode with
+        what = "a synthetic probe run (MQAR-style rows, no text)" if task == "probe" else f"a {task!r} run"
+        raise UserError(
+            f"{str(run_dir)!r} is {what}, not a language-model run: sample needs a run of --task lm; "
+            "evaluate a probe run with `oelm report` instead"
+        )
+    spec = run_tokenizer_spec(run_dir, meta)
+    if not spec:
+        raise UserError(f"{str(run_dir)!r} records no tokenizer; sample needs an LM run trained on prepared text data")
     model = load_model(run_dir, which=which, device=device)
     if not isinstance(model, (GPT, Llama)):
         raise UserError(
             f"{str(run_dir)!r} is not a language-model run ({type(model).__name__}); sample needs an LM run"
         )
-    path = resolve_checkpoint(Path(run_dir), "last" if which == "latest" else which)
-    return model, run_tokenizer_spec(run_dir, read_metadata(path))
+    return model, spec
 
 
 def sample(

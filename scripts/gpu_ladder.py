@@ -1,0 +1,394 @@
+"""Train the scale ladder's GPU rungs (configs/sweeps/scale-ladder/gpu.yaml) in one call of the device tool.
+
+The rungs above the CPU ladder (1-3M parameters) need a GPU; a session is lent one rarely and for
+minutes, so everything is prepared here and the call does nothing but train:
+
+    python scripts/gpu_ladder.py pack        # here: data/gpu-pack (packed tokens, the wheels the GPU lacks)
+    bash scripts/gpu_ladder.sh               # there: the whole device command (carry data/gpu-pack)
+    python scripts/gpu_ladder.py land DIR    # here: the records that came back -> docs/results/scale-ladder
+
+`run` trains each rung's sweep (the arms x the transferred LR grid x seeds) under one time budget,
+then stores every finished run as the same compact records the CPU rungs commit, packed in one
+tarball (what comes back from the device is at most 8 files). A rung already stored is skipped and
+carries its chosen LRs to the next, so a second call resumes. `--tiny` runs the same path on CPU
+with rungs of a few hundred parameters (tests/test_gpu_ladder.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale_ladder  # noqa: E402  (scripts/ is not a package)
+import store_records  # noqa: E402
+from oelm.data.lm import data_fingerprint, read_meta  # noqa: E402
+from oelm.utils.errors import UserError  # noqa: E402
+from oelm.utils.io import atomic_write_json, atomic_write_text, load_yaml_text  # noqa: E402
+
+SPEC = Path("configs/sweeps/scale-ladder/gpu.yaml")
+PACK = Path("data/gpu-pack")
+UNPACKED = Path("data/prepared/gutenberg-gpu")
+WORK = Path("runs/scale-ladder-gpu")
+TARBALL = "gpu-ladder.tar.gz"
+CHUNK = 8_000_000  # tokens per compressed chunk (compressed and expanded in parallel)
+# What the GPU machine's image lacks of oelm's dependencies (/work/.library/device/KINDS.md).
+WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection")
+SPEC_KEYS = {
+    "ladder",
+    "family",
+    "lr_from",
+    "rungs",
+    "arms",
+    "primary",
+    "seeds",
+    "max_extend",
+    "batch_size",
+    "train_tokens",
+    "device",
+    "dtype",
+    "parallel",
+    "tiny",
+    "tokens_per_param",
+}
+
+
+def load_spec(path: Path, tiny: bool) -> dict[str, Any]:
+    """The GPU rungs' spec (its tiny twin with `tiny`), with the CPU ladder's spec under `ladder`."""
+    raw = load_yaml_text(path.read_text(encoding="utf-8"))
+    unknown = set(raw) - SPEC_KEYS
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+    spec = {k: v for k, v in raw.items() if k != "tiny"}
+    if tiny:
+        spec.update(raw.get("tiny") or {})
+    spec["ladder"] = scale_ladder.load(path.parent / raw["ladder"])
+    spec.setdefault("tokens_per_param", spec["ladder"]["tokens_per_param"])
+    missing = [a for pair in spec["primary"] for a in pair if a not in spec["arms"]]
+    if missing:
+        raise UserError(f"{path}: primary pairs name arms {missing} that `arms` does not list")
+    return spec
+
+
+# -- pack (here) and unpack (there) --------------------------------------------------------------
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _compress(job: tuple[str, int, int, str]) -> dict[str, Any]:
+    src, start, stop, dst = job
+    tokens = np.memmap(src, dtype=np.uint16, mode="r")[start:stop]
+    raw = np.ascontiguousarray(tokens).tobytes()
+    Path(dst).write_bytes(lzma.compress(raw, preset=6))
+    return {"file": Path(dst).name, "tokens": stop - start, "sha256": _sha(raw)}
+
+
+def pack(data: Path, out: Path, train_tokens: int, workers: int = 2, wheels: bool = True) -> dict[str, Any]:
+    """Write `out`: the first `train_tokens` train tokens of the prepared folder `data` and its
+    whole val and test splits, lzma-compressed in chunks, a meta.json for the unpacked folder, and
+    (with `wheels`) the wheels the GPU image lacks. Written beside `out`, then moved into place."""
+    meta = read_meta(data)
+    if meta.get("dtype") != "uint16":
+        raise UserError(f"{data}: the pack stores uint16 tokens, this folder holds {meta.get('dtype')}")
+    n_train = int(meta["splits"]["train"])
+    if train_tokens > n_train:
+        raise UserError(f"{data}: --train-tokens {train_tokens:,} is more than its train split ({n_train:,})")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    jobs = [
+        (str(data / "train.bin"), a, min(a + CHUNK, train_tokens), str(tmp / f"train-{i:03d}.xz"))
+        for i, a in enumerate(range(0, train_tokens, CHUNK))
+    ]
+    for split in ("val", "test"):
+        jobs.append((str(data / f"{split}.bin"), 0, int(meta["splits"][split]), str(tmp / f"{split}.xz")))
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        chunks = list(pool.map(_compress, jobs))
+    prefix = hashlib.sha256()
+    for c in chunks[:-2]:
+        prefix.update(_unxz(tmp / c["file"]))
+    new = dict(meta)
+    new["splits"] = {**meta["splits"], "train": train_tokens}
+    new["split_sha256"] = {**meta["split_sha256"], "train": prefix.hexdigest()}
+    new.pop("split_bytes", None)
+    new["packed_from"] = {"fingerprint": data_fingerprint(meta), "train_tokens": n_train, "kept": train_tokens}
+    new["data_fingerprint"] = data_fingerprint(new)
+    atomic_write_json(tmp / "meta.json", new)
+    atomic_write_json(tmp / "pack.json", {"chunks": chunks, "fingerprint": new["data_fingerprint"]})
+    if wheels:
+        _download_wheels(tmp / "wheels")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return new
+
+
+def _unxz(path: Path) -> bytes:
+    return lzma.decompress(path.read_bytes())
+
+
+def _expand(job: tuple[str, str]) -> tuple[str, bytes]:
+    return job[1], _unxz(Path(job[0]))
+
+
+def unpack(src: Path, dst: Path, workers: int = 8) -> Path:
+    """Expand a pack into a prepared data folder (skipped when `dst` already holds this pack);
+    every chunk is checked against its sha256 before the folder is published."""
+    index = json.loads((src / "pack.json").read_text(encoding="utf-8"))
+    if (dst / "meta.json").is_file() and read_meta(dst).get("data_fingerprint") == index["fingerprint"]:
+        return dst
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    by_file = {c["file"]: c for c in index["chunks"]}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        parts = dict(pool.map(_expand, [(str(src / f), f) for f in by_file]))
+    for f, raw in parts.items():
+        if _sha(raw) != by_file[f]["sha256"]:
+            raise UserError(f"{src / f}: its tokens do not match the pack's sha256; pack again (`gpu_ladder.py pack`)")
+    with (tmp / "train.bin").open("wb") as fh:
+        for f in sorted(p for p in parts if p.startswith("train-")):
+            fh.write(parts[f])
+    for split in ("val", "test"):
+        (tmp / f"{split}.bin").write_bytes(parts[f"{split}.xz"])
+    shutil.copy(src / "meta.json", tmp / "meta.json")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+    return dst
+
+
+def _download_wheels(dst: Path) -> None:
+    """The wheels of oelm's dependencies that the GPU image lacks, for its Python 3.12 on x86-64."""
+    platforms = [f"manylinux_2_{n}_x86_64" for n in (17, 27, 28)] + ["manylinux2014_x86_64"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "-d",
+        str(dst),
+    ]
+    for p in platforms:
+        cmd += ["--platform", p]
+    done = subprocess.run([*cmd, *_pinned_wheels()], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(f"pip could not download the GPU wheels: {done.stderr.strip().splitlines()[-1:]}")
+
+
+def _pinned_wheels() -> list[str]:
+    """The versions installed here, so the GPU runs the code the tests ran."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in WHEELS]
+
+
+# -- run (there) ---------------------------------------------------------------------------------
+
+
+def rung_spec(spec: dict[str, Any], rung: dict[str, Any], grid: dict[str, list[float]], data: Path) -> dict:
+    """One GPU rung's sweep spec: the CPU ladder's rung spec with the GPU's batch, device and data."""
+    ladder = dict(spec["ladder"], arms=spec["arms"], primary=spec["primary"], seeds=spec["seeds"])
+    ladder["max_extend"] = spec["max_extend"]
+    rs = scale_ladder.rung_spec(ladder, spec["family"], rung, grid, ratio=spec["tokens_per_param"])
+    rs["name"] = rs["name"].removesuffix(f"-t{spec['tokens_per_param']:g}")
+    o = rs["overrides"]
+    base = load_yaml_text(Path(spec["ladder"]["base"]).read_text(encoding="utf-8"))
+    n = scale_ladder.total_params(o["model"], o["model_overrides"], scale_ladder.VOCAB)
+    steps = max(20, round(spec["tokens_per_param"] * n / (spec["batch_size"] * base["seq_len"])))
+    o.update(
+        steps=steps,
+        warmup=max(2, steps // 10),
+        eval_every=max(1, steps // 4),
+        batch_size=spec["batch_size"],
+        data=data.as_posix(),
+        device=spec["device"],
+        dtype=spec["dtype"],
+    )
+    return rs
+
+
+def _grid(spec: dict[str, Any], below: dict[str, float]) -> dict[str, list[float]]:
+    ladder = dict(spec["ladder"], arms=spec["arms"])
+    return scale_ladder.grid_from(ladder, below)
+
+
+def _sweep(spec_path: Path, out: Path, parallel: int, deadline: float) -> int | None:
+    """`oelm sweep` in its own process group; SIGTERM at the deadline (finished runs are kept).
+    Returns its exit code, or None when the deadline stopped it."""
+    cmd = [sys.executable, "-m", "oelm", "sweep", str(spec_path), "--out", str(out), "--parallel", str(parallel)]
+    cmd += ["--threads", "1", "--no-report"]
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return None
+
+
+def run(
+    spec: dict[str, Any],
+    out: Path,
+    budget_s: float,
+    stored: Path,
+    pack_dir: Path = PACK,
+    data_dir: Path = UNPACKED,
+    work: Path = WORK,
+) -> dict[str, Any]:
+    """Train every GPU rung not yet stored, within `budget_s`; write the records (tarball) and a
+    summary into `out`. Returns the summary."""
+    start = time.monotonic()
+    deadline = start + budget_s
+    if not (pack_dir / "pack.json").is_file():
+        raise UserError(f"{pack_dir}: no pack here; run `python scripts/gpu_ladder.py pack` and carry it")
+    data = unpack(pack_dir, data_dir)
+    family = spec["family"]
+    below = scale_ladder.chosen_lrs(_stored_or_fail(stored, f"{family}-{spec['lr_from']}"))
+    records = work / "records"
+    shutil.rmtree(records, ignore_errors=True)
+    summary: dict[str, Any] = {"device": _device_name(spec["device"]), "budget_s": budget_s, "rungs": {}}
+    for rung in spec["rungs"]:
+        name = f"{family}-{rung['name']}"
+        if (stored / name / "sweep.yaml").is_file():
+            below = scale_ladder.chosen_lrs(stored / name)
+            summary["rungs"][name] = {"state": "stored"}
+            continue
+        rung_dir = work / name
+        spec_path = rung_dir / "ladder-rung.yaml"
+        if not spec_path.is_file():  # a grid once written is never moved by a rerun
+            rung_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(spec_path, scale_ladder._dump(rung_spec(spec, rung, _grid(spec, below), data)))
+        t0 = time.monotonic()
+        code = _sweep(spec_path, rung_dir, spec["parallel"], deadline)
+        n = store_records.store(rung_dir, records / name) if (rung_dir / "runs").is_dir() else 0
+        state = "finished" if code == 0 else ("stopped at the deadline" if code is None else f"exit {code}")
+        summary["rungs"][name] = {"state": state, "runs": n, "wall_s": round(time.monotonic() - t0, 1)}
+        print(f"{name}: {state}, {n} runs stored, {time.monotonic() - t0:.0f} s", flush=True)
+        if code != 0:
+            break
+        below = scale_ladder.chosen_lrs(rung_dir)
+    summary["wall_s"] = round(time.monotonic() - start, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    if records.is_dir():
+        with tarfile.open(out / TARBALL, "w:gz") as tar:
+            tar.add(records, arcname="records")
+    atomic_write_json(out / "gpu-ladder-summary.json", summary)
+    return summary
+
+
+def _stored_or_fail(stored: Path, name: str) -> Path:
+    if not (stored / name / "sweep.yaml").is_file():
+        raise UserError(f"{stored / name}: the CPU rung the GPU grids are centred on is not stored; run it first")
+    return stored / name
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError("device cuda: no GPU is visible here; run with --tiny on CPU, or on the GPU machine")
+        return torch.cuda.get_device_name(0)
+    return "cpu"
+
+
+# -- land (here) ---------------------------------------------------------------------------------
+
+
+def land(tarball: Path, stored: Path) -> list[str]:
+    """Unpack the records a GPU call brought back into the stored ladder; refuse to replace a
+    rung already stored, and keep only rungs whose sweep finished (every planned run)."""
+    if not tarball.is_file():
+        raise UserError(f"{tarball}: no such file; give the gpu-ladder.tar.gz the device call brought back")
+    summary_path = tarball.with_name("gpu-ladder-summary.json")
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {"rungs": {}}
+    landed = []
+    with tarfile.open(tarball, "r:gz") as tar:
+        members = tar.getmembers()
+        for name, info in summary["rungs"].items():
+            if info.get("state") != "finished":
+                continue
+            dst = stored / name
+            if dst.exists():
+                raise UserError(f"{dst}: already stored; move it away to land the new records")
+            prefix = f"records/{name}/"
+            mine = [m for m in members if m.name.startswith(prefix) and m.isfile()]
+            for m in mine:
+                target = dst / m.name.removeprefix(prefix)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(m).read())
+            landed.append(name)
+    return landed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="verb", required=True)
+    pk = sub.add_parser("pack", help="here: pack the train prefix, val and test, and the GPU's wheels")
+    pk.add_argument("--data", type=Path, default=Path("data/prepared/gutenberg-byte"))
+    pk.add_argument("--out", type=Path, default=PACK)
+    pk.add_argument("--train-tokens", type=int, default=None, help="default: the spec's train_tokens")
+    pk.add_argument("--no-wheels", action="store_true")
+    pk.add_argument("--workers", type=int, default=2)
+    rn = sub.add_parser("run", help="there: train the rungs not yet stored, within the budget")
+    rn.add_argument("--out", type=Path, required=True, help="where the tarball and summary go ($OUT)")
+    rn.add_argument("--budget-s", type=float, default=420)
+    rn.add_argument("--stored", type=Path, default=scale_ladder.STORED)
+    rn.add_argument("--pack", type=Path, default=PACK)
+    rn.add_argument("--data", type=Path, default=UNPACKED, help="where the pack is expanded")
+    rn.add_argument("--work", type=Path, default=WORK, help="the rungs' run directories")
+    ld = sub.add_parser("land", help="here: store the records a device call brought back")
+    ld.add_argument("tarball", type=Path)
+    ld.add_argument("--stored", type=Path, default=scale_ladder.STORED)
+    for q in (pk, rn):
+        q.add_argument("--spec", type=Path, default=SPEC)
+        q.add_argument("--tiny", action="store_true", help="the tiny CPU twin (CI)")
+    args = p.parse_args(argv)
+    try:
+        if args.verb == "pack":
+            spec = load_spec(args.spec, args.tiny)
+            meta = pack(
+                args.data, args.out, args.train_tokens or spec["train_tokens"], args.workers, not args.no_wheels
+            )
+            size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
+            print(f"{args.out}: {meta['splits']['train']:,} train tokens, {size / 2**20:.1f} MiB")
+        elif args.verb == "run":
+            spec = load_spec(args.spec, args.tiny)
+            summary = run(spec, args.out, args.budget_s, args.stored, args.pack, args.data, args.work)
+            print(json.dumps(summary, indent=1))
+        else:
+            print("landed:", ", ".join(land(args.tarball, args.stored)) or "nothing (no finished rung)")
+    except UserError as e:
+        print(f"gpu_ladder: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

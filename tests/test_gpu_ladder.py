@@ -1,0 +1,100 @@
+"""The scale ladder's GPU rungs (scripts/gpu_ladder.py) through their tiny CPU twin: the same pack,
+unpack, sweep, store and land path the device call takes, at a few hundred parameters."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import load_script
+from oelm.data.lm import prepare_lm, read_meta
+from oelm.utils.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+STORED = ROOT / "docs" / "results" / "scale-ladder" / "records"
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return load_script("gpu_ladder")
+
+
+@pytest.fixture
+def prepared(tmp_path: Path) -> Path:
+    data = tmp_path / "prepared"
+    prepare_lm("builtin:tales", "byte", data, max_docs=60, test_fraction=0.1, verbose=False)
+    return data
+
+
+def test_a_pack_expands_to_the_train_prefix_and_the_whole_held_out_splits(gpu, prepared: Path, tmp_path: Path) -> None:
+    """Packed then unpacked, train is the first N tokens, val and test are byte-identical, and the
+    unpacked folder's fingerprint is new (other train data) but names the folder it came from."""
+    n = 20_000
+    meta = gpu.pack(prepared, tmp_path / "pack", n, workers=1, wheels=False)
+    assert meta["splits"]["train"] == n and meta["packed_from"]["kept"] == n
+    out = gpu.unpack(tmp_path / "pack", tmp_path / "data", workers=1)
+    old = np.fromfile(prepared / "train.bin", dtype=np.uint16)
+    assert np.array_equal(np.fromfile(out / "train.bin", dtype=np.uint16), old[:n])
+    for split in ("val", "test"):
+        assert (out / f"{split}.bin").read_bytes() == (prepared / f"{split}.bin").read_bytes()
+    assert read_meta(out)["data_fingerprint"] != read_meta(prepared).get("data_fingerprint")
+
+
+def test_a_damaged_pack_is_refused_before_anything_is_written(gpu, prepared: Path, tmp_path: Path) -> None:
+    gpu.pack(prepared, tmp_path / "pack", 10_000, workers=1, wheels=False)
+    index = json.loads((tmp_path / "pack" / "pack.json").read_text())
+    index["chunks"][0]["sha256"] = "0" * 64
+    (tmp_path / "pack" / "pack.json").write_text(json.dumps(index))
+    with pytest.raises(UserError, match="sha256"):
+        gpu.unpack(tmp_path / "pack", tmp_path / "data", workers=1)
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_declared_gpu_rungs_sit_above_the_cpu_ladder_at_its_budget(gpu) -> None:
+    """The real spec: each GPU rung is larger than the top CPU rung, and trains for 20 tokens per
+    total parameter at the GPU's batch; the grids are the transfer rule's."""
+    spec = gpu.load_spec(ROOT / "configs/sweeps/scale-ladder/gpu.yaml", tiny=False)
+    driver = gpu.scale_ladder
+    top = spec["ladder"]["rungs"][-1]
+    cpu_top = driver.total_params("gpt-narrow", driver.model_overrides(spec["ladder"]["families"]["gpt"], top), 257)
+    below = dict.fromkeys(spec["arms"], 0.01)
+    for rung in spec["rungs"]:
+        rs = gpu.rung_spec(spec, rung, gpu._grid(spec, below), Path("data/x"))
+        o = rs["overrides"]
+        n = driver.total_params(o["model"], o["model_overrides"], 257)
+        assert n > cpu_top and o["steps"] * 64 * 128 / n == pytest.approx(20, rel=0.02)
+        assert o["device"] == "cuda" and o["batch_size"] == 64
+        assert rs["methods"]["oelm-freeze"]["lr"] == [0.005, 0.01, 0.02]
+    # The packed prefix holds the top rung's tokens with room to spare (random windows).
+    assert spec["train_tokens"] >= 1.5 * o["steps"] * 64 * 128
+
+
+@pytest.mark.slow
+def test_the_tiny_twin_trains_stores_and_lands_every_rung(gpu, prepared: Path, tmp_path: Path) -> None:
+    """One `run` on CPU: both tiny rungs train every arm at every LR, the records come back in one
+    tarball beside a summary, `land` stores them where the ladder page reads, and a second `run`
+    skips the stored rungs."""
+    spec = gpu.load_spec(ROOT / "configs/sweeps/scale-ladder/gpu.yaml", tiny=True)
+    gpu.pack(prepared, tmp_path / "pack", 20_000, workers=1, wheels=False)
+    stored = tmp_path / "stored"
+    shutil.copytree(STORED / "gpt-r5", stored / "gpt-r5")
+    out = tmp_path / "OUT"
+    summary = gpu.run(spec, out, 600, stored, tmp_path / "pack", tmp_path / "data", tmp_path / "work")
+    assert summary["device"] == "cpu"
+    assert [r["state"] for r in summary["rungs"].values()] == ["finished", "finished"]
+    with tarfile.open(out / gpu.TARBALL) as tar:
+        records = [m.name for m in tar.getmembers() if m.name.endswith("record.json")]
+    n_runs = sum(r["runs"] for r in summary["rungs"].values())
+    assert len(records) == n_runs >= 2 * len(spec["arms"]) * 3
+    assert gpu.land(out / gpu.TARBALL, stored) == ["gpt-g1", "gpt-g2"]
+    lrs = gpu.scale_ladder.chosen_lrs(stored / "gpt-g2")
+    assert set(lrs) == set(spec["arms"])
+    with pytest.raises(UserError, match="already stored"):
+        gpu.land(out / gpu.TARBALL, stored)
+    again = gpu.run(spec, tmp_path / "OUT2", 600, stored, tmp_path / "pack", tmp_path / "data", tmp_path / "work")
+    assert [r["state"] for r in again["rungs"].values()] == ["stored", "stored"]

@@ -298,3 +298,26 @@ def test_export_cli_prints_no_deepspeed_accelerator_warning_without_a_gpu(lm_run
     assert "wrote GPT2LMHeadModel" in done.stdout
     printed = done.stdout + done.stderr  # DeepSpeed's logger writes to stdout
     assert "accelerator" not in printed.lower(), printed
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ({"method": "baseline", "method_options": "{}"}, r"method record names 'baseline', but the run trained"),
+        ({"method_options": '{"qk_init": null, "layers": [0]}'}, r"freezes other tensors than the run did"),
+    ],
+)
+def test_an_edited_method_record_in_the_weights_is_refused_naming_it(lm_run, tmp_path, edit, says):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from oelm.training.checkpoint import read_metadata
+
+    run = tmp_path / "run"
+    shutil.copytree(lm_run, run)
+    weights = run / "checkpoints" / "best" / "model.safetensors"
+    save_file(load_file(weights), weights, metadata={**read_metadata(weights), **edit})
+    with pytest.raises(UserError, match=says + r".*freeze_audit\.json"):
+        export_hf(run, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()

@@ -17,10 +17,12 @@ from oelm.data.tokenizers import relocated_spec
 from oelm.models.catalog import build_lm, config_from_meta
 from oelm.models.gpt import GPTClassifier
 from oelm.models.hf_cls import load_hf_classifier
+from oelm.records.artifacts import AUDIT_FILE
 from oelm.records.run import read_yaml_mapping
 from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
 from oelm.utils.errors import UserError
+from oelm.utils.io import read_json
 
 
 def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") -> nn.Module:
@@ -42,12 +44,43 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     state = apply_method(model, method, seed=seed, **options)
     start = audit_model(model)  # the run's start audit: building and applying are deterministic
     _skip_scheduled(model, state, start)
+    _check_recorded_audit(run_dir, path, start, scheduled=bool(state.scheduled))
     load_weights(model, path)
     check = verify_audit(model, start)
     if not check.ok:
         raise UserError(f"{str(path)!r} does not match its method {method!r}: {'; '.join(check.problems[:5])}")
 
     return model.to(resolve_device(device)).eval()
+
+
+def _check_recorded_audit(run_dir: Path, path: Path, start: Any, scheduled: bool) -> None:
+    """The method the weights' metadata names must be the one the run trained under: its
+    freeze_audit.json records the method and every frozen tensor's fingerprint at the start. An
+    edited (or foreign) metadata record would otherwise re-apply another method whose own audit
+    passes, and the frozen tensors would load, and export, as trainable ones."""
+
+    raw = read_json(run_dir / AUDIT_FILE)
+    recorded = raw.get("start") if isinstance(raw, dict) else None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("method"), str):
+        return  # no audit on record (a run written before it, or a foreign folder): nothing to compare
+    fix = "restore the checkpoint's metadata or use a checkpoint this run wrote"
+    if recorded["method"] != start.method:
+        raise UserError(
+            f"{str(path)!r}: its method record names {start.method!r}, but the run trained under "
+            f"{recorded['method']!r} ({AUDIT_FILE}): the weights' metadata was edited or comes from another run; {fix}"
+        )
+    if scheduled:
+        return  # a schedule moves which tensors are frozen during the run: the start fingerprints differ by design
+    rows = recorded.get("rows") if isinstance(recorded.get("rows"), list) else []
+    then = {r["name"]: r["fingerprint"] for r in rows if isinstance(r, dict) and r.get("fingerprint") and "name" in r}
+    now = start.fingerprints
+    differ = sorted(n for n in set(then) | set(now) if then.get(n) != now.get(n))
+    if differ:
+        raise UserError(
+            f"{str(path)!r}: its method record ({start.method!r}, options {start.options}) freezes other tensors "
+            f"than the run did ({AUDIT_FILE} differs at {len(differ)} tensor(s), e.g. {differ[0]!r}): the "
+            f"weights' metadata was edited or comes from another run; {fix}"
+        )
 
 
 def _skip_scheduled(model: nn.Module, state: MethodState, audit: Any) -> None:

@@ -321,3 +321,16 @@ def test_an_edited_method_record_in_the_weights_is_refused_naming_it(lm_run, tmp
     with pytest.raises(UserError, match=says + r".*freeze_audit\.json"):
         export_hf(run, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_second_export_into_a_folder_being_written_is_refused(lm_run, tmp_path):
+    from oelm.utils.lock import sibling_lock
+
+    out = tmp_path / "x"
+    with sibling_lock(out, "export"):  # what an export still writing `out` holds
+        with pytest.raises(UserError, match=r"another export \(pid \d+ on .*\) is using '.*x'"):
+            export_hf(lm_run, out)
+        assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []  # the lock file goes with its holder
+    export_hf(lm_run, out)
+    assert (out / MARKER).is_file() and [p.name for p in tmp_path.iterdir()] == ["x"]

@@ -37,7 +37,7 @@ from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, follow_umask, read_json, read_yaml, write_error
-from oelm.utils.lock import pid_alive
+from oelm.utils.lock import pid_alive, sibling_lock
 
 # Written into every export, listing its files: `--overwrite` replaces only a folder holding it,
 # and only when the folder holds nothing else.
@@ -208,6 +208,14 @@ def export_hf(
     export leaves no folder that looks complete; the next export clears such leftovers.
     """
     out = Path(out_dir)
+    # One export into a folder at a time: two would both pass check_target on a missing folder and
+    # rename their temp folders over each other, each exiting 0. The lock sits beside the folder.
+    with sibling_lock(out, "export"):
+        return _export_locked(out, run_dir, which, tolerance, overwrite)
+
+
+def _export_locked(out: Path, run_dir: str | Path, which: str, tolerance: float, overwrite: bool) -> dict[str, Any]:
+    """export_hf's body, holding the output folder's lock."""
     check_target(out, Path(run_dir), overwrite)
     source = Path(run_dir).resolve()
     checkpoint = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)

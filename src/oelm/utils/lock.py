@@ -59,17 +59,8 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
         raise UserError(
             f"output folder {str(directory)!r} is not writable; choose another --out or fix its permissions"
         )
-    lock = FileLock(path, timeout=0)
+    lock = _take(path, what, directory)
     try:
-        lock.acquire()
-    except Timeout:
-        holder = path.read_text(encoding="utf-8").split() if path.is_file() else []
-        who = f" (pid {holder[1]} on {holder[0]})" if len(holder) == 2 else ""
-        raise UserError(
-            f"another {what}{who} is using {str(directory)!r}; wait for it to finish or choose another --out"
-        ) from None
-    try:
-        path.write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
         yield path
     finally:
         with contextlib.suppress(OSError):  # the block may have removed the folder
@@ -78,6 +69,45 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
                 path.unlink()  # held: a taker that opened it first sees it unlinked and retries (filelock >= 3.30)
         lock.release()
         _remove_if_empty(directory, created)
+
+
+def _take(path: Path, what: str, subject: Path) -> FileLock:
+    """Acquire the flock on `path` at once and write "host pid" into it; a UserError naming the
+    holder and `subject` while another process holds it."""
+    lock = FileLock(path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = path.read_text(encoding="utf-8").split() if path.is_file() else []
+        who = f" (pid {holder[1]} on {holder[0]})" if len(holder) == 2 else ""
+        raise UserError(
+            f"another {what}{who} is using {str(subject)!r}; wait for it to finish or choose another --out"
+        ) from None
+    with contextlib.suppress(OSError):
+        path.write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+    return lock
+
+
+@contextmanager
+def sibling_lock(target: Path, what: str) -> Iterator[Path]:
+    """Hold PARENT/.NAME.lock for the block: one writer of a folder that is built beside it and
+    renamed into place (an export), so the lock cannot live inside it. The lock file is removed
+    again while still held (filelock >= 3.30: a taker that opened it sees it unlinked and retries)."""
+    target = Path(target)
+    path = target.parent / f".{target.name}{LOCK_NAME}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot create the folder {str(target.parent)!r} ({err.strerror or err}); choose a writable output"
+        ) from None
+    lock = _take(path, what, target)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        lock.release()
 
 
 def _remove_if_empty(directory: Path, created: bool) -> None:

@@ -83,3 +83,24 @@ def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     md = (out / "report" / "report.md").read_text().rstrip()
     assert md.endswith(report["groups"][0]["reading"])
     assert "oelm confirm plan" in md and "pilot: 3 seeds" in md
+
+
+def test_compare_on_other_data_into_the_same_out_refuses_naming_the_data(tmp_path: Path, monkeypatch) -> None:
+    from oelm.experiments.prepare import ensure_lm_data
+    from oelm.utils.io import read_json
+
+    monkeypatch.chdir(tmp_path)
+    for name, word in (("a.txt", "cat"), ("b.txt", "dog")):
+        Path(name).write_text("".join(f"The {word} number {i} sat down.\n\n" for i in range(60)), encoding="utf-8")
+    preset = apply_overrides(load_preset("quick"), data="a.txt", tokenizer="byte")
+    recipe = compare_spec(preset, "out")["prepare"]
+    ensure_lm_data(recipe, "out/data")
+    assert read_json(Path("out/data/meta.json"))["prepare_recipe"]["source"] == "a.txt"
+    before = Path("out/data/train.bin").read_bytes()
+    ensure_lm_data({**recipe, "source": str(tmp_path / "a.txt")}, "out/data")  # the same file, spelled otherwise
+    other = compare_spec(apply_overrides(preset, data="b.txt"), "out")["prepare"]
+    with pytest.raises(UserError, match=r"prepared from 'a\.txt' .*differs in: source 'a\.txt' -> 'b\.txt'.*--out"):
+        ensure_lm_data(other, "out/data")
+    with pytest.raises(UserError, match=r"differs in: test_fraction"):
+        ensure_lm_data({**recipe, "test_fraction": 0.3}, "out/data")
+    assert Path("out/data/train.bin").read_bytes() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from oelm.utils.io import atomic_write_json
 _FILE_NAMES = {"train": "train.txt", "val": "valid.txt", "test": "test.txt"}
 _KWARGS = {"config", "val_fraction", "test_fraction", "seed", "max_docs", "text_field"}
 _RECIPE_KEYS = _KWARGS | {"source", "files", "tokenizer", "name"}
+RECIPE_KEY = "prepare_recipe"  # meta.json: the recipe a sweep or study prepared the folder from
 
 
 def _stage_files(files: dict[str, str], staging: Path) -> Path:
@@ -64,6 +66,7 @@ def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool =
     """Prepare `data_dir` from the recipe unless it already holds prepared data; return it."""
     out = Path(data_dir)
     if (out / "meta.json").is_file():
+        _check_same_recipe(recipe, out)
         return out
 
     unknown = set(recipe) - _RECIPE_KEYS
@@ -76,17 +79,55 @@ def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool =
         source = _stage_files(recipe["files"], out.with_name(out.name + ".sources"))
     kwargs = {k: v for k, v in recipe.items() if k in _KWARGS}
     prepare_lm(source, recipe["tokenizer"], out, verbose=verbose, **kwargs)
-    if recipe.get("name"):
-        _rename_source(out, str(recipe["name"]))
+    _record_recipe(out, recipe)
     return out
 
 
-def _rename_source(data_dir: Path, name: str) -> None:
-    """Record a readable dataset name in meta.json (reports group and title tables by it)."""
+def _record_recipe(data_dir: Path, recipe: dict[str, Any]) -> None:
+    """Record the recipe in meta.json (the next call compares its own with it) and, when it names
+    one, a readable dataset name (reports group and title tables by it)."""
 
     meta = read_meta(data_dir)
-    meta["source_files"], meta["source"] = meta["source"], name
+    if recipe.get("name"):
+        meta["source_files"], meta["source"] = meta["source"], str(recipe["name"])
+    meta[RECIPE_KEY] = json.loads(json.dumps(recipe, default=str))
     atomic_write_json(data_dir / "meta.json", meta)
+
+
+def _same_value(key: str, a: Any, b: Any) -> bool:
+    """Equal as written, or (a source, files or tokenizer path) naming the same existing path."""
+    if a == b:
+        return True
+    if key == "files" and isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_value("source", a[k], b[k]) for k in a)
+    if key in ("source", "tokenizer") and isinstance(a, str) and isinstance(b, str):
+        pa, pb = a.partition(":")[2] or a, b.partition(":")[2] or b
+        same_prefix = a.partition(":")[0] == b.partition(":")[0] if ":" in a and ":" in b else ":" not in a + b
+        return same_prefix and Path(pa).exists() and Path(pb).exists() and Path(pa).resolve() == Path(pb).resolve()
+    return False
+
+
+def _check_same_recipe(recipe: dict[str, Any], out: Path) -> None:
+    """Prepared data is reused only for the recipe it was prepared from: another source, tokenizer
+    or hold-out would otherwise be trained on and reported as this recipe's data, with exit 0."""
+
+    meta = read_meta(out)
+    stored = meta.get(RECIPE_KEY)
+    if isinstance(stored, dict):
+        differ = sorted(k for k in set(stored) | set(recipe) if not _same_value(k, stored.get(k), recipe.get(k)))
+    elif "source" in recipe and not recipe.get("name"):  # prepared before recipes were recorded
+        differ = [] if _same_value("source", meta.get("source"), recipe["source"]) else ["source"]
+    else:
+        return
+    if not differ:
+        return
+    was = stored if isinstance(stored, dict) else {"source": meta.get("source")}
+    said = ", ".join(f"{k} {was.get(k)!r} -> {recipe.get(k)!r}" for k in differ[:4])
+    raise UserError(
+        f"{str(out)!r} holds data prepared from {meta.get('source')!r} (fingerprint {meta.get('fingerprint')}), "
+        f"not from this recipe (differs in: {said}); the runs beside it trained on that data: use another "
+        f"--out, or delete {str(out)!r} to prepare it again"
+    )
 
 
 def data_summary(data_dir: str | Path) -> str:

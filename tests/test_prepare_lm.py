@@ -377,3 +377,39 @@ def test_a_jsonl_text_field_holding_a_list_is_refused_not_read_as_its_repr(tmp_p
     src.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": ["a", "b"]}) + "\n")
     with pytest.raises(UserError, match=r"record 2: its 'text' field is a list, not text"):
         prepare_lm(src, "byte", tmp_path / "out", verbose=False)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError(28, "No space left on device"), OSError("408624 requested and 120832 written")],  # numpy's tofile
+    ids=["enospc", "short-write"],
+)
+def test_a_full_disk_during_overwrite_keeps_the_previous_data_and_ends_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError
+) -> None:
+    import oelm.data.lm as lm
+
+    src = tmp_path / "src.txt"
+    src.write_text("\n\n".join(f"document number {i} with some words" for i in range(60)))
+    out = tmp_path / "data"
+    prepare_lm(src, "byte", out, val_fraction=0.1, verbose=False)
+    (out / "notes.md").write_text("mine")  # a file of the user's: --overwrite keeps it
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["meta.json", "notes.md", "train.bin", "val.bin"]  # no lock file stays
+    written = lm._write_split
+
+    def full_disk(path, *args, **kwargs):
+        if path.name == "val.bin":  # train.bin was written: the disk fills on the second split
+            path.write_bytes(b"partial")
+            raise error
+        return written(path, *args, **kwargs)
+
+    monkeypatch.setattr(lm, "_write_split", full_disk)
+    with pytest.raises(UserError, match=r"could not write the prepared data for .*data'.*no space left.*untouched"):
+        prepare_lm(src, "byte", out, val_fraction=0.2, seed=3, overwrite=True, verbose=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "src.txt"]  # no temp folder beside it
+    monkeypatch.setattr(lm, "_write_split", written)
+    assert prepare_lm(src, "byte", out, val_fraction=0.2, seed=3, overwrite=True, verbose=False)["holdout"]["seed"] == 3
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "notes.md", "train.bin", "val.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "src.txt"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 import sysconfig
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,7 +26,7 @@ from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
 from oelm.utils.errors import UserError
 from oelm.utils.hub import require_hub
 from oelm.utils.io import atomic_write_json, read_json, read_json_object
-from oelm.utils.lock import LOCK_NAME, dir_lock
+from oelm.utils.lock import LOCK_NAME, dir_lock, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +139,7 @@ def prepare_lm(
         raise UserError(f"--out {str(out)!r} is a file; give a folder path")
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
     # One preparation per folder at a time; a killed one leaves only what the next one clears.
-    with dir_lock(out, "data preparation"):
+    with dir_lock(out, "data preparation", keep_file=False):
         _check_out_dir(out, overwrite, verbose)
         files = None
         if kind == "hub":
@@ -601,15 +603,20 @@ def _write_all(
     test_holdout: dict | None = None,
     files: dict[str, list[dict]] | None = None,
 ) -> dict:
-    """Write every split to a temp file, then rename them all and write meta.json last."""
+    """Write every split and meta.json into a temp folder beside OUT, then swap it in whole: a
+    failure (a full disk, Ctrl-C) before the swap leaves OUT as it was and no temp folder."""
     out.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(tok.vocab_size)
-    temps = {s: out / f".{s}.bin.tmp-{os.getpid()}" for s in SPLITS if s in splits}
+    real = out.resolve()  # a link to a folder keeps pointing at the new data
+    stage = real.parent / f".{real.name}.tmp-{os.getpid()}"
+    _clear_stale_stages(real)
+    temps = {s: stage / f"{s}.bin" for s in SPLITS if s in splits}
     counts: dict[str, int] = {}
     digests: dict[str, str] = {}
     text_bytes: dict[str, int] = {}
     start = time.perf_counter()
     try:
+        stage.mkdir()
         for split, tmp in temps.items():
             data = splits[split]
             batches = (
@@ -639,10 +646,13 @@ def _write_all(
         if files:  # the local files each split was read from (a sharded split lists every shard)
             meta["source_files"] = files
         meta["fingerprint"] = data_fingerprint(meta)
-        _publish(out, temps, meta)
+        atomic_write_json(stage / "meta.json", meta)
+        _swap_in(stage, real)
+    except OSError as err:  # a full disk or a file-size limit: one line, the previous data untouched
+        shutil.rmtree(stage, ignore_errors=True)  # first, so the free space it reports is what is free
+        raise _write_failed(out, real.parent, err) from None
     finally:
-        for tmp in temps.values():
-            tmp.unlink(missing_ok=True)
+        shutil.rmtree(stage, ignore_errors=True)
     if verbose:
         total = sum(counts.values())
         sizes = ", ".join(f"{s} {n:,}" for s, n in counts.items())
@@ -652,13 +662,43 @@ def _write_all(
     return meta
 
 
-def _publish(out: Path, temps: dict[str, Path], meta: dict) -> None:
-    """Swap the new files in: old meta first (so a half-swapped folder reads as unprepared), meta last."""
-    (out / "meta.json").unlink(missing_ok=True)
-    for name in _OUTPUT_FILES[:-1]:
-        split = name.removesuffix(".bin")
-        if split not in temps:
-            (out / name).unlink(missing_ok=True)  # a stale split from an earlier preparation
-    for split, tmp in temps.items():
-        os.replace(tmp, out / f"{split}.bin")
-    atomic_write_json(out / "meta.json", meta)
+def _clear_stale_stages(real: Path) -> None:
+    """Remove temp folders that killed preparations of this folder left beside it (their pid is gone)."""
+    for stale in real.parent.glob(f".{real.name}.tmp-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _swap_in(stage: Path, real: Path) -> None:
+    """Put the complete `stage` folder at `real` by renames only (no space needed): entries of
+    `real` that preparation did not write (kept under --overwrite) move along, the old folder goes."""
+    ours = {*_OUTPUT_FILES, LOCK_NAME}
+    for entry in real.iterdir():
+        if entry.name not in ours and not (entry.name.startswith(".") and ".tmp" in entry.name):
+            os.replace(entry, stage / entry.name)
+    old = real.parent / f".{real.name}.old-{os.getpid()}"
+    os.replace(real, old)
+    try:
+        os.replace(stage, real)
+    except OSError:
+        os.replace(old, real)  # the previous data stays where it was
+        raise
+    shutil.rmtree(old, ignore_errors=True)  # with it the lock file this process still holds
+
+
+def _write_failed(out: Path, folder: Path, err: OSError) -> UserError:
+    """One line for a failed write of prepared data: why, the free space, and that nothing changed."""
+    short = err.errno is None and "requested and" in str(err)  # numpy's tofile on a full disk
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or short:
+        try:
+            free = f"{shutil.disk_usage(folder).free:,} bytes free there"
+        except OSError:
+            free = "free space unknown"
+        reason = f"no space left on the disk, or a file-size limit reached; {free}"
+    else:
+        reason = err.strerror or str(err)
+    return UserError(
+        f"could not write the prepared data for {str(out)!r} ({reason}); the previous contents of "
+        f"{str(out)!r} are untouched and no temp files are left: free space or choose another --out"
+    )

@@ -33,10 +33,12 @@ def pid_alive(pid: int) -> bool:
 
 
 @contextmanager
-def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
+def dir_lock(directory: Path, what: str = "sweep", keep_file: bool = True) -> Iterator[Path]:
     """Hold DIR/.lock for the block; refuse with one UserError while another process holds it.
 
     A directory this lock had to create is removed again when it is left empty (a failed start).
+    keep_file=False removes the lock file on release too (a data folder holds only its data); a
+    block that replaces the folder by a rename takes the lock file with the old one.
     """
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -60,13 +62,16 @@ def dir_lock(directory: Path, what: str = "sweep") -> Iterator[Path]:
             f"output folder {str(directory)!r} is not writable; choose another --out or fix its permissions"
         )
     lock = _take(path, what, directory)
+    mine = os.stat(path)
     try:
         yield path
     finally:
-        with contextlib.suppress(OSError):  # the block may have removed the folder
-            path.write_text("", encoding="utf-8")  # names no holder between this release and the next take
-            if created and [p.name for p in directory.iterdir()] == [LOCK_NAME]:
-                path.unlink()  # held: a taker that opened it first sees it unlinked and retries (filelock >= 3.30)
+        with contextlib.suppress(OSError):  # the block may have removed or replaced the folder
+            if os.path.samestat(os.stat(path), mine):  # never another taker's file in a new folder
+                if not keep_file or (created and [p.name for p in directory.iterdir()] == [LOCK_NAME]):
+                    path.unlink()  # held: a taker that opened it first sees it unlinked and retries (filelock >= 3.30)
+                else:
+                    os.truncate(path, 0)  # names no holder between this release and the next take
         lock.release()
         _remove_if_empty(directory, created)
 

@@ -66,8 +66,20 @@ def command(page: dict) -> list[str]:
     ]
 
 
+def check_only(root: Path, only: set[str] | None) -> None:
+    """Refuse page names the manifest does not list: a mistyped one would rebuild nothing and
+    `--check` would say every page regenerates."""
+    known = [str(page["out"]) for page in pages(root)]
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:
+        raise SystemExit(
+            f"--only: no page {', '.join(map(repr, unknown))} in {MANIFEST}; pages: {', '.join(sorted(known))}"
+        )
+
+
 def regenerate(root: Path, quiet: bool = True, only: set[str] | None = None) -> None:
     """Run every page's command (or those whose `out` is in `only`) with `root` as the working directory."""
+    check_only(root, only)
     here = Path.cwd()
     os.chdir(root)
     try:
@@ -199,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", metavar="OUT", help="only these pages (their `out` in pages.yaml)")
     args = p.parse_args(argv)
     only = set(args.only) if args.only else None
+    check_only(ROOT, only)  # before the scratch copy: a mistyped page is refused, not "regenerated"
     if args.check:
         diff = check(only=only)
         for name in diff:

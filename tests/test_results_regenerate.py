@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_script
-from oelm.records.compact import RECORD_FILE, read_record
+from oelm.records.compact import RECORD_FILE, RECORDS_FILE, read_records, record_text, write_raw_records
 from oelm.records.load import load_runs
 from oelm.utils.io import load_yaml_text
 
@@ -35,16 +35,17 @@ def test_every_stored_page_has_committed_records_without_machine_paths() -> None
     for page in pages:
         for name in page["records"] if isinstance(page["records"], list) else [page["records"]]:
             folder = (RESULTS / name).resolve()
-            records = sorted(folder.rglob(RECORD_FILE))
-            assert records, f"{name}: no committed record.json"
-            for path in records:
-                text = path.read_text()
-                assert "/tmp/" not in text and "/work/" not in text and "/home/" not in text, path
-                assert read_record(path.parent).finished
+            boards = sorted(folder.rglob(RECORDS_FILE))
+            assert boards and not list(folder.rglob(RECORD_FILE)), f"{name}: records not in one runs.jsonl.gz"
+            records = [raw for board in boards for raw in read_records(board.parent).values()]
+            for raw in records:
+                text = record_text(raw)
+                assert "/tmp/" not in text and "/work/" not in text and "/home/" not in text, raw["path"]
             for other in folder.glob("*.*"):  # sweep.yaml, plan.json, confirmation.*, stored tables
-                assert not re.search(r"(?<![\w.])/(tmp|work|home|root)/", other.read_text()), other
+                if other.name != RECORDS_FILE:
+                    assert not re.search(r"(?<![\w.])/(tmp|work|home|root)/", other.read_text()), other
             runs = load_runs([folder])
-            assert len(runs) == len(records)  # a record folder loads exactly as run directories do
+            assert len(runs) == len(records) and all(r.finished for r in runs)  # loads as run directories do
 
 
 @pytest.mark.slow
@@ -59,10 +60,11 @@ def test_an_edited_record_changes_its_page(regen, tmp_path: Path) -> None:
     for part in ("docs", "scripts", "configs"):
         shutil.copytree(ROOT / part, tmp_path / part)
     shutil.copy2(ROOT / "README.md", tmp_path / "README.md")
-    for record in (tmp_path / "docs" / "results" / "agnews-cpu" / "records").rglob(RECORD_FILE):
-        raw = json.loads(record.read_text())  # every seed of every setting: the chosen ones among them
+    board = tmp_path / "docs" / "results" / "agnews-cpu" / "records"
+    stored = read_records(board)
+    for raw in stored.values():  # every seed of every setting: the chosen ones among them
         raw["results"][raw["results"]["primary_metric"]] += 0.01
-        record.write_text(json.dumps(raw, indent=1))
+    write_raw_records(stored, board)
     diff = regen.check(tmp_path, only={"agnews-cpu"})
     assert "docs/results/agnews-cpu/report.md" in diff and "docs/results/agnews-cpu/report.json" in diff
 
@@ -128,3 +130,9 @@ def test_a_number_stored_rounded_may_move_one_unit_in_its_last_digit(regen, tmp_
     ]:
         b.write_text(json.dumps(other))
         assert regen.same_content(a, b) is same, other
+
+
+def test_a_mistyped_page_name_is_refused_listing_the_pages(regen, capsys) -> None:
+    with pytest.raises(SystemExit, match=r"--only: no page 'agnews-cpuu' in .*pages\.yaml; pages: .*agnews-cpu,"):
+        regen.main(["--check", "--only", "agnews-cpu", "agnews-cpuu"])
+    assert "regenerates" not in capsys.readouterr().out  # refused before anything was rebuilt

@@ -722,3 +722,19 @@ def test_every_stored_board_over_a_confirmation_uses_its_plans_margin() -> None:
         assert {t["margin_percent"] for t in board["tables"]} == {read_plan(records).margin}, page["out"]
         checked += 1
     assert checked >= 6  # the twin board, three scale boards, the decisive board, the Llama 124k rung
+
+
+def test_confirm_report_refuses_a_plan_whose_runs_were_trained_otherwise(tmp_path: Path) -> None:
+    """Another pilot's plan.json over these runs (its steps differ): `confirm run` refuses the folder,
+    and `confirm report` must too instead of judging the runs as that pilot's confirmation."""
+    pilot, out = _pilot(tmp_path), tmp_path / "confirm"
+    write_plan(pilot, out, 3)
+    _fresh(out)
+    report_confirmation(out)  # the runs as planned: judged
+    for run in plan_spec(read_plan(out), out).runs():  # the runs of a plan for 2 more steps
+        config = resolve_config({**run.config, "steps": run.config["steps"] + 2}).config
+        (run.run_dir / "config.yaml").write_text(dump_config(config))
+    with pytest.raises(UserError, match=r"9 of its runs were trained otherwise than its plan\.json .*steps"):
+        report_confirmation(out)
+    with pytest.raises(UserError, match=r"trained otherwise than this spec plans them.*steps"):
+        run_confirmation(out, uncommitted_plan=True, progress=False)

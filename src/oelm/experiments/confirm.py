@@ -725,6 +725,25 @@ def run_confirmation(
     return confirmation
 
 
+def _check_runs_as_planned(folder: Path, spec: SweepSpec, runs: Sequence[RunRecord]) -> None:
+    """The runs `confirm report` judges must be the runs its plan.json plans, as `confirm run` checks
+    their run folders: a plan.json of another pilot (other steps, data, model) over these runs
+    would judge them as that pilot's confirmation. Live run directories and committed records alike."""
+    planned = {os.path.normpath(r.run_dir): r for r in spec.runs()}
+    stale = [
+        (run, diff)
+        for run in runs
+        if (plan := planned.get(os.path.normpath(run.path))) and (diff := plan.differences_from(run.config))
+    ]
+    if stale:
+        run, diff = stale[0]
+        raise UserError(
+            f"{folder}: {len(stale)} of its runs were trained otherwise than its {PLAN_FILE} plans them, e.g. "
+            f"{run.path} (differs in: {', '.join(diff[:5])}); the plan belongs to another pilot or the runs to "
+            "another plan: report the folder whose plan trained these runs"
+        )
+
+
 def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Confirmation:
     """Judge a finished confirmation again from FOLDER/plan.json and the runs under FOLDER/runs
     (live run directories or committed compact records): trains nothing, writes
@@ -739,6 +758,7 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
             f"{folder}: {missing} of the plan's {len(spec.runs())} runs are missing or unfinished; "
             f"finish them with `oelm confirm run {folder}` first"
         )
+    _check_runs_as_planned(folder, spec, runs)
     group, results = judge(plan, runs)
     confirmation = Confirmation(plan, group, results, plan_commit=read_plan_commit(folder, plan))
     target = Path(out) if out is not None else folder

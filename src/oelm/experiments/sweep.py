@@ -74,7 +74,12 @@ class RunSpec:
         path = self.run_dir / "config.yaml"
         if not path.is_file():
             return []
-        stored = flat_config(read_run_config(path))  # an unreadable file is refused, naming it
+        return self.differences_from(read_run_config(path))  # an unreadable file is refused, naming it
+
+    def differences_from(self, config: dict[str, Any]) -> list[str]:
+        """The fields (dotted) in which a run trained with `config` (a run record's) differs from
+        this run as planned; the rules of stored_differences."""
+        stored = flat_config(config)
         planned = flat_config(resolve_config(self.config).identity())
         tops = {k.split(".", 1)[0] for k in stored}
         keys = {k for k in set(planned) | set(stored) if k.split(".", 1)[0] in tops}

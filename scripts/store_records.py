@@ -1,9 +1,10 @@
 """Store a sweep's (or confirmation's) runs as compact run records, committed with the result.
 
-Each run directory becomes DST/runs/<method>/<setting>/seed<N>/record.json (oelm.records.compact:
-results, config, evaluation lines, per-item test values, audit and timing summaries, no weights),
-beside the sweep's own sweep.yaml / plan.json / confirmation.*. `oelm report DST` and
-`oelm leaderboard DST` rebuild the report or board from the committed records alone.
+Every finished run becomes one line of DST/runs.jsonl.gz (oelm.records.compact: results, config,
+evaluation lines, per-item test values, audit and timing summaries, no weights), keyed by its place
+runs/<method>/<setting>/seed<N>, beside the sweep's own sweep.yaml / plan.json / confirmation.*.
+Runs already stored in DST are kept (a place stored twice must hold the same record). `oelm report
+DST` and `oelm leaderboard DST` rebuild the report or board from the committed records alone.
 
     python scripts/store_records.py runs/sweeps/twin-board docs/results/twin-board/records/pilot
 """
@@ -11,11 +12,12 @@ beside the sweep's own sweep.yaml / plan.json / confirmation.*. `oelm report DST
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
 
-from oelm.records.compact import write_record
+from oelm.records.compact import RECORDS_FILE, dump_record, read_records, write_raw_records
 from oelm.records.layout import RUNS
 from oelm.records.load import load_runs
 from oelm.utils.errors import UserError
@@ -38,8 +40,12 @@ def store(src: Path, dst: Path) -> int:
                 text = text.replace(root + "/", "")
             (dst / name).write_text(re.sub(r"/\S*?/(configs/)", r"\1", text), encoding="utf-8")
     runs = [r for r in load_runs([src / RUNS]) if r.finished]
-    for run in runs:
-        write_record(run, dst / run.path.relative_to(src), relative_to=src)
+    stored = read_records(dst) if (dst / RECORDS_FILE).is_file() else {}
+    new = {run.path.relative_to(src).as_posix(): json.loads(dump_record(run, src)) for run in runs}
+    clash = sorted(at for at in set(stored) & set(new) if stored[at] != new[at])
+    if clash:
+        raise UserError(f"{dst}: {len(clash)} run(s) already stored with other results ({clash[0]}); store elsewhere")
+    write_raw_records({**stored, **new}, dst)
     return len(runs)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -9,11 +10,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import load_script
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import SweepSpec, spec_from_dict
-from oelm.records.compact import RECORD_FILE, read_record, write_record
+from oelm.records.compact import (
+    RECORD_FILE,
+    RECORDS_FILE,
+    read_record,
+    read_records,
+    record_text,
+    write_raw_records,
+    write_record,
+)
 from oelm.records.layout import RunKey, parse_run_path, setting_name
-from oelm.records.load import load_runs
+from oelm.records.load import load_run, load_runs, stored_record
 from oelm.records.sweep import read_sweep_record
 from oelm.reports.aggregate import compare
 from oelm.utils.errors import UserError
@@ -114,6 +124,53 @@ def test_committed_records_report_exactly_like_their_run_directories(tiny_sweep:
         for a1, a2 in zip(g1.arms, g2.arms):
             assert (a1.method, a1.by_seed, a1.primary) == (a2.method, a2.by_seed, a2.primary)
             assert g1.versus_of(a1.method) == g2.versus_of(a2.method)
+
+
+def test_a_stored_board_is_one_file_that_loads_and_hashes_like_its_records(tiny_sweep: Path, tmp_path: Path) -> None:
+    """scripts/store_records.py writes BOARD/runs.jsonl.gz: byte-identical when stored twice, each
+    run loading as from its directory (also by its place, and by a folder inside the board), each
+    record reading back as the record.json text write_record gives, and a clash refused."""
+    store = load_script("store_records")
+    board = tmp_path / "board"
+    assert store.store(tiny_sweep, board) == 4
+    first = (board / RECORDS_FILE).read_bytes()
+    assert store.store(tiny_sweep, board) == 4 and (board / RECORDS_FILE).read_bytes() == first
+    assert not list(board.rglob(RECORD_FILE)) and not (board / "runs").exists()
+    runs, stored = load_runs([tiny_sweep]), load_runs([board])
+    assert [r.path.relative_to(board) for r in stored] == [r.path.relative_to(tiny_sweep) for r in runs]
+    for a, b in zip(runs, stored):
+        assert (b.results, b.test_items(), b.eval_curve("loss"), b.audit) == (
+            a.results,
+            a.test_items(),
+            a.eval_curve("loss"),
+            a.audit,
+        )
+        assert load_run(b.path).results == a.results
+        write_record(a, tmp_path / "single" / b.path.relative_to(board), relative_to=tiny_sweep)
+        single = (tmp_path / "single" / b.path.relative_to(board) / RECORD_FILE).read_text()
+        assert record_text(stored_record(b.path)) == single
+    method = stored[0].method
+    assert {r.method for r in load_runs([board / "runs" / method])} == {method}
+    edited = read_records(board)
+    next(iter(edited.values()))["results"]["test_loss"] = 9.0
+    write_raw_records(edited, tmp_path / "other")
+    (tmp_path / "other" / "sweep.yaml").write_text((board / "sweep.yaml").read_text())
+    with pytest.raises(UserError, match="already stored with other results"):
+        store.store(tiny_sweep, tmp_path / "other")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"not gzip",
+        gzip.compress(b'{"format": "x"}\n'),
+        gzip.compress(b'{"format": "oelm run records", "version": 1, "runs": 2}\n{}\n'),
+    ],
+)
+def test_a_damaged_records_file_is_one_clear_error(tmp_path: Path, damage: bytes) -> None:
+    (tmp_path / RECORDS_FILE).write_bytes(damage)
+    with pytest.raises(UserError, match="restore it from git|upgrade oelm"):
+        load_runs([tmp_path])
 
 
 def test_a_record_from_a_newer_oelm_is_refused(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """`oelm finetune-board SWEEP_DIR... --out DIR`: frozen Q/K against the fine-tuning field.
 
-Reads stored run records (run directories or committed record.json) of a classification sweep
+Reads stored run records (run directories or committed records) of a classification sweep
 whose arms include full fine-tuning (`baseline`) and writes board.md, board.json and pareto.png.
 """
 

@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read only stored run records (results.json, metrics.jsonl) and write "
         "report.md, report.json and figures: mean ± 95%% CI over seeds, LR chosen on "
         "validation, gaps and paired tests vs the baseline, collapsed/incomplete runs listed. "
-        "Committed compact run records (record.json) are read like run directories.",
+        "Committed compact run records (a board's runs.jsonl.gz, or record.json) are read like run directories.",
     )
     p.add_argument("paths", nargs="*", help="run, sweep or record directories (searched recursively)")
     p.add_argument("--out", default=None, help="output directory (default: FIRST_PATH/report)")

@@ -24,8 +24,8 @@ from typing import Any
 from oelm.experiments.executors import ExecutorSpec
 from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
-from oelm.records.compact import RECORD_FILE
-from oelm.records.load import find_run_dirs, load_run
+from oelm.records.compact import RECORD_FILE, record_text
+from oelm.records.load import find_run_dirs, load_run, stored_record
 from oelm.records.plan import (
     KIND,
     PLAN_COMMIT_FILE,
@@ -91,12 +91,14 @@ def _pilot_spec(sweep_dir: Path) -> SweepSpec:
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
-def _result_file(run_dir: Path) -> Path | None:
-    """The file holding a run's results: results.json of a run directory, else a committed record.json."""
+def _result_digest(run_dir: Path) -> str | None:
+    """sha256 of a run's results: results.json of a run directory, else its committed record
+    (record.json, or its line in a board's records file, hashed as the record.json text it is)."""
     for name in (RESULTS_FILE, RECORD_FILE):
         if (run_dir / name).is_file():
-            return run_dir / name
-    return None
+            return _file_hash(run_dir / name)
+    raw = stored_record(run_dir)
+    return None if raw is None else hashlib.sha256(record_text(raw).encode("utf-8")).hexdigest()
 
 
 def records_hash(sweep_dir: str | Path, run_dirs: Sequence[Path]) -> tuple[str, int]:
@@ -106,14 +108,14 @@ def records_hash(sweep_dir: str | Path, run_dirs: Sequence[Path]) -> tuple[str, 
     A UserError when it reads none: the sha256 of no records ties a plan to nothing (the Llama 124k
     and AG News plans carry one, written when only results.json was read and their pilots were
     committed records holding record.json)."""
-    files = [(d, f) for d in run_dirs if (f := _result_file(Path(d))) is not None]
+    files = [(d, f) for d in run_dirs if (f := _result_digest(Path(d))) is not None]
     if not files:
         raise UserError(
             f"{sweep_dir}: none of its {len(run_dirs)} runs holds {RESULTS_FILE} or {RECORD_FILE}, so the plan "
             "could tie its claims to no record; pass the finished pilot (a directory `oelm sweep` wrote, "
             "or its committed records)"
         )
-    lines = sorted(f"{os.path.relpath(d, sweep_dir)} {_file_hash(f)}" for d, f in files)
+    lines = sorted(f"{os.path.relpath(d, sweep_dir)} {f}" for d, f in files)
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest(), len(files)
 
 
@@ -586,7 +588,7 @@ def _fresh_runs(spec: SweepSpec) -> list[RunRecord]:
     """Records of exactly the planned runs (fresh seeds only: nothing else under the directory counts)."""
     planned = {os.path.normpath(r.run_dir) for r in spec.runs()}
     root = spec.out / "runs"
-    dirs = find_run_dirs([root]) if root.is_dir() else []
+    dirs = find_run_dirs([root], missing_ok=True)
     return [load_run(d) for d in dirs if os.path.normpath(d) in planned]
 
 
@@ -786,7 +788,7 @@ def pilot_link(plan: ConfirmationPlan) -> PilotLink | None:
     if plan.pilot.records_sha256 != EMPTY_SHA256:
         return None
     folder = Path(plan.pilot.dir)
-    dirs = find_run_dirs([folder]) if folder.is_dir() else []
+    dirs = find_run_dirs([folder], missing_ok=True)
     return PilotLink(records_hash(folder, dirs) if dirs else None)
 
 

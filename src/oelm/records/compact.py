@@ -4,24 +4,37 @@ A run directory holds checkpoints, logs and event files that are never committed
 (RUN/record.json, in the sweep layout) keeps what every report, board and statistic reads: the
 results, the config, the evaluation lines of the metrics stream, the per-item test values, the
 freeze-audit summary and the timing summary, with a hash of the config and the code commit.
-`records.load.load_runs` reads a folder of records exactly as it reads run directories.
+
+A stored board keeps all its runs' records in one file, BOARD/runs.jsonl.gz (`write_records`):
+a header line, then one line per run holding its place in the sweep layout and its record; gzip
+without a timestamp, so storing the same runs twice writes the same bytes. A record read from it
+is the record.json a run directory would get, to the byte (`record_text`), so hashes over records
+do not depend on the form they are kept in. `records.load.load_runs` reads both forms, and run
+directories, one way.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
 import hashlib
+import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from oelm.records.artifacts import AuditSummary, TimingStats
 from oelm.records.run import RunRecord, RunResults, classify, normalize_results
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, clean_json, read_json_object
+from oelm.utils.io import atomic_write_bytes, atomic_write_text, clean_json, read_json_object
 
 RECORD_FILE = "record.json"
 RECORD_FORMAT = "oelm run record"
 RECORD_VERSION = 1
+RECORDS_FILE = "runs.jsonl.gz"  # a stored board: every run's record, one per line
+RECORDS_FORMAT = "oelm run records"
+RECORDS_VERSION = 1
 FROM_RUN = "run directory"  # `source` of a record written from a finished run directory
 
 
@@ -74,11 +87,18 @@ def read_record(folder: str | Path) -> RunRecord:
     folder = Path(folder)
     path = folder / RECORD_FILE
     raw = read_json_object(path, "it is written by scripts/store_records.py; restore it from git")
+    return run_from_record(raw, folder, path)
+
+
+def run_from_record(raw: dict[str, Any], folder: Path, where: Path) -> RunRecord:
+    """A RunRecord from a record's mapping (`where` names the file in errors)."""
     if raw.get("format") != RECORD_FORMAT or not isinstance(raw.get("version"), int):
-        raise UserError(f"{str(path)!r} is not an oelm run record (format {raw.get('format')!r}); remove or restore it")
+        raise UserError(
+            f"{str(where)!r} is not an oelm run record (format {raw.get('format')!r}); remove or restore it"
+        )
     if raw["version"] > RECORD_VERSION:
         raise UserError(
-            f"{str(path)!r} is run-record version {raw['version']}, newer than this oelm reads "
+            f"{str(where)!r} is run-record version {raw['version']}, newer than this oelm reads "
             f"({RECORD_VERSION}); upgrade oelm"
         )
     results: RunResults = normalize_results(raw.get("results") or {})
@@ -96,3 +116,80 @@ def read_record(folder: str | Path) -> RunRecord:
         _metrics=[line for line in raw.get("evals") or [] if isinstance(line, dict)],
         _items=items if isinstance(items, dict) else {},
     )
+
+
+def record_text(raw: dict[str, Any]) -> str:
+    """A record's record.json text (what `dump_record` writes): the bytes a record's hash is taken over."""
+    return json.dumps(raw, indent=1) + "\n"
+
+
+def write_records(runs: Iterable[RunRecord], board: str | Path, relative_to: str | Path) -> Path:
+    """Write BOARD/runs.jsonl.gz: every run's record, keyed by its place under `relative_to` (the
+    sweep directory), in path order; atomically, and byte-identical for the same runs."""
+    lines = []
+    for run in runs:
+        at = run.path.relative_to(relative_to).as_posix()
+        lines.append((at, json.loads(dump_record(run, relative_to))))
+    return write_raw_records(dict(sorted(lines)), board)
+
+
+def write_raw_records(records: dict[str, dict[str, Any]], board: str | Path) -> Path:
+    """Write BOARD/runs.jsonl.gz from records already in mapping form, keyed by place."""
+    header = {"format": RECORDS_FORMAT, "version": RECORDS_VERSION, "runs": len(records)}
+    body = [json.dumps(header)]
+    body += [json.dumps({"at": at, "record": raw}, separators=(",", ":")) for at, raw in sorted(records.items())]
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", fileobj=buf, mode="wb", compresslevel=9, mtime=0) as gz:
+        gz.write(("\n".join(body) + "\n").encode("utf-8"))
+    path = Path(board) / RECORDS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def read_records(board: str | Path) -> dict[str, dict[str, Any]]:
+    """BOARD/runs.jsonl.gz as {place: record mapping} (fresh objects: a caller may edit them)."""
+    return {at: json.loads(text) for at, text in _lines(Path(board)).items()}
+
+
+def record_places(board: str | Path) -> list[str]:
+    """The places (runs/<method>/<setting>/seed<N>) BOARD/runs.jsonl.gz holds."""
+    return list(_lines(Path(board)))
+
+
+def read_record_at(board: str | Path, at: str) -> dict[str, Any] | None:
+    """The record of one place in BOARD/runs.jsonl.gz, or None (one line parsed, not the board)."""
+    text = _lines(Path(board)).get(at)
+    return None if text is None else json.loads(text)
+
+
+def _lines(board: Path) -> dict[str, str]:
+    path = board / RECORDS_FILE
+    stat = path.stat()
+    return _read_lines(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_lines(path: str, _mtime_ns: int, _size: int) -> dict[str, str]:
+    """Each place's record as JSON text, read and checked once per file version (a report's walk
+    and loads touch each board many times); one clear error for a damaged file."""
+    fix = "it is written by scripts/store_records.py; restore it from git"
+    try:
+        lines = gzip.decompress(Path(path).read_bytes()).decode("utf-8").splitlines()
+        header = json.loads(lines[0]) if lines else {}
+        rows = [json.loads(line) for line in lines[1:]]
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path!r} is not a readable records file ({e}); {fix}") from None
+    if not isinstance(header, dict) or header.get("format") != RECORDS_FORMAT:
+        raise UserError(f"{path!r} is not an oelm records file (its first line names no {RECORDS_FORMAT!r}); {fix}")
+    if not isinstance(header.get("version"), int) or header["version"] > RECORDS_VERSION:
+        raise UserError(
+            f"{path!r} is records version {header.get('version')!r}, newer than this oelm reads; upgrade oelm"
+        )
+    bad = [i + 2 for i, r in enumerate(rows) if not (isinstance(r, dict) and isinstance(r.get("record"), dict))]
+    if bad or header.get("runs") != len(rows):
+        raise UserError(f"{path!r}: {header.get('runs')} runs declared, {len(rows)} lines, bad lines {bad[:5]}; {fix}")
+    out = {str(r["at"]): json.dumps(r["record"]) for r in rows}
+    if len(out) != len(rows) or any(Path(at).is_absolute() or ".." in Path(at).parts for at in out):
+        raise UserError(f"{path!r}: a run's place repeats or leaves the board; {fix}")
+    return out

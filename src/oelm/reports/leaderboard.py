@@ -219,7 +219,7 @@ def render(
     """
     built = (
         f"Built from {n_runs} stored runs (run directories or committed run records) only: their results.json, "
-        "timing_stats.json and freeze_audit.json (a committed record's record.json holds all three)."
+        "timing_stats.json and freeze_audit.json (a committed record, one line of a board's runs.jsonl.gz, holds all three)."
     )
     lines = [
         "# Leaderboard",

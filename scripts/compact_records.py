@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from oelm.records.compact import RECORD_FILE, RECORDS_FILE, read_records, record_text, write_raw_records
+from oelm.records.compact import RECORDS_FILE, RUN_RECORD_FILE, read_records, record_text, write_raw_records
 from oelm.records.layout import RUNS
 from oelm.utils.errors import UserError
 
@@ -23,10 +23,10 @@ from oelm.utils.errors import UserError
 def boards(root: Path) -> dict[Path, list[Path]]:
     """Each board under root and its record.json files."""
     found: dict[Path, list[Path]] = {}
-    for path in sorted(root.rglob(RECORD_FILE)):
+    for path in sorted(root.rglob(RUN_RECORD_FILE)):
         parts = path.parts
         if len(parts) < 6 or parts[-5] != RUNS:
-            raise UserError(f"{path}: not in the sweep layout BOARD/runs/<method>/<setting>/seed<N>/{RECORD_FILE}")
+            raise UserError(f"{path}: not in the sweep layout BOARD/runs/<method>/<setting>/seed<N>/{RUN_RECORD_FILE}")
         found.setdefault(Path(*parts[:-5]), []).append(path)
     return found
 

@@ -63,7 +63,7 @@ def make_trainer(model, out, callbacks, steps: int = 4):
 
 
 def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path, capsys):
-    from oelm.hf.trainer import AUDIT_FILE, OELMCallback
+    from oelm.hf.trainer import HF_AUDIT_FILE, OELMCallback
 
     model = make("bert")
     oelm.apply_method(model, "oelm-freeze", seed=0)
@@ -84,7 +84,7 @@ def test_trainer_callback_passes_at_every_save_and_writes_records(tmp_path, caps
     assert cb.final.n_frozen_checked == 2 * 2 * 2  # 2 layers x Q/K x weight/bias
     assert torch.equal(find_targets(model).layers[0].q.get(), q0)
     assert not torch.equal(find_targets(model).layers[0].v.get(), v0)  # the rest did train
-    saved = json.loads((tmp_path / "checkpoint-2" / AUDIT_FILE).read_text())
+    saved = json.loads((tmp_path / "checkpoint-2" / HF_AUDIT_FILE).read_text())
     assert saved["check"]["ok"] and saved["start"]["method"] == "oelm-freeze"
     again = oelm.from_pretrained(tmp_path / "checkpoint-4")  # Trainer's own save kept the method
     assert {n for n, p in again.named_parameters() if not p.requires_grad} == set(cb.audit.fingerprints)

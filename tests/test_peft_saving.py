@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import oelm
-from oelm.core.record import RECORD_FILE, method_frozen, read_record
+from oelm.core.record import METHOD_RECORD_FILE, method_frozen, read_record
 from oelm.core.targets import find_targets
 from oelm.utils.errors import UserError
 from test_freezing import VOCAB, make
@@ -77,9 +77,9 @@ def test_a_merged_lora_model_records_and_restores_the_methods_freeze_only(family
         again = oelm.from_pretrained(tmp_path / folder)
         assert {n for n, p in again.named_parameters() if not p.requires_grad} == expected
         assert torch.equal(_logits(again), _logits(merged))
-    record = json.loads((tmp_path / "own" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "own" / METHOD_RECORD_FILE).read_text())
     record["frozen"].popitem()  # tampered: the digest written with it no longer matches
-    (tmp_path / "own" / RECORD_FILE).write_text(json.dumps(record))
+    (tmp_path / "own" / METHOD_RECORD_FILE).write_text(json.dumps(record))
     with pytest.raises(UserError, match="frozen differ from the digests"):
         oelm.from_pretrained(tmp_path / "own")
 
@@ -87,14 +87,14 @@ def test_a_merged_lora_model_records_and_restores_the_methods_freeze_only(family
 def test_an_old_record_listing_every_frozen_tensor_still_loads_with_a_warning(tmp_path, caplog):
     merged = _lora("bert").merge_and_unload()
     oelm.save_pretrained(merged, tmp_path)
-    record = json.loads((tmp_path / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / METHOD_RECORD_FILE).read_text())
     del record["identity"]  # as written before the digests existed
     old = {n: None for n, p in merged.named_parameters() if not p.requires_grad}
     from oelm.core.audit import fingerprint
 
     params = dict(merged.named_parameters())
     record["frozen"] = {n: fingerprint(params[n]) for n in old}  # as written before the frozen set was the method's
-    (tmp_path / RECORD_FILE).write_text(json.dumps(record))
+    (tmp_path / METHOD_RECORD_FILE).write_text(json.dumps(record))
     with caplog.at_level(logging.WARNING, logger="oelm"):
         again = oelm.from_pretrained(tmp_path)
     assert {n for n, p in again.named_parameters() if not p.requires_grad} == set(old)
@@ -110,7 +110,7 @@ def test_an_adapter_saves_its_record_and_loads_onto_a_stock_base_with_equal_logi
     else:  # plain peft.get_peft_model, saved through oelm.save_pretrained
         wrapped = _lora(family, peft.get_peft_model)
         oelm.save_pretrained(wrapped, tmp_path)
-    assert (tmp_path / "adapter_config.json").is_file() and (tmp_path / RECORD_FILE).is_file()
+    assert (tmp_path / "adapter_config.json").is_file() and (tmp_path / METHOD_RECORD_FILE).is_file()
     record = read_record(tmp_path)
     assert set(record["frozen"]) == _qk_names(wrapped) == set(method_frozen(underlying(wrapped)))
     trained = _logits(wrapped)
@@ -145,15 +145,15 @@ def test_an_adapter_is_refused_on_a_base_with_other_weights_naming_the_tensor(tm
     oelm.apply_method(seeded, "oelm-freeze", seed=1)
     with pytest.raises(UserError, match="the adapter was trained with"):
         load_adapter(seeded, tmp_path)
-    record = json.loads((tmp_path / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / METHOD_RECORD_FILE).read_text())
     record["base_tensors"].popitem()
-    (tmp_path / RECORD_FILE).write_text(json.dumps(record))
+    (tmp_path / METHOD_RECORD_FILE).write_text(json.dumps(record))
     with pytest.raises(UserError, match="base_tensors"):
         load_adapter(make("bert"), tmp_path)
 
 
 def test_a_trainer_checkpoint_of_a_peft_model_carries_the_record(tmp_path):
-    from oelm.hf.trainer import AUDIT_FILE, OELMCallback
+    from oelm.hf.trainer import HF_AUDIT_FILE, OELMCallback
     from test_hf_stack import make_trainer
 
     model = make("bert")
@@ -163,7 +163,7 @@ def test_a_trainer_checkpoint_of_a_peft_model_carries_the_record(tmp_path):
     trainer = make_trainer(wrapped, tmp_path / "run", [OELMCallback()], steps=2)
     trainer.train()
     ckpt = tmp_path / "run" / "checkpoint-2"
-    assert (ckpt / "adapter_config.json").is_file() and (ckpt / AUDIT_FILE).is_file()
+    assert (ckpt / "adapter_config.json").is_file() and (ckpt / HF_AUDIT_FILE).is_file()
     record = read_record(ckpt)
     assert set(record["frozen"]) == _qk_names(wrapped)
     trainer.save_model(str(tmp_path / "final"))  # the PEFT model's save_pretrained, hooked by the callback

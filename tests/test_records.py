@@ -14,8 +14,8 @@ from conftest import load_script
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import SweepSpec, spec_from_dict
 from oelm.records.compact import (
-    RECORD_FILE,
     RECORDS_FILE,
+    RUN_RECORD_FILE,
     read_record,
     read_records,
     record_text,
@@ -117,7 +117,7 @@ def test_committed_records_report_exactly_like_their_run_directories(tiny_sweep:
         assert b.results == a.results and b.status == a.status and b.setting == a.setting
         assert b.eval_curve("loss") == a.eval_curve("loss") and b.test_items() == a.test_items()
         assert b.audit == a.audit and b.audit is not None and (b.audit.frozen > 0) == (b.method != "baseline")
-        text = (b.path / RECORD_FILE).read_text()
+        text = (b.path / RUN_RECORD_FILE).read_text()
         assert str(tiny_sweep) not in text and str(tiny_sweep.resolve()) not in text
     direct, from_records = compare(runs), compare(stored)
     for g1, g2 in zip(direct.groups, from_records.groups):
@@ -135,7 +135,7 @@ def test_a_stored_board_is_one_file_that_loads_and_hashes_like_its_records(tiny_
     assert store.store(tiny_sweep, board) == 4
     first = (board / RECORDS_FILE).read_bytes()
     assert store.store(tiny_sweep, board) == 4 and (board / RECORDS_FILE).read_bytes() == first
-    assert not list(board.rglob(RECORD_FILE)) and not (board / "runs").exists()
+    assert not list(board.rglob(RUN_RECORD_FILE)) and not (board / "runs").exists()
     runs, stored = load_runs([tiny_sweep]), load_runs([board])
     assert [r.path.relative_to(board) for r in stored] == [r.path.relative_to(tiny_sweep) for r in runs]
     for a, b in zip(runs, stored):
@@ -147,7 +147,7 @@ def test_a_stored_board_is_one_file_that_loads_and_hashes_like_its_records(tiny_
         )
         assert load_run(b.path).results == a.results
         write_record(a, tmp_path / "single" / b.path.relative_to(board), relative_to=tiny_sweep)
-        single = (tmp_path / "single" / b.path.relative_to(board) / RECORD_FILE).read_text()
+        single = (tmp_path / "single" / b.path.relative_to(board) / RUN_RECORD_FILE).read_text()
         assert record_text(stored_record(b.path)) == single
     method = stored[0].method
     assert {r.method for r in load_runs([board / "runs" / method])} == {method}
@@ -174,10 +174,10 @@ def test_a_damaged_records_file_is_one_clear_error(tmp_path: Path, damage: bytes
 
 
 def test_a_record_from_a_newer_oelm_is_refused(tmp_path: Path) -> None:
-    (tmp_path / RECORD_FILE).write_text(json.dumps({"format": "oelm run record", "version": 99}))
+    (tmp_path / RUN_RECORD_FILE).write_text(json.dumps({"format": "oelm run record", "version": 99}))
     with pytest.raises(UserError, match="newer than this oelm reads"):
         read_record(tmp_path)
-    (tmp_path / RECORD_FILE).write_text(json.dumps({"format": "something else", "version": 1}))
+    (tmp_path / RUN_RECORD_FILE).write_text(json.dumps({"format": "something else", "version": 1}))
     with pytest.raises(UserError, match="not an oelm run record"):
         read_record(tmp_path)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_script
-from oelm.records.compact import RECORD_FILE, RECORDS_FILE, read_records, record_text, write_raw_records
+from oelm.records.compact import RECORDS_FILE, RUN_RECORD_FILE, read_records, record_text, write_raw_records
 from oelm.records.load import load_runs
 from oelm.utils.io import load_yaml_text
 
@@ -36,7 +36,7 @@ def test_every_stored_page_has_committed_records_without_machine_paths() -> None
         for name in page["records"] if isinstance(page["records"], list) else [page["records"]]:
             folder = (RESULTS / name).resolve()
             boards = sorted(folder.rglob(RECORDS_FILE))
-            assert boards and not list(folder.rglob(RECORD_FILE)), f"{name}: records not in one runs.jsonl.gz"
+            assert boards and not list(folder.rglob(RUN_RECORD_FILE)), f"{name}: records not in one runs.jsonl.gz"
             records = [raw for board in boards for raw in read_records(board.parent).values()]
             for raw in records:
                 text = record_text(raw)

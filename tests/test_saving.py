@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 import oelm
 from oelm.core.audit import audit_model, verify_audit
-from oelm.core.record import RECORD_FILE, read_record
+from oelm.core.record import METHOD_RECORD_FILE, read_record
 from oelm.core.state import method_state
 from oelm.core.targets import find_targets
 from oelm.models.gpt import GPT, gpt_config
@@ -83,7 +83,7 @@ def test_hf_own_save_pretrained_writes_the_record_and_plain_load_still_works(fam
     model = make(family).eval()
     oelm.apply_method(model, "oelm-freeze", seed=0)
     model.save_pretrained(tmp_path)  # the model's own method, as Trainer calls it
-    assert (tmp_path / RECORD_FILE).is_file()
+    assert (tmp_path / METHOD_RECORD_FILE).is_file()
     plain = T.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     x = torch.randint(1, VOCAB, (2, 8), generator=torch.Generator().manual_seed(1))
     assert torch.allclose(_logits(model, x), _logits(plain, x), atol=1e-6)
@@ -94,14 +94,14 @@ def test_hf_own_save_pretrained_writes_the_record_and_plain_load_still_works(fam
     torch.save(model, tmp_path / "whole.pt")  # the hook pickles with the model
     unpickled = torch.load(tmp_path / "whole.pt", weights_only=False)
     unpickled.save_pretrained(tmp_path / "unpickled")
-    assert (tmp_path / "unpickled" / RECORD_FILE).is_file()
+    assert (tmp_path / "unpickled" / METHOD_RECORD_FILE).is_file()
 
 
 def test_edited_frozen_weights_and_missing_record_are_clear_errors(tmp_path):
     model = make("bert")
     oelm.apply_method(model, "oelm-freeze", seed=0)
     oelm.save_pretrained(model, tmp_path / "m")
-    record = json.loads((tmp_path / "m" / RECORD_FILE).read_text())
+    record = json.loads((tmp_path / "m" / METHOD_RECORD_FILE).read_text())
     name = next(iter(record["frozen"]))
     weights_file = tmp_path / "m" / "model.safetensors"
     weights = load_file(weights_file)
@@ -111,7 +111,7 @@ def test_edited_frozen_weights_and_missing_record_are_clear_errors(tmp_path):
     with pytest.raises(UserError, match="differ from the saved fingerprints"):
         oelm.from_pretrained(tmp_path / "m")
     model.save_pretrained(tmp_path / "plain")
-    (tmp_path / "plain" / RECORD_FILE).unlink()
+    (tmp_path / "plain" / METHOD_RECORD_FILE).unlink()
     with pytest.raises(UserError, match="saved without a method"):
         oelm.from_pretrained(tmp_path / "plain")
 
@@ -247,7 +247,7 @@ def test_an_edited_method_record_is_refused_naming_the_field(field, edit, tmp_pa
     oelm.apply_method(model, "oelm-freeze", seed=0)
     oelm.save_pretrained(model, tmp_path)
     assert oelm.from_pretrained(tmp_path) is not None
-    path = tmp_path / RECORD_FILE
+    path = tmp_path / METHOD_RECORD_FILE
     record = json.loads(path.read_text())
     edit(record)
     path.write_text(json.dumps(record))
@@ -309,14 +309,14 @@ def test_a_record_copied_from_a_model_that_froze_less_is_refused(family, other, 
     oelm.save_pretrained(_trained(family, "oelm-freeze"), tmp_path / "frozen")
     oelm.save_pretrained(_trained(family, other), tmp_path / "other")
     assert oelm.from_pretrained(tmp_path / "other") is not None  # each record fits its own weights
-    (tmp_path / "frozen" / RECORD_FILE).write_bytes((tmp_path / "other" / RECORD_FILE).read_bytes())
+    (tmp_path / "frozen" / METHOD_RECORD_FILE).write_bytes((tmp_path / "other" / METHOD_RECORD_FILE).read_bytes())
     with pytest.raises(UserError, match=rf"record \('{other}'\) does not describe these weights: Q/K tensors"):
         oelm.from_pretrained(tmp_path / "frozen")
 
 
 def test_a_record_written_before_qk_fingerprints_still_loads(tmp_path: Path) -> None:
     oelm.save_pretrained(_trained("oelm-gpt", "oelm-freeze"), tmp_path)
-    path = tmp_path / RECORD_FILE
+    path = tmp_path / METHOD_RECORD_FILE
     record = json.loads(path.read_text())
     del record["qk_tensors"], record["identity"]["qk_tensors"]
     path.write_text(json.dumps(record))
@@ -350,6 +350,6 @@ def test_a_method_record_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
     model = GPT(gpt_config("gpt-tiny", vocab_size=64, block_size=16))
     oelm.apply_method(model, "oelm-freeze", seed=0)
     oelm.save_pretrained(model, tmp_path)
-    (tmp_path / RECORD_FILE).write_bytes('{"method": "caf\u00e9"}'.encode("cp1252"))
+    (tmp_path / METHOD_RECORD_FILE).write_bytes('{"method": "caf\u00e9"}'.encode("cp1252"))
     with pytest.raises(UserError, match=r"oelm_method\.json' is not valid JSON .*re-save the model"):
         oelm.from_pretrained(tmp_path)

@@ -28,7 +28,7 @@ from oelm.core.targets import find_targets, unwrap
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text, file_times, follow_umask
 
-RECORD_FILE = "oelm_method.json"
+METHOD_RECORD_FILE = "oelm_method.json"
 RECORD_FORMAT = 1
 ADDED = "oelm_adapter"  # state-dict key part of tensors a method adds (oelm.core.targets.attach_adapter)
 
@@ -194,14 +194,14 @@ def write_record(model: nn.Module, folder: str | Path, extra: dict[str, Any] | N
     for field, value in (extra or {}).items():
         record[field] = value
         record["identity"][field] = _digest(value)
-    path = Path(folder) / RECORD_FILE
+    path = Path(folder) / METHOD_RECORD_FILE
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return path
 
 
 def read_record(folder: str | Path) -> dict[str, Any] | None:
     """The method record saved in `folder`, or None."""
-    path = Path(folder) / RECORD_FILE
+    path = Path(folder) / METHOD_RECORD_FILE
     if not path.is_file():
         return None
     try:

@@ -24,7 +24,7 @@ from typing import Any
 from oelm.experiments.executors import ExecutorSpec
 from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
-from oelm.records.compact import RECORD_FILE, record_text
+from oelm.records.compact import RUN_RECORD_FILE, record_text
 from oelm.records.load import find_run_dirs, load_run, stored_record
 from oelm.records.plan import (
     KIND,
@@ -94,7 +94,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 def _result_digest(run_dir: Path) -> str | None:
     """sha256 of a run's results: results.json of a run directory, else its committed record
     (record.json, or its line in a board's records file, hashed as the record.json text it is)."""
-    for name in (RESULTS_FILE, RECORD_FILE):
+    for name in (RESULTS_FILE, RUN_RECORD_FILE):
         if (run_dir / name).is_file():
             return _file_hash(run_dir / name)
     raw = stored_record(run_dir)
@@ -111,7 +111,7 @@ def records_hash(sweep_dir: str | Path, run_dirs: Sequence[Path]) -> tuple[str, 
     files = [(d, f) for d in run_dirs if (f := _result_digest(Path(d))) is not None]
     if not files:
         raise UserError(
-            f"{sweep_dir}: none of its {len(run_dirs)} runs holds {RESULTS_FILE} or {RECORD_FILE}, so the plan "
+            f"{sweep_dir}: none of its {len(run_dirs)} runs holds {RESULTS_FILE} or {RUN_RECORD_FILE}, so the plan "
             "could tie its claims to no record; pass the finished pilot (a directory `oelm sweep` wrote, "
             "or its committed records)"
         )

@@ -26,7 +26,7 @@ from torch import nn
 from oelm.core.audit import fingerprint
 from oelm.core.freezing import apply_method
 from oelm.core.record import (
-    RECORD_FILE,
+    METHOD_RECORD_FILE,
     frozen_mismatches,
     install_save_hook,
     method_frozen,
@@ -212,7 +212,7 @@ def load_adapter(base: nn.Module, folder: str | Path, **kwargs: Any) -> nn.Modul
     record = read_record(folder)
     if record is None:
         raise UserError(
-            f"{str(folder)!r} has no {RECORD_FILE}: the adapter was saved without its method; load it with "
+            f"{str(folder)!r} has no {METHOD_RECORD_FILE}: the adapter was saved without its method; load it with "
             "peft.PeftModel.from_pretrained onto a base model with the method applied as in training"
         )
     if is_peft(base):

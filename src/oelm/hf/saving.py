@@ -17,7 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_model
 from torch import nn
 
-from oelm.core.record import ADDED, RECORD_FILE, check_frozen, read_record, write_record
+from oelm.core.record import ADDED, METHOD_RECORD_FILE, check_frozen, read_record, write_record
 from oelm.core.restore import reapply
 from oelm.core.state import method_state
 from oelm.core.targets import unwrap
@@ -130,7 +130,7 @@ def from_pretrained(
     record = read_record(folder)
     if record is None:
         raise UserError(
-            f"{str(folder)!r} has no {RECORD_FILE}: it was saved without a method. Load it with "
+            f"{str(folder)!r} has no {METHOD_RECORD_FILE}: it was saved without a method. Load it with "
             "transformers' from_pretrained and call oelm.apply_method"
         )
     if (folder / "adapter_config.json").is_file():

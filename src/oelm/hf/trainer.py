@@ -13,14 +13,14 @@ import torch
 from transformers import TrainerCallback
 
 from oelm.core.audit import Audit, AuditCheck, audit_model, verify_audit
-from oelm.core.record import RECORD_FILE, method_record
+from oelm.core.record import METHOD_RECORD_FILE, method_record
 from oelm.core.state import method_state
 from oelm.hf.peft import keep_record, lora_problems, write_adapter_record
 from oelm.hf.wrappers import is_peft, underlying
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_text, file_times, follow_umask
 
-AUDIT_FILE = "oelm_audit.json"
+HF_AUDIT_FILE = "oelm_audit.json"
 
 
 class FreezeViolation(RuntimeError):
@@ -88,7 +88,7 @@ class OELMCallback(TrainerCallback):
         if check.ok:
             self._say(state, f"oelm: {folder.name}: freeze audit ok ({check_words(check)})")
         if state.is_world_process_zero and folder.is_dir():
-            _write(folder / AUDIT_FILE, self.audit, check)
+            _write(folder / HF_AUDIT_FILE, self.audit, check)
             if self.record is not None:  # the checkpoint's record, from the gathered tensors
                 _write_record(self.record, folder)
             if is_peft(model):  # PEFT's save wrote the adapter only (a hooked one the record too)
@@ -199,5 +199,5 @@ class _SaveCheckedRecord:
 
 def _write_record(record: dict[str, Any], folder: Path) -> None:
     before = file_times(folder)
-    atomic_write_text(folder / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(folder / METHOD_RECORD_FILE, json.dumps(record, indent=2) + "\n")
     follow_umask(folder, before=before)

@@ -8,7 +8,7 @@ from typing import Any, TypedDict
 
 from oelm.utils.io import read_json
 
-AUDIT_FILE = "freeze_audit.json"  # {"start": the audit's to_dict(), "end": the final check's to_dict()}
+FREEZE_AUDIT_FILE = "freeze_audit.json"  # {"start": the audit's to_dict(), "end": the final check's to_dict()}
 TIMING_FILE = "timing_stats.json"
 
 
@@ -75,7 +75,7 @@ def _int(value: Any) -> int | None:
 
 def read_audit(run_dir: str | Path) -> AuditSummary | None:
     """The summary of a run directory's freeze_audit.json, or None when absent or unreadable."""
-    raw = read_json(Path(run_dir) / AUDIT_FILE)
+    raw = read_json(Path(run_dir) / FREEZE_AUDIT_FILE)
     if not isinstance(raw, dict) or not isinstance(raw.get("start"), dict):
         return None
     totals = raw["start"].get("totals") if isinstance(raw["start"].get("totals"), dict) else {}

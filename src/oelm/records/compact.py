@@ -29,7 +29,7 @@ from oelm.records.run import RunRecord, RunResults, classify, normalize_results
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_text, clean_json, read_json_object
 
-RECORD_FILE = "record.json"
+RUN_RECORD_FILE = "record.json"
 RECORD_FORMAT = "oelm run record"
 RECORD_VERSION = 1
 RECORDS_FILE = "runs.jsonl.gz"  # a stored board: every run's record, one per line
@@ -76,7 +76,7 @@ def dump_record(run: RunRecord, relative_to: str | Path | None = None) -> str:
 
 def write_record(run: RunRecord, folder: str | Path, relative_to: str | Path | None = None) -> Path:
     """Write FOLDER/record.json for a run (atomically); returns its path."""
-    path = Path(folder) / RECORD_FILE
+    path = Path(folder) / RUN_RECORD_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, dump_record(run, relative_to))
     return path
@@ -85,7 +85,7 @@ def write_record(run: RunRecord, folder: str | Path, relative_to: str | Path | N
 def read_record(folder: str | Path) -> RunRecord:
     """The run a FOLDER/record.json describes, as a RunRecord like a run directory's."""
     folder = Path(folder)
-    path = folder / RECORD_FILE
+    path = folder / RUN_RECORD_FILE
     raw = read_json_object(path, "it is written by scripts/store_records.py; restore it from git")
     return run_from_record(raw, folder, path)
 

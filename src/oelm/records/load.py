@@ -11,8 +11,8 @@ from pathlib import Path
 
 from oelm.records.artifacts import read_audit, read_timing
 from oelm.records.compact import (
-    RECORD_FILE,
     RECORDS_FILE,
+    RUN_RECORD_FILE,
     read_record,
     read_record_at,
     run_from_record,
@@ -24,7 +24,7 @@ from oelm.records.run import RESULTS_FILE, RunRecord, RunResults, classify, read
 from oelm.records.sweep import SWEEP_FILE
 from oelm.utils.errors import UserError
 
-_RUN_MARKERS = (RESULTS_FILE, "config.yaml", "metrics.jsonl", RECORD_FILE)
+_RUN_MARKERS = (RESULTS_FILE, "config.yaml", "metrics.jsonl", RUN_RECORD_FILE)
 _SKIP_DIRS = {"checkpoints", "tb", "__pycache__", "report"}
 
 
@@ -34,7 +34,7 @@ def load_run(path: str | Path) -> RunRecord:
     path = Path(path)
     if not path.exists() and (raw := stored_record(path)) is not None:
         return run_from_record(raw, path, _board_of(path)[0] / RECORDS_FILE)  # type: ignore[index]
-    if (path / RECORD_FILE).is_file() and not (path / RESULTS_FILE).is_file():
+    if (path / RUN_RECORD_FILE).is_file() and not (path / RESULTS_FILE).is_file():
         return read_record(path)
     results = read_results(path)
     status, reason = classify(results)

@@ -17,7 +17,7 @@ from oelm.data.tokenizers import relocated_spec
 from oelm.models.catalog import build_lm, config_from_meta
 from oelm.models.gpt import GPTClassifier
 from oelm.models.hf_cls import load_hf_classifier
-from oelm.records.artifacts import AUDIT_FILE
+from oelm.records.artifacts import FREEZE_AUDIT_FILE
 from oelm.records.run import read_yaml_mapping
 from oelm.training.checkpoint import load_weights, read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
@@ -59,7 +59,7 @@ def _check_recorded_audit(run_dir: Path, path: Path, start: Any, scheduled: bool
     edited (or foreign) metadata record would otherwise re-apply another method whose own audit
     passes, and the frozen tensors would load, and export, as trainable ones."""
 
-    raw = read_json(run_dir / AUDIT_FILE)
+    raw = read_json(run_dir / FREEZE_AUDIT_FILE)
     recorded = raw.get("start") if isinstance(raw, dict) else None
     if not isinstance(recorded, dict) or not isinstance(recorded.get("method"), str):
         return  # no audit on record (a run written before it, or a foreign folder): nothing to compare
@@ -67,7 +67,7 @@ def _check_recorded_audit(run_dir: Path, path: Path, start: Any, scheduled: bool
     if recorded["method"] != start.method:
         raise UserError(
             f"{str(path)!r}: its method record names {start.method!r}, but the run trained under "
-            f"{recorded['method']!r} ({AUDIT_FILE}): the weights' metadata was edited or comes from another run; {fix}"
+            f"{recorded['method']!r} ({FREEZE_AUDIT_FILE}): the weights' metadata was edited or comes from another run; {fix}"
         )
     if scheduled:
         return  # a schedule moves which tensors are frozen during the run: the start fingerprints differ by design
@@ -78,7 +78,7 @@ def _check_recorded_audit(run_dir: Path, path: Path, start: Any, scheduled: bool
     if differ:
         raise UserError(
             f"{str(path)!r}: its method record ({start.method!r}, options {start.options}) freezes other tensors "
-            f"than the run did ({AUDIT_FILE} differs at {len(differ)} tensor(s), e.g. {differ[0]!r}): the "
+            f"than the run did ({FREEZE_AUDIT_FILE} differs at {len(differ)} tensor(s), e.g. {differ[0]!r}): the "
             f"weights' metadata was edited or comes from another run; {fix}"
         )
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from oelm.data.cls_sources import Columns, read_table
 from oelm.training.config import TrainConfig, make_config
 from oelm.utils.errors import UserError
-from oelm.utils.io import read_yaml
+from oelm.utils.io import read_json_object, read_yaml
 
 EXAMPLES = int(os.environ.get("OELM_FUZZ_EXAMPLES", "40"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -90,5 +90,19 @@ def test_any_yaml_file_is_a_mapping_or_one_user_error(text: str) -> None:
             data = read_yaml(path)
         except UserError as err:
             assert str(err).strip() and "\n" not in str(err).strip()
+            return
+        assert isinstance(data, dict)
+
+
+@SETTINGS
+@given(st.binary(max_size=200))
+def test_any_json_file_is_an_object_or_one_user_error(raw: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "meta.json"
+        path.write_bytes(raw)
+        try:
+            data = read_json_object(path, "re-run `oelm prepare lm`")
+        except UserError as err:
+            assert str(path) in str(err) and "\n" not in str(err).strip()
             return
         assert isinstance(data, dict)

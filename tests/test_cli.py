@@ -44,6 +44,44 @@ def test_the_margin_flag_default_is_the_library_default() -> None:
     parser = argparse.ArgumentParser()
     add_margin_flag(parser)
     assert parser.parse_args([]).margin == MARGIN
+    from oelm.cli import build_parser
+    from oelm.reports.finetune import MARGIN_POINTS
+
+    assert build_parser().parse_args(["finetune-board", "d", "--out", "o"]).margin == MARGIN_POINTS
+
+
+@pytest.mark.parametrize(
+    ("argv", "new"),
+    [
+        (["finetune-board", "d", "--out", "o", "--reference", "baseline"], "--baseline"),
+        (["finetune-board", "d", "--out", "o", "--margin-points", "0.5"], "--margin"),
+        (["report", "d", "--reference", "baseline"], "--baseline"),
+        (["leaderboard", "d", "--out", "o", "--reference", "baseline"], "--baseline"),
+        (["confirm", "plan", "d", "--out", "o", "--reference", "baseline"], "--baseline"),
+        (["leaderboard", "d", "--out", "o", "--margin-points", "1"], "--margin"),
+    ],
+)
+def test_old_flag_spellings_are_refused_with_one_line_naming_the_new_flag(argv, new, capsys) -> None:
+    """One name per concept (issue 50): the control arm is --baseline and the margin --margin in
+    every command; an old spelling stops before any work with one line naming its replacement."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is now {new} " in err[0] and f"pass {new}" in err[0]
+
+
+def test_every_comparing_command_takes_baseline_and_margin() -> None:
+    from oelm.cli import build_parser
+
+    parser = build_parser()
+    for argv in (
+        ["finetune-board", "d", "--out", "o"],
+        ["report", "d"],
+        ["leaderboard", "d", "--out", "o"],
+        ["confirm", "plan", "d", "--out", "o"],
+    ):
+        args = parser.parse_args([*argv, "--baseline", "arm", "--margin", "0.25"])
+        assert (args.baseline, args.margin) == ("arm", 0.25), argv
+    assert parser.parse_args(["finetune-board", "d", "--out", "o"]).margin == 0.5  # accuracy points
 
 
 # Building the parser, `--version` and every `--help` (nested commands too) in a fresh interpreter,

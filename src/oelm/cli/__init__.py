@@ -68,15 +68,52 @@ def configure_logging(level: int) -> None:
     logger.setLevel(level)
 
 
-def add_margin_flag(parser: argparse.ArgumentParser) -> None:
-    """--margin, the equivalence margin of reports and boards (one wording for every command)."""
-    parser.add_argument(
-        "--margin",
-        type=float,
-        default=1.0,  # = oelm.reports.stats.MARGIN (not imported here: `oelm --help` stays fast)
-        help="equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
-        "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
-    )
+def add_margin_flag(parser: argparse.ArgumentParser, points: float | None = None) -> None:
+    """--margin, the equivalence margin of reports and boards (one flag name for every command).
+
+    `points`: the default of a board that measures in accuracy points (the fine-tuning board) instead
+    of % of the reference's metric; the flag's name stays --margin and its help says the unit."""
+    if points is not None:
+        parser.add_argument(
+            "--margin",
+            type=float,
+            default=points,
+            help="equivalence margin in accuracy points: a difference is called 'equivalent within ±MARGIN "
+            f"points' only when the TOST (Holm-adjusted) shows it lies inside (default {points:g})",
+        )
+    else:
+        parser.add_argument(
+            "--margin",
+            type=float,
+            default=1.0,  # = oelm.reports.stats.MARGIN (not imported here: `oelm --help` stays fast)
+            help="equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
+            "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
+        )
+    refuse_renamed_flag(parser, "--margin-points", "--margin")
+
+
+class _Renamed(argparse.Action):
+    """An old flag spelling: refused with one line naming the flag that replaced it."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} is now {self.new} (same meaning); pass {self.new}")
+
+
+def refuse_renamed_flag(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Refuse `old` (hidden from --help) with a one-line hint naming `new`: one name per concept,
+    and an old spelling never silently accepted (issue 50)."""
+    parser.add_argument(old, action=_Renamed, new=new, dest=f"renamed_{old.lstrip('-').replace('-', '_')}")
+
+
+def add_baseline_flag(parser: argparse.ArgumentParser, default: str | None, text: str) -> None:
+    """--baseline, the control arm every other arm is compared with (one name for every command;
+    the old --reference is refused with a hint)."""
+    parser.add_argument("--baseline", default=default, help=text)
+    refuse_renamed_flag(parser, "--reference", "--baseline")
 
 
 def add_executor_flags(parser: argparse.ArgumentParser) -> None:

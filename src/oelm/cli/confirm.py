@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from oelm.cli import add_executor_flags, add_margin_flag, executor_of
+from oelm.cli import add_baseline_flag, add_executor_flags, add_margin_flag, executor_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,11 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="plan every ranked arm (the final comparison on fresh seeds; unresolved pilots make no claim)",
     )
-    plan.add_argument(
-        "--baseline",
-        default=None,
-        help="the reference, as for `oelm leaderboard` (default: the best-tuned trainable arm)",
-    )
+    add_baseline_flag(plan, None, "the reference, as for `oelm leaderboard` (default: the best-tuned trainable arm)")
     plan.add_argument(
         "--primary",
         nargs="+",

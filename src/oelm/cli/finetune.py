@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from oelm.cli import add_baseline_flag, add_margin_flag
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `finetune-board` subcommand."""
@@ -22,13 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="*", metavar="SWEEP_DIR", help="sweep (or record) directories")
     p.add_argument("--out", default=None, help="output directory (e.g. docs/results/finetune-sst2)")
-    p.add_argument("--reference", default="baseline", help="the full fine-tuning arm (default: baseline)")
-    p.add_argument(
-        "--margin-points",
-        type=float,
-        default=0.5,
-        help="equivalence margin in accuracy points (default 0.5, the field's scale)",
-    )
+    add_baseline_flag(p, "baseline", "the full fine-tuning arm every other arm is compared with (default: baseline)")
+    add_margin_flag(p, points=0.5)  # = oelm.reports.finetune.MARGIN_POINTS, the field's scale
     p.set_defaults(func=run)
 
 
@@ -39,9 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.paths or args.out is None:
         raise UserError("name the sweep (or record) directories and --out DIR (e.g. docs/results/finetune-sst2)")
-    if not args.margin_points > 0:
-        raise UserError(f"--margin-points must be positive, got {args.margin_points}")
-    path, boards = write_board(args.paths, args.out, args.reference, args.margin_points)
+    if not args.margin > 0:
+        raise UserError(f"--margin must be positive (accuracy points), got {args.margin}")
+    path, boards = write_board(args.paths, args.out, args.baseline, args.margin)
     print(f"{len(boards)} table(s) -> {path}")
     for board in boards:
         print(board.title)

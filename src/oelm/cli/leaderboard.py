@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from oelm.cli import add_margin_flag
+from oelm.cli import add_baseline_flag, add_margin_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,10 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="*", metavar="SWEEP_DIR", help="sweep (or run) directories")
     p.add_argument("--out", default=None, help="output directory (e.g. docs/results)")
-    p.add_argument(
-        "--baseline",
-        default=None,
-        help="the reference row every method is compared with (default: the best-tuned trainable arm, "
+    add_baseline_flag(
+        p,
+        None,
+        "the reference row every method is compared with (default: the best-tuned trainable arm, "
         "the best validation mean among complete methods that freeze nothing)",
     )
     p.add_argument(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from oelm.cli import add_margin_flag
+from oelm.cli import add_baseline_flag, add_margin_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,11 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="*", help="run, sweep or record directories (searched recursively)")
     p.add_argument("--out", default=None, help="output directory (default: FIRST_PATH/report)")
-    p.add_argument(
-        "--baseline",
-        default=None,
-        help="method the others are compared to (default: baseline)",
-    )
+    add_baseline_flag(p, None, "method the others are compared to (default: baseline)")
     p.add_argument(
         "--study-numbers",
         default=None,

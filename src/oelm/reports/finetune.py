@@ -682,8 +682,8 @@ def write_board(
     shown = " ".join(Path(p).as_posix() for p in paths)
     command = (
         f"oelm finetune-board {shown} --out {out_dir.as_posix()}"
-        + (f" --reference {reference}" if reference != REFERENCE else "")
-        + (f" --margin-points {margin:g}" if margin != MARGIN_POINTS else "")
+        + (f" --baseline {reference}" if reference != REFERENCE else "")
+        + (f" --margin {margin:g}" if margin != MARGIN_POINTS else "")
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(boards, out_dir / "pareto.png")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from oelm.data.lm import prepare_lm, read_meta
+from oelm.utils.env import env_seconds
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json
 
@@ -59,7 +60,7 @@ def ensure_run_data(cfg: Any, meta: dict[str, Any], verbose: bool = True) -> Non
     if int(os.environ.get("RANK", "0")) == 0:
         ensure_lm_data(meta["prepare"], cfg.data, verbose=verbose)
         return
-    wait_for_file(Path(cfg.data) / "meta.json", float(os.environ.get("OELM_DATA_WAIT_S", "3600")))
+    wait_for_file(Path(cfg.data) / "meta.json", env_seconds("OELM_DATA_WAIT_S", 3600))
 
 
 def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool = False) -> Path:

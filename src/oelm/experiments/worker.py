@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import torch
 
 from oelm.training.loop import train
+from oelm.utils.env import env_count
 from oelm.utils.errors import Interrupted, UserError
 
 
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m oelm.experiments.worker --serve LOGS (started by oelm sweep --parallel)")
         return 2
     stop_with_parent()
-    threads = int(os.environ.get("OELM_THREADS", "0"))
+    threads = env_count("OELM_THREADS", 0)
     if threads > 0:  # N workers share the machine's cores instead of each grabbing all of them
         torch.set_num_threads(threads)
     sys.stdout.flush()

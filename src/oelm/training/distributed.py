@@ -16,6 +16,7 @@ from torch import nn
 
 from oelm.core.freezing import rebind_targets
 from oelm.core.targets import find_targets
+from oelm.utils.env import env_seconds
 from oelm.utils.errors import UserError
 
 try:
@@ -94,6 +95,8 @@ def init_distributed(device_name: str, group_of_one: bool = False) -> tuple[Dist
     world, rank, local_rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     if world < 1 or not 0 <= rank < world or local_rank < 0:
         raise UserError(f"WORLD_SIZE={world}, RANK={rank}, LOCAL_RANK={local_rank} do not describe a job; {LAUNCH_FIX}")
+    # Checked in every process before any work, so a bad value is refused on every rank alike.
+    timeout = env_seconds("OELM_DIST_TIMEOUT_S", 600, positive=True)
     device = resolve_device(device_name, local_rank)
     if world > 1 and not dist.is_initialized():
         missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
@@ -102,7 +105,6 @@ def init_distributed(device_name: str, group_of_one: bool = False) -> tuple[Dist
                 f"WORLD_SIZE={world} is set but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
                 f"(a variable left from another launch?); {LAUNCH_FIX}"
             )
-        timeout = _env_int("OELM_DIST_TIMEOUT_S", 600)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -110,7 +112,7 @@ def init_distributed(device_name: str, group_of_one: bool = False) -> tuple[Dist
             dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         except (RuntimeError, ValueError, OSError) as err:  # DistNetworkError / DistStoreError are RuntimeErrors
             raise UserError(
-                f"could not join the process group of {world} processes as rank {rank} within {timeout} s "
+                f"could not join the process group of {world} processes as rank {rank} within {timeout:g} s "
                 f"({type(err).__name__}: {str(err).splitlines()[0][:120]}); start every rank, or {LAUNCH_FIX}"
             ) from None
     if world == 1 and group_of_one and not dist.is_initialized():

@@ -18,8 +18,6 @@ Who reads and writes the run directory:
 
 from __future__ import annotations
 
-import math
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -43,6 +41,7 @@ from oelm.training.distributed import (
     set_gradient_sync,
     shard_model,
 )
+from oelm.utils.env import env_seconds
 from oelm.utils.errors import UserError
 
 # The state.pt of a checkpoint, given the optimizer's state (None under FSDP: sharded in dcp/).
@@ -51,14 +50,7 @@ StateFn = Callable[[dict[str, Any] | None], dict[str, Any]]
 
 def fs_wait_seconds() -> float:
     """OELM_FS_WAIT_S: how long fsdp ranks look for rank 0's run directory (default 60 s)."""
-    raw = os.environ.get("OELM_FS_WAIT_S", "60")
-    try:
-        wait = float(raw)
-    except ValueError:
-        wait = -1.0
-    if not math.isfinite(wait) or wait < 0:
-        raise UserError(f"environment variable OELM_FS_WAIT_S={raw!r} is not a number of seconds >= 0; set e.g. 60")
-    return wait
+    return env_seconds("OELM_FS_WAIT_S", 60)
 
 
 class Strategy:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from safetensors.torch import load_file
 
 from oelm.experiments import executors
 from oelm.experiments.dispatch import RunQueue, drive
-from oelm.experiments.executors import ExecutorSpec, JobPool
+from oelm.experiments.executors import ExecutorSpec, JobPool, installed
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
 from oelm.utils.errors import UserError
@@ -213,3 +216,31 @@ def test_ray_sweep_on_a_local_instance_equals_a_local_sweep(tmp_path: Path) -> N
         assert len(again.skipped) == 4 and not again.trained
     finally:
         ray.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not installed("ray"), reason="needs ray (pip install 'oelm[cluster]')")
+def test_a_ray_address_nobody_listens_on_is_one_line_naming_it_within_seconds(tmp_path: Path, capsys) -> None:
+    from oelm.cli import main
+
+    address = f"127.0.0.1:{_free_port()}"
+    for given in (address, f"ray://{address}"):
+        start = time.monotonic()
+        with pytest.raises(UserError, match=rf"address='{re.escape(given)}': no Ray head answers there"):
+            ExecutorSpec.parse("ray", [f"address={given}"])
+        assert time.monotonic() - start < 10
+    with pytest.raises(UserError, match="is not HOST:PORT"):
+        ExecutorSpec.parse("ray", ["address=head-node"])
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps(tiny_spec(tmp_path, "ray")))
+    start = time.monotonic()
+    code = main(["sweep", str(spec), "--executor", "ray", "--executor-option", f"address={address}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and time.monotonic() - start < 10
+    assert len(err.splitlines()) == 1 and address in err and "ray start --head" in err
+    assert not (tmp_path / "ray").exists()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ class ExecutorSpec:
                 f"--executor-option cluster must be auto, slurm, local or debug, got {options['cluster']!r}"
             )
         _require(kind)
+        if kind == "ray" and options.get("address"):
+            check_ray_address(options["address"])
         return cls(kind, options)
 
 
@@ -105,6 +108,36 @@ def _require(kind: str) -> None:
         raise UserError(
             f"--executor {kind} needs the {kind} package: pip install 'oelm[cluster]' (or pip install {kind})"
         )
+
+
+RAY_CONNECT_S = 5.0  # how long the address check waits for a Ray head to accept a connection
+
+
+def check_ray_address(address: str, wait_s: float = RAY_CONNECT_S) -> None:
+    """A Ray address must have a head listening there: ray.init would otherwise wait with no answer.
+
+    HOST:PORT (the head's GCS) or ray://HOST:PORT (Ray Client) is tried with one TCP connection
+    bounded by `wait_s`; `auto` and `local` are Ray's own words and left to it.
+    """
+    if address in ("auto", "local"):
+        return
+    where = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = where.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            f"--executor-option address={address!r} is not HOST:PORT (or ray://HOST:PORT, auto); "
+            "pass the address `ray start --head` printed"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=wait_s):
+            pass
+    except OSError as err:
+        why = "timed out" if isinstance(err, TimeoutError) else (err.strerror or type(err).__name__)
+        raise UserError(
+            f"--executor-option address={address!r}: no Ray head answers there ({why} within {wait_s:g} s); "
+            f"start one there with `ray start --head --port {port}`, or drop the address to start Ray on this machine"
+        ) from None
 
 
 def train_run(config: dict[str, Any], cwd: str, threads: int | None) -> dict[str, Any]:
@@ -255,7 +288,14 @@ class RayPool(JobPool):
         self.ray = ray
         self.started = not ray.is_initialized()
         if self.started:
-            ray.init(address=options.get("address"), include_dashboard=False, log_to_driver=False)
+            try:
+                ray.init(address=options.get("address"), include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+                raise UserError(
+                    f"--executor ray: could not connect to Ray at {options.get('address') or 'a new local instance'} "
+                    f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); check that "
+                    "`ray status` answers there"
+                ) from None
         resources = {"num_cpus": options.get("cpus_per_run", threads or 1), "num_gpus": options.get("gpus_per_run", 0)}
         # max_retries=0: the retry policy is ours (a UserError is an answer, not a crash).
         self.task = ray.remote(max_retries=0, **resources)(train_run)

@@ -246,3 +246,25 @@ def test_a_sweep_whose_folders_hold_runs_of_other_settings_is_refused_before_any
     with pytest.raises(UserError, match=r"config\.yaml' cannot be read .*restore the file"):
         run_sweep(spec, progress=False, threads=1)
     assert not (tmp_path / "data").exists() and not (tmp_path / "sweep" / "sweep.yaml").exists()
+
+
+def test_one_stored_against_planned_check_for_train_sweep_and_confirm(tmp_path: Path) -> None:
+    """`oelm train`'s run directory, a sweep's stale folders and a confirmation's runs ask one
+    function (records.comparable.config_differences) with one rule: bookkeeping (keep_last,
+    checkpoint_every) and a field written before it existed are no difference; a setting is."""
+    from oelm.experiments.sweep import RunSpec
+    from oelm.records.comparable import config_differences
+    from oelm.training.rundir import differences
+
+    raw = {**TINY, "data": str(tmp_path / "data"), "out": str(tmp_path / "run"), "method": "baseline", "lr": 1e-3}
+    cfg = resolve(raw).config
+    stored = {k: v for k, v in cfg.identity().items() if k != "layer_lr_decay"}  # an older oelm's config
+    stored.update(keep_last=5, checkpoint_every=7, steps=cfg.steps + 1)
+    planned = RunSpec("baseline", 1e-3, 0, {}, tmp_path / "run", raw)
+    assert config_differences(cfg.identity(), stored) == ["steps"]
+    assert differences(cfg, stored) == planned.differences_from(stored) == ["steps"]
+    assert (
+        differences(cfg, {**stored, "steps": cfg.steps})
+        == planned.differences_from({**stored, "steps": cfg.steps})
+        == []
+    )

@@ -11,7 +11,7 @@ from typing import Any
 
 from oelm.core.methods import get_method
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
-from oelm.records.comparable import flat_config
+from oelm.records.comparable import config_differences
 from oelm.records.load import load_run
 from oelm.records.run import read_results, read_run_config, run_finished
 from oelm.records.sweep import BEST_MEAN, LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
@@ -79,11 +79,7 @@ class RunSpec:
     def differences_from(self, config: dict[str, Any]) -> list[str]:
         """The fields (dotted) in which a run trained with `config` (a run record's) differs from
         this run as planned; the rules of stored_differences."""
-        stored = flat_config(config)
-        planned = flat_config(resolve_config(self.config).identity())
-        tops = {k.split(".", 1)[0] for k in stored}
-        keys = {k for k in set(planned) | set(stored) if k.split(".", 1)[0] in tops}
-        return sorted(k for k in keys if planned.get(k) != stored.get(k))
+        return config_differences(resolve_config(self.config).identity(), config)
 
 
 @dataclass

@@ -68,6 +68,18 @@ def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def config_differences(planned: dict[str, Any], stored: dict[str, Any]) -> list[str]:
+    """The fields (dotted) in which a run stored with config `stored` was trained otherwise than
+    `planned` (a config or TrainConfig.identity()): the one stored-against-planned check, used by
+    `oelm train`'s run directory (training.rundir), a sweep's stale run folders and a confirmation's
+    runs (experiments.sweep.RunSpec). Runtime fields never count (RUNTIME), nor a top-level field the
+    stored config lacks (written before the field existed); values compare as canonical JSON."""
+    theirs, mine = flat_config(stored), flat_config(planned)
+    tops = {_top(k) for k in theirs}
+    keys = {k for k in set(mine) | set(theirs) if _top(k) in tops}
+    return sorted(k for k in keys if mine.get(k) != theirs.get(k))
+
+
 def run_identity(run: RunRecord) -> dict[str, str]:
     """What a run computed, flat (flat_config): its config, with the method options as results.json
     records them (validated, defaults filled in) where it does."""

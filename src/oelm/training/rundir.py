@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from oelm.records.comparable import RUNTIME_FIELDS
+from oelm.records.comparable import RUNTIME_FIELDS, config_differences
 from oelm.records.run import RESULTS_FILE, RunResults, is_finished, read_results
 from oelm.training.checkpoint import latest_checkpoint
 from oelm.training.config import TrainConfig, identity_digest, written_digest
@@ -61,27 +61,16 @@ def check_not_edited(run_dir: Path, stored: dict[str, Any] | None, results: dict
     )
 
 
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}, so that a difference names the exact key."""
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def _allowed(key: str, allow: list[str]) -> bool:
     return any(key == a or key.startswith(a + ".") for a in allow)
 
 
 def differences(cfg: TrainConfig, stored: dict[str, Any] | None, *, allowed_too: bool = False) -> list[str]:
-    """Keys (dotted) in which cfg differs from a stored config (without cfg.allow_change unless asked)."""
+    """Keys (dotted) in which cfg differs from a stored config (without cfg.allow_change unless asked):
+    the one stored-against-planned check, records.comparable.config_differences."""
     if stored is None:
         return ["config.yaml unreadable"]
-    mine, theirs = _flatten(cfg.identity()), _flatten(stored)
-    keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    keys = config_differences(cfg.identity(), stored)
     return keys if allowed_too else [k for k in keys if not _allowed(k, list(cfg.allow_change))]
 
 

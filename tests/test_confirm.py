@@ -738,3 +738,69 @@ def test_confirm_report_refuses_a_plan_whose_runs_were_trained_otherwise(tmp_pat
         report_confirmation(out)
     with pytest.raises(UserError, match=r"trained otherwise than this spec plans them.*steps"):
         run_confirmation(out, uncommitted_plan=True, progress=False)
+
+
+def _fingerprinted_pilot(tmp_path: Path, fingerprint: str) -> Path:
+    """_pilot's runs recording the data fingerprint of the pilot's prepared data."""
+    root = tmp_path / "pilot"
+    for seed, ppl in enumerate(BASE):
+        make_run(root, "baseline", 1e-3, seed, test_perplexity=ppl, best_val_loss=1.5, data_fingerprint=fingerprint)
+        for method, gaps in PILOT.items():
+            make_run(
+                root,
+                method,
+                3e-3,
+                seed,
+                test_perplexity=ppl * (1 + gaps[seed]),
+                best_val_loss=1.6,
+                data_fingerprint=fingerprint,
+            )
+    methods = {"baseline": {"lr": [1e-3]}} | {m: {"lr": [3e-3]} for m in PILOT}
+    data = synthetic_lm_dir(tmp_path / "data")
+    meta = json.loads((data / "meta.json").read_text()) | {"fingerprint": fingerprint}
+    (data / "meta.json").write_text(json.dumps(meta))
+    record = {"name": "pilot", "base": {**TINY, "data": str(data)}, "methods": methods, "seeds": [0, 1, 2]}
+    (root / "sweep.yaml").write_text(yaml.safe_dump(record | {"grid": {}, "baseline": "baseline"}))
+    return root
+
+
+def test_confirm_run_on_data_prepared_again_is_refused_naming_both_fingerprints(tmp_path: Path, capsys) -> None:
+    """Issue 49: data prepared again between the pilot and its confirmation trained the fresh seeds on
+    other splits and judged them against the pilot with exit 0."""
+    pilot, out = _fingerprinted_pilot(tmp_path, "33b4a170"), tmp_path / "confirm"
+    assert main(["confirm", "plan", str(pilot), "--seeds", "3", "--out", str(out)]) == 0
+    assert read_plan(out).pilot.data_fingerprint == "33b4a170"
+    meta_path = tmp_path / "data" / "meta.json"
+    meta_path.write_text(json.dumps(json.loads(meta_path.read_text()) | {"fingerprint": "99784be8"}))
+    capsys.readouterr()
+    assert main(["confirm", "run", str(out), "--uncommitted-plan"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "99784be8" in err and "33b4a170" in err and "prepared again" in err
+    assert not (out / "runs").exists() and not (out / "confirmation.md").exists()
+
+    # confirm report over fresh runs that recorded the other data refuses them too
+    for seed in (3, 4, 5):
+        make_run(out, "baseline", 1e-3, seed, test_perplexity=10, best_val_loss=1.5, data_fingerprint="99784be8")
+        for method in ("oelm-freeze", "oelm-random"):
+            make_run(out, method, 3e-3, seed, test_perplexity=11, best_val_loss=1.6, data_fingerprint="99784be8")
+    _as_planned(out)
+    with pytest.raises(UserError, match=r"fingerprint 99784be8.*the pilot .* on 33b4a170"):
+        report_confirmation(out)
+
+
+def test_a_plan_without_a_recorded_fingerprint_reads_the_pilots_runs(tmp_path: Path) -> None:
+    """Plans written before the pilot's fingerprint was recorded keep their bytes and hash; the check
+    then reads the fingerprint from the pilot's runs where they are still found."""
+    pilot, out = _fingerprinted_pilot(tmp_path, "33b4a170"), tmp_path / "confirm"
+    _, plan = write_plan(pilot, out, 3)
+    raw = json.loads((out / PLAN_FILE).read_text())
+    del raw["pilot"]["data_fingerprint"]
+    raw["sha256"] = content_hash(raw)
+    (out / PLAN_FILE).write_text(json.dumps(raw))
+    old = read_plan(out)
+    assert old.pilot.data_fingerprint is None and old.to_dict()["sha256"] == content_hash(old.to_dict())
+    assert "data_fingerprint" not in old.to_dict()["pilot"]
+    meta_path = tmp_path / "data" / "meta.json"
+    meta_path.write_text(json.dumps(json.loads(meta_path.read_text()) | {"fingerprint": "99784be8"}))
+    with pytest.raises(UserError, match="holds data fingerprint 99784be8, but the pilot .* trained on 33b4a170"):
+        run_confirmation(out, uncommitted_plan=True, progress=False, threads=1)

@@ -21,11 +21,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from oelm.data.lm import read_meta
 from oelm.experiments.executors import ExecutorSpec
+from oelm.experiments.prepare import ensure_lm_data
 from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
 from oelm.experiments.sweep import SweepSpec, validate
 from oelm.records.compact import RUN_RECORD_FILE, record_text
-from oelm.records.load import find_run_dirs, load_run, stored_record
+from oelm.records.load import find_run_dirs, load_run, load_runs, stored_record
 from oelm.records.plan import (
     KIND,
     PLAN_COMMIT_FILE,
@@ -390,6 +392,7 @@ def make_plan(
             sweep_yaml_sha256=_file_hash(sweep_dir / SWEEP_FILE),
             records_sha256=records_hash(sweep_dir, [r.path for r in runs])[0],
             reference_rule=boards[0].reference_rule,
+            data_fingerprint=_one_fingerprint(runs),
         ),
         table=BoardTable(
             task=group.task,
@@ -411,6 +414,12 @@ def make_plan(
         skipped_seeds=skipped or None,
     )
     return plan.sealed()
+
+
+def _one_fingerprint(runs: Sequence[RunRecord]) -> str | None:
+    """The data fingerprint the runs record, when they record one (the board refused two)."""
+    prints = {fp for r in runs if (fp := r.results.get("data_fingerprint"))}
+    return prints.pop() if len(prints) == 1 else None
 
 
 def _inside(path: Path, parent: Path) -> bool:
@@ -477,6 +486,7 @@ def plan_spec(plan: ConfirmationPlan, out: str | Path) -> SweepSpec:
         out=Path(out),
         prepare=plan.prepare,
         baseline=plan.reference,
+        max_extend=0,  # the plan fixed each arm's LR: a confirmation never extends a grid
     )
     validate(spec)
     return spec
@@ -719,12 +729,58 @@ def run_confirmation(
     plan = read_plan(out)
     spec = plan_spec(plan, out)
     committed = check_plan_commit(plan, out, uncommitted_plan)
+    check_pilot_data(plan, spec)
     outcome = run_sweep(spec, parallel=parallel, progress=progress, report=False, threads=threads, executor=executor)
-    group, results = judge(plan, _fresh_runs(spec))
+    fresh = _fresh_runs(spec)
+    check_fresh_data(plan, fresh)
+    group, results = judge(plan, fresh)
     confirmation = Confirmation(plan, group, results, outcome, committed)
     atomic_write_text(out / "confirmation.md", "\n".join(render(confirmation)) + "\n")
     atomic_write_json(out / "confirmation.json", to_json(confirmation))
     return confirmation
+
+
+def pilot_fingerprint(plan: ConfirmationPlan) -> str | None:
+    """The data fingerprint of the pilot's runs: the plan's, or (a plan written before it recorded
+    one) the one the pilot's run records hold where they are still found; None when unknown."""
+    if plan.pilot.data_fingerprint:
+        return plan.pilot.data_fingerprint
+    if not Path(plan.pilot.dir).is_dir():
+        return None
+    return _one_fingerprint(load_runs([plan.pilot.dir]))
+
+
+def check_pilot_data(plan: ConfirmationPlan, spec: SweepSpec) -> None:
+    """The prepared data a confirmation trains on must be the pilot's: data prepared again (other
+    hold-out, source or tokenizer) would train the fresh seeds on other splits and judge them against
+    the pilot. Checked before any run, from meta.json (prepared first from the plan's recipe, as
+    the sweep would); a language-model task only (a classification run's fingerprint is known once
+    it has read its examples: check_fresh_data refuses those before judging)."""
+    pilot = pilot_fingerprint(plan)
+    if pilot is None or spec.base.get("task", "lm") != "lm" or not spec.base.get("data"):
+        return
+    data = Path(spec.base["data"])
+    if spec.prepare:
+        ensure_lm_data(spec.prepare, data)
+    fresh = read_meta(data).get("fingerprint")
+    if fresh and fresh != pilot:
+        raise UserError(
+            f"{data} holds data fingerprint {fresh}, but the pilot {plan.pilot.dir} trained on {pilot}: the data "
+            "was prepared again since (other hold-out, source or tokenizer), and the fresh seeds would be judged "
+            "on other splits; prepare it again as the pilot did, or plan a new pilot on this data"
+        )
+
+
+def check_fresh_data(plan: ConfirmationPlan, runs: Sequence[RunRecord]) -> None:
+    """The fresh runs must record the pilot's data fingerprint (also after the fact, by confirm report)."""
+    pilot = pilot_fingerprint(plan)
+    other = [r for r in runs if pilot and (fp := r.results.get("data_fingerprint")) and fp != pilot]
+    if other:
+        raise UserError(
+            f"{len(other)} fresh run(s) trained on data fingerprint {other[0].results.get('data_fingerprint')}, "
+            f"e.g. {other[0].path}, but the pilot {plan.pilot.dir} on {pilot}: the data was prepared again; "
+            "retrain them on the pilot's data, or plan a new pilot on this data"
+        )
 
 
 def _check_runs_as_planned(folder: Path, spec: SweepSpec, runs: Sequence[RunRecord]) -> None:
@@ -761,6 +817,7 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
             f"finish them with `oelm confirm run {folder}` first"
         )
     _check_runs_as_planned(folder, spec, runs)
+    check_fresh_data(plan, runs)
     group, results = judge(plan, runs)
     confirmation = Confirmation(plan, group, results, plan_commit=read_plan_commit(folder, plan))
     target = Path(out) if out is not None else folder

@@ -45,6 +45,10 @@ class Pilot:
     sweep_yaml_sha256: str
     records_sha256: str  # over every pilot run's results.json: which records the claims came from
     reference_rule: str  # how the board chose its reference
+    # The data fingerprint the pilot's runs record (meta.json's `fingerprint`, or a classification
+    # run's examples): the fresh runs must train on the same data. None in plans written before it
+    # was recorded (and for pilots whose runs record none); absent from their plan.json and hash.
+    data_fingerprint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The pilot as plan.json holds it."""
@@ -56,6 +60,7 @@ class Pilot:
             "sweep_yaml_sha256": self.sweep_yaml_sha256,
             "records_sha256": self.records_sha256,
             "reference_rule": self.reference_rule,
+            **({"data_fingerprint": self.data_fingerprint} if self.data_fingerprint else {}),
         }
 
 
@@ -262,7 +267,7 @@ class ConfirmationPlan:
         top = read.keys(raw, "the plan", _PLAN_KEYS, ("primary", "seed_plan", "skipped_seeds"))
         if top["kind"] != KIND:
             read.fail(f"its kind is {top['kind']!r}, not {KIND!r}")
-        pilot = read.keys(top["pilot"], "pilot", _PILOT_KEYS)
+        pilot = read.keys(top["pilot"], "pilot", _PILOT_KEYS, ("data_fingerprint",))
         table = read.keys(top["table"], "table", _TABLE_KEYS)
         claims = read.kind(top["claims"], list, "claims", "a list")
         arms = read.kind(top["arms"], dict, "arms", "a mapping")

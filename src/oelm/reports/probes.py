@@ -86,7 +86,7 @@ def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]]
     opts = (read_results(run_dir) or {}).get("probe_options")
     if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "induction":
         return None
-    model, _ = load_run_model(run_dir)  # re-applies the recorded method, so adapters load too
+    model, _ = load_run_model(run_dir, text=False)  # re-applies the recorded method, so adapters load too
     x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
     with torch.no_grad(), captured_attention() as maps:
         model(x[:n])
@@ -112,7 +112,7 @@ def run_query_accuracy(run_dir: Path) -> list[float] | None:
     opts = (read_results(run_dir) or {}).get("probe_options")
     if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "mqar":
         return None
-    model, _ = load_run_model(run_dir)
+    model, _ = load_run_model(run_dir, text=False)
     x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
     with torch.no_grad():
         return query_rank_accuracy(model(x)[0], y)

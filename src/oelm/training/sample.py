@@ -21,21 +21,27 @@ from oelm.utils.io import read_yaml
 log = logging.getLogger(__name__)
 
 
-def load_run_model(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu") -> tuple[GPT | Llama, str]:
+def load_run_model(
+    run_dir: str | Path, checkpoint: str = "best", device: str = "cpu", text: bool = True
+) -> tuple[GPT | Llama, str]:
     """(GPT or Llama in eval mode, tokenizer spec) of a language-model run, through the one run loader
-    (`oelm.training.runs.load_model`: method re-applied, freeze audit verified)."""
+    (`oelm.training.runs.load_model`: method re-applied, freeze audit verified). With text=False
+    (the probe reports) a probe run's decoder loads too, with no tokenizer ("")."""
     which = "latest" if checkpoint == "last" else checkpoint
     path = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)
     meta = read_metadata(path)
     task = meta.get("task", "lm")
-    if task != "lm":  # a probe run's model reads synthetic token rows: no text, no tokenizer to decode with
+    if not text:
+        spec = ""
+    elif task != "lm":  # a probe run's model reads synthetic token rows: no text, no tokenizer to decode with
         what = "a synthetic probe run (MQAR-style rows, no text)" if task == "probe" else f"a {task!r} run"
         raise UserError(
             f"{str(run_dir)!r} is {what}, not a language-model run: sample needs a run of --task lm; "
             "evaluate a probe run with `oelm report` instead"
         )
-    spec = run_tokenizer_spec(run_dir, meta)
-    if not spec:
+    else:
+        spec = run_tokenizer_spec(run_dir, meta)
+    if text and not spec:
         raise UserError(f"{str(run_dir)!r} records no tokenizer; sample needs an LM run trained on prepared text data")
     model = load_model(run_dir, which=which, device=device)
     if not isinstance(model, (GPT, Llama)):

@@ -16,8 +16,11 @@ from train_utils import one_thread, synthetic_lm_dir, tiny_config
 
 
 def _longest_input(model: GPT) -> list[int]:
+    """Start + length of every position span the backbone reads (cached steps included)."""
     seen: list[int] = []
-    model.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape[1]))
+    model.transformer.register_forward_pre_hook(
+        lambda _m, args, kwargs: seen.append(kwargs.get("start", 0) + args[0].shape[1]), with_kwargs=True
+    )
     return seen
 
 

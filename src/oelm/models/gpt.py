@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -12,14 +11,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from oelm.models import sampling, vocab
+from oelm.models import vocab
+from oelm.models.base import CausalLM, FamilyConfig, from_preset, reconfigure
 from oelm.models.fused import fused_qkv, identity_qkv
-from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(FamilyConfig):
     """Architecture of a GPT; `d_ff` defaults to 4 * d_model.
 
     `bias=False` drops the LayerNorm and MLP biases (nanoGPT's bias-free shape); Q/K/V/O never
@@ -86,28 +85,6 @@ class GPTConfig:
         if isinstance(scale, bool) or not (isinstance(scale, (int, float)) and 0.0 < scale < float("inf")):
             raise UserError(f"GPTConfig.attn_scale must be a positive finite number, got {scale!r}")
 
-    @property
-    def qk_width(self) -> int:
-        """Width of Q and K: qk_dim, or d_model when it is not set."""
-        return self.qk_dim or self.d_model
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_head
-
-    @property
-    def padded_vocab(self) -> int:
-        """Rows of the embedding and LM head: vocab_size rounded up to vocab_multiple."""
-        return vocab.padded_size(self.vocab_size, self.vocab_multiple)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """dict-style read, as Hugging Face code (e.g. PEFT 0.13) reads a model's config."""
-        return getattr(self, key, default)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict, as Hugging Face configs offer (PEFT reads configs through it)."""
-        return dataclasses.asdict(self)
-
 
 PRESETS: dict[str, GPTConfig] = {
     "gpt-tiny": GPTConfig(n_layer=2, d_model=128, n_head=4),
@@ -124,14 +101,8 @@ PRESETS: dict[str, GPTConfig] = {
 
 
 def gpt_config(preset: str, **overrides) -> GPTConfig:
-    """A preset's config with fields (e.g. vocab_size, block_size) overridden."""
-    if preset not in PRESETS:
-        raise UserError(f"unknown GPT preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    fields = {f.name for f in dataclasses.fields(GPTConfig)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise UserError(f"unknown GPTConfig field(s) {unknown}; valid fields: {sorted(fields)}")
-    return dataclasses.replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
+    """A preset's config with fields (e.g. vocab_size, block_size) overridden (None values ignored)."""
+    return from_preset(PRESETS, "GPT", preset, overrides, follow_width=False)
 
 
 class SelfAttention(nn.Module):
@@ -343,23 +314,7 @@ def _init_weights(module: nn.Module, cfg: GPTConfig, vocab_weight: torch.Tensor)
         nn.init.zeros_(module.bias)
 
 
-def reconfigure(model: GPT | GPTClassifier, **changes: Any) -> None:
-    """Change a built model's q_identity / attn_scale in place (what a method switches on).
-
-    Only these two fields change without rebuilding: q_identity=True drops every Q projection
-    (its weights are gone, not kept unused), attn_scale sets the logit scale. The other weights
-    keep their values, so a method applied after building starts from the same init as the baseline.
-    """
-    allowed = {"q_identity", "attn_scale"}
-    if set(changes) - allowed:
-        raise UserError(f"only {sorted(allowed)} change on a built GPT, not {sorted(set(changes) - allowed)}")
-    cfg = dataclasses.replace(model.config, **changes)
-    for block in model.transformer.h:
-        block.attn.configure(cfg)
-    model.config = cfg
-
-
-class GPT(nn.Module):
+class GPT(CausalLM):
     """Causal language model; the LM head shares its weight with the token embedding."""
 
     def __init__(self, config: GPTConfig) -> None:
@@ -371,81 +326,14 @@ class GPT(nn.Module):
         self.lm_head.out_features = config.padded_vocab
         self.apply(lambda m: _init_weights(m, config, self.transformer.wte.weight))
 
-    def reconfigure(self, **changes: Any) -> None:
-        """`reconfigure(self, ...)`: q_identity / attn_scale changed in place."""
-        reconfigure(self, **changes)
+    def _hidden(self, idx: torch.Tensor, caches: list[list] | None = None, start: int = 0) -> torch.Tensor:
+        return self.transformer(idx, causal=True, flat=True, caches=caches, start=start)
 
-    def forward(
-        self,
-        idx: torch.Tensor,
-        targets: torch.Tensor | None = None,
-        return_logits: bool = True,
-        reduction: str = "mean",
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Logits [B, T, V] and, given targets, the mean token cross-entropy (-100 is ignored;
-        reduction="none": the [B, T] per-token losses, 0 where ignored).
+    def _attentions(self) -> list[nn.Module]:
+        return [block.attn for block in self.transformer.h]
 
-        With targets and return_logits=False (what training and evaluation use) the logits are
-        never materialized: the loss comes from `linear_cross_entropy` (same values and
-        gradients, far less memory and memory traffic) and the logits returned are None. A head
-        that is not a plain Linear (e.g. wrapped by an adapter, or with forward hooks) takes the
-        plain path.
-        """
-        h = self.transformer(idx, causal=True, flat=True)  # [B*T, d]
-        logits = loss = None
-        v = self.config.vocab_size
-        if targets is not None and not return_logits and self._plain_head():
-            loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction, classes=v)
-        else:
-            logits = vocab.real_logits(self.lm_head(h), v)  # [B*T, V], padding columns cut off
-            if targets is not None:
-                loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100, reduction=reduction)
-        if loss is not None and reduction == "none":
-            loss = loss.view(idx.shape)
-        return (logits.view(*idx.shape, -1) if logits is not None else None), loss
-
-    def _plain_head(self) -> bool:
-        head = self.lm_head
-        return type(head) is nn.Linear and head.bias is None and not (head._forward_hooks or head._forward_pre_hooks)
-
-    def vocab_padding(self) -> dict[int, int]:
-        """id(weight) -> its padding parameters (rows past vocab_size), empty with vocab_multiple = 1."""
-        return vocab.padding(self.config.vocab_size, self.transformer.wte.weight)
-
-    @torch.no_grad()
-    def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-        context: int | None = None,
-        use_cache: bool = True,
-    ) -> torch.Tensor:
-        """Sample continuations of idx [B, T]; temperature 0 means greedy.
-
-        Each new token sees the last `context` tokens only (default the block size; pass the length
-        the model was trained at): past it the window slides, older tokens are dropped, and no
-        position row beyond `context` is ever read (rows a shorter training never trained).
-        With use_cache, keys and values of past positions are kept while the sequence fits the
-        window (one position per step after the prompt); past it each step re-reads the window,
-        as use_cache=False does at every step.
-        """
-        window = sampling.window(context, self.config.block_size)
-        caches: list[list] | None = None
-        start = 0
-        for _ in range(max_new_tokens):
-            if use_cache and idx.shape[1] <= window:
-                caches = caches if caches is not None else [[] for _ in self.transformer.h]
-                h = self.transformer(idx[:, start:], causal=True, caches=caches, start=start)
-                start = idx.shape[1]
-                logits = vocab.real_logits(self.lm_head(h[:, -1, :]), self.config.vocab_size).float()
-            else:
-                ctx = idx[:, -window:]
-                logits = self(ctx)[0][:, -1, :].float()
-            idx = torch.cat([idx, sampling.pick_next(logits, temperature, top_k, generator)], dim=1)
-        return idx
+    def _vocab_weights(self) -> tuple[torch.Tensor, ...]:
+        return (self.transformer.wte.weight,)
 
 
 class GPTClassifier(nn.Module):
@@ -467,8 +355,8 @@ class GPTClassifier(nn.Module):
         self.apply(lambda m: _init_weights(m, config, self.transformer.wte.weight))
 
     def reconfigure(self, **changes: Any) -> None:
-        """`reconfigure(self, ...)`: q_identity / attn_scale changed in place."""
-        reconfigure(self, **changes)
+        """q_identity / attn_scale changed in place (`oelm.models.base.reconfigure`)."""
+        reconfigure(self, [block.attn for block in self.transformer.h], **changes)
 
     def forward(
         self,

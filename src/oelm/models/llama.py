@@ -11,7 +11,6 @@ without permuting rows. The targets read the model through the `oelm-llama` row 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +21,9 @@ from packaging.version import Version
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from oelm.models import sampling, vocab
+from oelm.models import vocab
+from oelm.models.base import CausalLM, FamilyConfig, from_preset
 from oelm.models.fused import fused_qkv, identity_qkv
-from oelm.models.loss import linear_cross_entropy
 from oelm.utils.errors import UserError
 
 FAMILY = "oelm-llama"
@@ -38,7 +37,7 @@ def swiglu_width(d_model: int, multiple_of: int = 32) -> int:
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(FamilyConfig):
     """Architecture of our Llama-style decoder; `d_ff` defaults to `swiglu_width(d_model)`.
 
     n_kv_head: key/value heads (grouped-query attention; None = n_head). qk_dim: width of Q (all
@@ -115,32 +114,9 @@ class LlamaConfig:
         return FAMILY
 
     @property
-    def qk_width(self) -> int:
-        """Width of Q (all query heads): qk_dim, or d_model when it is not set."""
-        return self.qk_dim or self.d_model
-
-    @property
-    def head_dim(self) -> int:
-        """Per-head width of values (and of queries and keys without thin keys)."""
-        return self.d_model // self.n_head
-
-    @property
     def qk_head_dim(self) -> int:
         """Per-head width of queries and keys (the width RoPE rotates)."""
         return self.qk_width // self.n_head
-
-    @property
-    def padded_vocab(self) -> int:
-        """Rows of the embedding and LM head: vocab_size rounded up to vocab_multiple."""
-        return vocab.padded_size(self.vocab_size, self.vocab_multiple)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """dict-style read, as Hugging Face code (e.g. PEFT) reads a model's config."""
-        return getattr(self, key, default)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict."""
-        return dataclasses.asdict(self)
 
 
 PRESETS: dict[str, LlamaConfig] = {
@@ -157,18 +133,9 @@ PRESETS: dict[str, LlamaConfig] = {
 
 
 def llama_config(preset: str, **overrides: Any) -> LlamaConfig:
-    """A preset's config with fields (e.g. vocab_size, block_size) overridden (None values ignored)."""
-    if preset not in PRESETS:
-        raise UserError(f"unknown Llama preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    fields = {f.name for f in dataclasses.fields(LlamaConfig)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise UserError(f"unknown LlamaConfig field(s) {unknown}; valid fields: {sorted(fields)}")
-    base = PRESETS[preset]
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    if "d_model" in changes and "d_ff" not in changes:
-        changes["d_ff"] = None  # follow the new width
-    return dataclasses.replace(base, **changes)
+    """A preset's config with fields (e.g. vocab_size, block_size) overridden (None values ignored);
+    a new d_model without its own d_ff gets the SwiGLU width of the new model."""
+    return from_preset(PRESETS, "Llama", preset, overrides, follow_width=True)
 
 
 def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -372,7 +339,7 @@ class LlamaBackbone(nn.Module):
         return self.norm(x)
 
 
-class Llama(nn.Module):
+class Llama(CausalLM):
     """Causal language model (LlamaForCausalLM's layout): `model` backbone, `lm_head` tied or not."""
 
     def __init__(self, config: LlamaConfig) -> None:
@@ -394,84 +361,11 @@ class Llama(nn.Module):
                 else:
                     nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
 
-    def reconfigure(self, **changes: Any) -> None:
-        """Change q_identity / attn_scale of the built model in place (what a method switches on).
+    def _hidden(self, idx: torch.Tensor, caches: list[list] | None = None, start: int = 0) -> torch.Tensor:
+        return self.model(idx, caches, start)
 
-        q_identity=True drops every Q projection (its weights are gone, not kept unused); the other
-        weights keep their values, so a method applied after building starts from the baseline's init.
-        """
-        allowed = {"q_identity", "attn_scale"}
-        if set(changes) - allowed:
-            raise UserError(f"only {sorted(allowed)} change on a built Llama, not {sorted(set(changes) - allowed)}")
-        cfg = dataclasses.replace(self.config, **changes)
-        for block in self.model.layers:
-            block.self_attn.configure(cfg)
-        self.config = cfg
+    def _attentions(self) -> list[nn.Module]:
+        return [block.self_attn for block in self.model.layers]
 
-    def forward(
-        self,
-        idx: torch.Tensor,
-        targets: torch.Tensor | None = None,
-        return_logits: bool = True,
-        reduction: str = "mean",
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Logits [B, T, V] and, given targets, the token cross-entropy (as our GPT's forward:
-        -100 ignored; reduction="none" gives [B, T]; return_logits=False never builds the logits)."""
-        h = self.model(idx)
-        logits = loss = None
-        v = self.config.vocab_size
-        if targets is not None and not return_logits and self._plain_head():
-            loss = linear_cross_entropy(h, self.lm_head.weight, targets.flatten(), reduction=reduction, classes=v)
-        else:
-            logits = vocab.real_logits(self.lm_head(h), v)  # padding columns cut off
-            if targets is not None:
-                loss = F.cross_entropy(logits.float(), targets.flatten(), ignore_index=-100, reduction=reduction)
-        if loss is not None and reduction == "none":
-            loss = loss.view(idx.shape)
-        return (logits.view(*idx.shape, -1) if logits is not None else None), loss
-
-    def _plain_head(self) -> bool:
-        head = self.lm_head
-        return type(head) is nn.Linear and head.bias is None and not (head._forward_hooks or head._forward_pre_hooks)
-
-    def vocab_padding(self) -> dict[int, int]:
-        """id(weight) -> its padding parameters (rows past vocab_size), empty with vocab_multiple = 1."""
-        return vocab.padding(self.config.vocab_size, self.model.embed_tokens.weight, self.lm_head.weight)
-
-    @torch.no_grad()
-    def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-        use_cache: bool = True,
-        context: int | None = None,
-    ) -> torch.Tensor:
-        """Sample continuations of idx [B, T]; temperature 0 means greedy.
-
-        Each new token sees the last `context` tokens (default the block size; pass the length the
-        model was trained at). With use_cache, keys and values of past positions are kept (one
-        position per step after the prompt); once the sequence outgrows the context the last
-        `context` tokens are re-read from position 0 each step, which is what use_cache=False
-        does at every step.
-        """
-        window = sampling.window(context, self.config.block_size)
-        caches: list[list] | None = None
-        start = 0
-        for _ in range(max_new_tokens):
-            total = idx.shape[1]
-            if not use_cache or total > window:
-                caches, feed, start = None, idx[:, -window:], 0
-                h = self.model(feed)
-            else:
-                if caches is None:
-                    caches, start = [[] for _ in self.model.layers], 0
-                feed = idx[:, start:]
-                h = self.model(feed, caches, start)
-                start = total
-            last = h.view(idx.shape[0], feed.shape[1], -1)[:, -1, :]
-            logits = vocab.real_logits(self.lm_head(last), self.config.vocab_size).float()
-            idx = torch.cat([idx, sampling.pick_next(logits, temperature, top_k, generator)], dim=1)
-        return idx
+    def _vocab_weights(self) -> tuple[torch.Tensor, ...]:
+        return (self.model.embed_tokens.weight, self.lm_head.weight)

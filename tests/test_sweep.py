@@ -278,3 +278,29 @@ def test_a_grid_also_extends_past_an_edge_whose_best_mean_the_robust_rule_reject
     assert added == ["baseline: best mean (rejected as unstable) lr 0.08 at the smallest of its grid, adding lr 0.04"]
     assert spec.methods["baseline"]["lr"] == [0.04, 0.08, 0.16, 0.32]
     assert spec.extended["baseline"] == [{"lr": 0.04, "side": "down", "chosen": 0.16}]
+
+
+def test_a_spec_and_its_stored_record_share_one_parser_and_one_set_of_defaults(tmp_path: Path) -> None:
+    """max_extend and lr_rule are parsed once (records.sweep.sweep_policy) with one set of defaults:
+    a record that leaves max_extend out means what a spec that leaves it out means (it read 0, the
+    spec 2), and a bad value is refused in a stored record as in a spec (a record took -1)."""
+    from oelm.records.sweep import LR_RULE, LR_RULE_BEFORE_KEY, MAX_EXTEND, read_sweep_record
+
+    raw = {k: v for k, v in _spec(tmp_path).items() if k != "max_extend"}
+    spec = spec_from_dict(raw)
+    assert (spec.max_extend, spec.lr_rule) == (MAX_EXTEND, LR_RULE)
+    folder = tmp_path / "stored"
+    folder.mkdir()
+    record = {k: v for k, v in json.loads(json.dumps(spec.to_dict(), default=str)).items() if k != "max_extend"}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(record))
+    stored = read_sweep_record(folder)
+    assert (stored.max_extend, stored.lr_rule) == (spec.max_extend, spec.lr_rule)
+    # A record written before the lr_rule key existed was chosen by the best mean: it says so.
+    (folder / "sweep.yaml").write_text(yaml.safe_dump({k: v for k, v in record.items() if k != "lr_rule"}))
+    assert read_sweep_record(folder).lr_rule == LR_RULE_BEFORE_KEY
+    for bad in ({"max_extend": -1}, {"lr_rule": "best"}):
+        with pytest.raises(UserError, match=f"{next(iter(bad))} must be"):
+            spec_from_dict({**raw, **bad})
+        (folder / "sweep.yaml").write_text(yaml.safe_dump({**record, **bad}))
+        with pytest.raises(UserError, match=rf"sweep\.yaml: {next(iter(bad))} must be"):
+            read_sweep_record(folder)

@@ -19,6 +19,7 @@ from oelm.experiments.presets import PRESET_DIR, preset_names
 from oelm.experiments.resolve import read_file
 from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
 from oelm.experiments.sweep import confirm_command, spec_from_dict
+from oelm.records.sweep import MAX_EXTEND
 from oelm.reports.reading import reading_lines
 from oelm.training.config import format_validation
 from oelm.utils.errors import UserError
@@ -53,7 +54,7 @@ class ComparePreset(BaseModel):
     evals: int = Field(default=4, gt=0)  # periodic validation evaluations per run
     eval_batches: int = Field(default=64, gt=0)
     # LRs added beyond an edge where an arm's validation choice sits, per side (0: never; see sweeps).
-    max_extend: int = Field(default=2, ge=0)
+    max_extend: int = Field(default=MAX_EXTEND, ge=0)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     seeds: list[int] = Field(min_length=1)

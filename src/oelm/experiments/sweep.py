@@ -14,7 +14,7 @@ from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run
 from oelm.records.comparable import config_differences
 from oelm.records.load import load_run
 from oelm.records.run import read_results, read_run_config, run_finished
-from oelm.records.sweep import BEST_MEAN, LR_RULES, ROBUST, PlannedRun, SweepRecord, check_primary
+from oelm.records.sweep import BEST_MEAN, PlannedRun, SweepRecord, check_primary, sweep_policy
 from oelm.reports.aggregate import chosen_setting
 from oelm.utils.errors import UserError
 
@@ -42,7 +42,6 @@ SPEC_KEYS = {
     "primary",
     "extended",  # written by the sweep (its automatic grid extensions): read back, never set by hand
 }
-MAX_EXTEND = 2  # default of `max_extend`: automatic LR-grid extensions per side of each arm's grid
 
 
 @dataclass
@@ -92,6 +91,9 @@ class SweepSpec(SweepRecord):
     # `oelm sweep --methods`: train only these arms, in this order. The plan (sweep.yaml, what
     # reports and the leaderboard list as not yet finished) stays the whole spec.
     only: list[str] | None = None
+    # The passes over the train split the base config states (`passes:`, experiments.prepare
+    # checks the budget against it before any run); not part of the sweep's identity.
+    passes: float | None = None
 
     @classmethod
     def from_record(cls, record: SweepRecord) -> SweepSpec:
@@ -205,9 +207,9 @@ def spec_from_dict(raw: dict[str, Any], spec_dir: Path = Path("."), name: str = 
         prepare=raw.get("prepare") or meta.get("prepare"),
         study_numbers=raw.get("study_numbers"),
         baseline=str(raw.get("baseline", _declared_reference(raw))),
-        max_extend=_max_extend(raw.get("max_extend", MAX_EXTEND)),
-        lr_rule=_lr_rule(raw.get("lr_rule", ROBUST)),
     )
+    spec.max_extend, spec.lr_rule = sweep_policy(raw, "the sweep spec")
+    spec.passes = meta.get("passes")
     spec.primary = check_primary(raw.get("primary") or [], spec.methods, "the sweep spec")
     validate(spec)
     return spec
@@ -221,25 +223,6 @@ def _declared_reference(raw: dict[str, Any]) -> str:
     if "baseline" not in methods and len(others) == 1:
         return others.pop()
     return "baseline"
-
-
-def _lr_rule(value: Any) -> str:
-    """The spec's `lr_rule`, one of LR_RULES."""
-    if value not in LR_RULES:
-        raise UserError(
-            f"lr_rule must be one of {', '.join(LR_RULES)} (robust: stable settings only; best-mean: the "
-            f"earlier rule), got {value!r}"
-        )
-    return str(value)
-
-
-def _max_extend(value: Any) -> int:
-    """The spec's `max_extend` as a non-negative integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserError(
-            f"max_extend must be a whole number >= 0 (LR-grid extensions per side; 0 disables), got {value!r}"
-        )
-    return value
 
 
 def edge_step(grid: list[float], side: str) -> float:

@@ -25,6 +25,13 @@ SWEEP_FILE = "sweep.yaml"
 # them and states them in words): robust (stable settings only) and the earlier best-mean.
 ROBUST, BEST_MEAN = "robust", "best-mean"
 LR_RULES = (ROBUST, BEST_MEAN)
+# The one set of defaults of a sweep's policy keys, for a spec and a stored record alike
+# (sweep_policy): automatic LR-grid extensions per side of each arm's grid, and the LR rule.
+MAX_EXTEND = 2
+LR_RULE = ROBUST
+# Not a default but a fact about old files: sweep.yaml written before the `lr_rule` key existed was
+# chosen by the best mean, so a stored record without the key says that rule.
+LR_RULE_BEFORE_KEY = BEST_MEAN
 
 
 @dataclass(frozen=True)
@@ -61,12 +68,12 @@ class SweepRecord:
     baseline: str = "baseline"
     # Automatic LR-grid extension: after the runs finish, an arm whose validation-chosen LR is the
     # smallest or largest of its grid gets the next LR beyond that edge, at most `max_extend` per
-    # side (0: never). Direct constructions (confirm's fixed arms) default to 0.
-    max_extend: int = 0
+    # side (0: never; a confirmation's fixed arms set 0).
+    max_extend: int = MAX_EXTEND
     # What the extension added, per method: [{"lr", "side": "up" | "down", "chosen": the lr that sat
     # at the edge}].
     extended: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    lr_rule: str = ROBUST  # how each arm's setting is chosen on validation (LR_RULES)
+    lr_rule: str = LR_RULE  # how each arm's setting is chosen on validation (LR_RULES)
     # The primary comparisons, declared before any run: [method, compared with] pairs of arms; Holm
     # runs over them only, every other comparison is exploratory. [] = none declared.
     primary: list[list[str]] = field(default_factory=list)
@@ -159,6 +166,24 @@ def check_primary(raw: Any, arms: Iterable[str], where: str | Path) -> list[list
     return pairs
 
 
+def sweep_policy(raw: dict[str, Any], where: str | Path) -> tuple[int, str]:
+    """(max_extend, lr_rule) of a sweep spec or a stored sweep record: the one parser of these keys,
+    with one set of defaults (MAX_EXTEND, LR_RULE); one UserError naming a bad value and the fix."""
+    max_extend = raw.get("max_extend", MAX_EXTEND)
+    if isinstance(max_extend, bool) or not isinstance(max_extend, int) or max_extend < 0:
+        raise UserError(
+            f"{where}: max_extend must be a whole number >= 0 (LR-grid extensions per side; 0 disables), "
+            f"got {max_extend!r}"
+        )
+    lr_rule = raw.get("lr_rule", LR_RULE)
+    if lr_rule not in LR_RULES:
+        raise UserError(
+            f"{where}: lr_rule must be one of {', '.join(LR_RULES)} (robust: stable settings only; best-mean: the "
+            f"earlier rule), got {lr_rule!r}"
+        )
+    return max_extend, str(lr_rule)
+
+
 def _plain(value: Any) -> Any:
     """A JSON round trip: tuples as lists, paths as strings (as the YAML file holds them)."""
     return json.loads(json.dumps(value, default=str))
@@ -177,6 +202,7 @@ def read_sweep_record(folder: str | Path) -> SweepRecord | None:
 
 def _parse(raw: dict[str, Any], folder: Path, path: Path) -> SweepRecord:
     """A SweepRecord from sweep.yaml's mapping."""
+    max_extend, lr_rule = sweep_policy({"lr_rule": LR_RULE_BEFORE_KEY, **raw}, path)
     try:
         methods = {str(m): dict(arm or {}) for m, arm in dict(raw["methods"]).items()}
         for arm in methods.values():
@@ -191,10 +217,9 @@ def _parse(raw: dict[str, Any], folder: Path, path: Path) -> SweepRecord:
             prepare=raw.get("prepare"),
             study_numbers=raw.get("study_numbers"),
             baseline=str(raw.get("baseline") or "baseline"),
-            max_extend=int(raw.get("max_extend") or 0),
+            max_extend=max_extend,
             extended={str(k): list(v) for k, v in (raw.get("extended") or {}).items()},
-            # Records written before the key chose by the best mean: read as that rule.
-            lr_rule=str(raw.get("lr_rule") or BEST_MEAN),
+            lr_rule=lr_rule,
             primary=check_primary(raw.get("primary") or [], methods, path),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:

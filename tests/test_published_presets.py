@@ -103,3 +103,52 @@ def test_the_identity_q_recipe_runs_the_published_method_with_the_papers_values(
     assert full.weight_decay == 0.1  # the baseline arm's: the method's 0.03 replaces it for identity-q
     model = model_config(resolved(ROOT / "configs" / "published" / "identity-q-owt.yaml", None))
     assert (model.n_layer, model.d_model, model.n_head, model.block_size) == (12, 768, 12, 1024)  # GPT-2 small
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_a_recipes_cpu_scale_states_the_passes_its_budget_plans(path: Path, tmp_path: Path):
+    """Issue 49: the identity-Q CPU scale's header promised one pass over its corpus where its
+    budget reads it about 19 times. Each CPU scale states its passes (`passes:`), and the budget
+    over the data its recipe prepares plans that number (experiments.prepare.check_passes)."""
+    from oelm.data.lm import prepare_lm
+    from oelm.experiments.prepare import PASSES_TOLERANCE, check_passes, planned_passes
+
+    cpu = resolved(path, "cpu")
+    assert "passes" in cpu.meta, f"{path.name}'s cpu scale states no passes over its train split"
+    recipe = cpu.meta["prepare"]
+    prepare_lm(recipe["source"], recipe["tokenizer"], tmp_path / "data")
+    cfg = cpu.config.model_copy(update={"data": str(tmp_path / "data")})
+    passes = planned_passes(cfg)[0]
+    assert cpu.meta["passes"] / PASSES_TOLERANCE <= passes <= cpu.meta["passes"] * PASSES_TOLERANCE
+    assert check_passes(cfg, cpu.meta["passes"], path.name) == passes
+    with pytest.raises(UserError, match=r"states 1 pass\(es\) over its train split, but its budget plans 1\d\.\d"):
+        check_passes(cfg, 1, path.name)
+
+
+@pytest.mark.slow
+def test_a_config_whose_budget_plans_other_passes_than_it_states_is_refused_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    """`oelm train` and `oelm sweep` state the passes and refuse a study config (or scale) whose
+    `passes:` the budget does not plan, before a run folder exists."""
+    import yaml
+
+    from oelm.cli import main
+    from test_sweep import TINY
+    from train_utils import synthetic_lm_dir
+
+    monkeypatch.chdir(tmp_path)
+    data = synthetic_lm_dir(tmp_path / "data", n_train=2000)  # 19 steps x 2 x 1024 = 19.5 passes
+    config = {**TINY, "data": str(data), "steps": 19, "seq_len": 1024, "model_overrides": {"block_size": 1024}}
+    study = {"study": {"id": "passes-check", "title": "t"}, **config, "out": "run", "scales": {"cpu": {"passes": 1}}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(study))
+    capsys.readouterr()
+    assert main(["train", "c.yaml", "--scale", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "states 1 pass(es)" in err and "plans 19.5" in err
+    assert not (tmp_path / "run").exists()
+    spec = {"name": "p", "base": "c.yaml", "scale": "cpu", "out": "sweep", "methods": {"baseline": {"lr": [1e-3]}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["sweep", "s.yaml"]) == 2
+    assert "plans 19.5" in capsys.readouterr().err
+    assert not (tmp_path / "sweep" / "runs").exists()

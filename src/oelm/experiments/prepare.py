@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from oelm.data.lm import prepare_lm, read_meta
+from oelm.training.task import checked_model_config
 from oelm.utils.env import env_seconds
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json
@@ -17,6 +20,10 @@ _FILE_NAMES = {"train": "train.txt", "val": "valid.txt", "test": "test.txt"}
 _KWARGS = {"config", "val_fraction", "test_fraction", "seed", "max_docs", "text_field"}
 _RECIPE_KEYS = _KWARGS | {"source", "files", "tokenizer", "name"}
 RECIPE_KEY = "prepare_recipe"  # meta.json: the recipe a sweep or study prepared the folder from
+PASSES_KEY = "passes"  # a study config's (or scale's) stated passes over its train split
+PASSES_TOLERANCE = 1.25  # a stated number of passes may be off by this factor either way, no more
+
+log = logging.getLogger(__name__)
 
 
 def _stage_files(files: dict[str, str], staging: Path) -> Path:
@@ -55,12 +62,54 @@ def ensure_run_data(cfg: Any, meta: dict[str, Any], verbose: bool = True) -> Non
 
     Under torchrun rank 0 prepares; the other ranks wait for its meta.json (with a time limit).
     """
-    if "prepare" not in meta or cfg.task != "lm" or not cfg.data:
+    if cfg.task != "lm" or not cfg.data:
         return
-    if int(os.environ.get("RANK", "0")) == 0:
-        ensure_lm_data(meta["prepare"], cfg.data, verbose=verbose)
-        return
-    wait_for_file(Path(cfg.data) / "meta.json", env_seconds("OELM_DATA_WAIT_S", 3600))
+    if "prepare" in meta:
+        if int(os.environ.get("RANK", "0")) == 0:
+            ensure_lm_data(meta["prepare"], cfg.data, verbose=verbose)
+        else:
+            wait_for_file(Path(cfg.data) / "meta.json", env_seconds("OELM_DATA_WAIT_S", 3600))
+    if PASSES_KEY in meta or verbose:
+        world = os.environ.get("WORLD_SIZE", "1")  # init_distributed checks it; here 1 unless a number
+        passes = check_passes(cfg, meta.get(PASSES_KEY), "the config", world=int(world) if world.isdigit() else 1)
+        if verbose and passes is not None and int(os.environ.get("RANK", "0")) == 0:
+            log.info(f"budget: {passes:.3g} passes over the train split of {cfg.data}")
+
+
+def planned_passes(cfg: Any, world: int = 1) -> tuple[float, int, int] | None:
+    """(passes, tokens read, train tokens): how many times a language-model run's budget reads its
+    prepared train split (steps x batch x grad_accum x processes x seq_len over the split's tokens);
+    None when the data is not there yet or is not prepared LM data."""
+    if not (Path(cfg.data) / "meta.json").is_file():
+        return None
+    train = int(read_meta(cfg.data)["splits"].get("train") or 0)
+    seq_len = cfg.seq_len or checked_model_config(cfg.model, cfg.model_overrides, cfg.method).block_size
+    tokens = cfg.steps * cfg.batch_size * cfg.grad_accum * max(world, 1) * seq_len
+    return (tokens / train if train else math.inf), tokens, train
+
+
+def check_passes(cfg: Any, declared: Any, where: str, world: int = 1) -> float | None:
+    """The passes a run plans over its train split; a config that states its passes (`passes:` at
+    the top or in its scale, as its header says them) is refused, before any run, when the budget
+    plans another number (more than PASSES_TOLERANCE off): a header promising one pass over a
+    corpus the steps read 19 times describes another experiment."""
+    if declared is not None and (
+        isinstance(declared, bool) or not isinstance(declared, int | float) or not 0 < declared < math.inf
+    ):
+        raise UserError(
+            f"{where}: passes must be a positive number (the passes over the train split), got {declared!r}"
+        )
+    planned = planned_passes(cfg, world)
+    if planned is None:
+        return None
+    passes, tokens, train = planned
+    if declared is not None and not declared / PASSES_TOLERANCE <= passes <= declared * PASSES_TOLERANCE:
+        raise UserError(
+            f"{where} states {declared:g} pass(es) over its train split, but its budget plans {passes:.1f} "
+            f"({cfg.steps} steps read {tokens:,} tokens of the {train:,} in {cfg.data}'s train split); "
+            "correct `passes` and the header, or the steps"
+        )
+    return passes
 
 
 def ensure_lm_data(recipe: dict[str, Any], data_dir: str | Path, verbose: bool = False) -> Path:

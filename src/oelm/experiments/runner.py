@@ -21,7 +21,8 @@ from tqdm import tqdm
 from oelm.data.lm import read_meta
 from oelm.experiments.dispatch import RunQueue, drive
 from oelm.experiments.executors import ExecutorSpec, make_pool
-from oelm.experiments.prepare import data_summary, ensure_lm_data
+from oelm.experiments.prepare import check_passes, data_summary, ensure_lm_data
+from oelm.experiments.resolve import resolve_config
 from oelm.experiments.sweep import RunSpec, SweepSpec, check_stored_runs, extend_grids
 from oelm.records.sweep import SWEEP_FILE, read_sweep_record
 from oelm.reports.aggregate import Comparison
@@ -75,10 +76,28 @@ def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
     data = Path(spec.base["data"])
     if not spec.prepare:
         read_meta(data)  # missing or corrupt data is one clear error before any run starts
-        return
-    ensure_lm_data(spec.prepare, data)
-    if verbose:
-        log.info(f"data: {data_summary(data)}")
+    else:
+        ensure_lm_data(spec.prepare, data)
+        if verbose:
+            log.info(f"data: {data_summary(data)}")
+    _check_passes(spec, verbose)
+
+
+def _check_passes(spec: SweepSpec, verbose: bool) -> None:
+    """State the passes the runs plan over the train split; refuse, before any run, a budget that
+    plans another number than the base config states (`passes:`, experiments.prepare.check_passes)."""
+    planned: dict[tuple, float] = {}
+    for run in spec.selected_runs():
+        cfg = resolve_config(run.config).config
+        key = (cfg.steps, cfg.batch_size, cfg.grad_accum, cfg.seq_len, cfg.model, repr(cfg.model_overrides))
+        if key not in planned:
+            passes = check_passes(cfg, spec.passes, f"the sweep {spec.name}'s base config")
+            if passes is not None:
+                planned[key] = passes
+    if verbose and planned:
+        low, high = min(planned.values()), max(planned.values())
+        span = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+        log.info(f"budget: {span} passes over the train split per run")
 
 
 def _run_inline(run: RunSpec, progress: bool) -> None:

@@ -42,7 +42,7 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-META_KEYS = ("study", "prepare")  # read by oelm.experiments, not by TrainConfig
+META_KEYS = ("study", "prepare", "passes")  # read by oelm.experiments, not by TrainConfig
 
 
 def split_study_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

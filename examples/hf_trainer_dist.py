@@ -191,5 +191,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
+def leave_process_group() -> None:
+    """Leave the process group before the interpreter exits: a finished rank whose gloo and
+    DeepSpeed threads are torn down at exit can abort ("terminate called without an active
+    exception", SIGABRT) after its work is done, failing the whole launch."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    raise SystemExit(0 if main()["frozen_identical"] else 1)
+    ok = main()["frozen_identical"]
+    leave_process_group()
+    raise SystemExit(0 if ok else 1)

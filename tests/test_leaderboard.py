@@ -382,3 +382,22 @@ def test_a_board_of_a_confirmations_runs_is_labelled_a_confirmation(tmp_path: Pa
     assert "Primary family, declared before the runs: oelm-freeze vs oelm-nofreeze" in text
     pilot, _ = write_leaderboard([records.parent / "pilot-records"], tmp_path / "pilot", baseline="oelm-nofreeze")
     assert "Pilot results: these seeds also chose every LR" in pilot.read_text()
+
+
+def test_one_step_time_ratio_for_the_leaderboard_and_the_finetuning_board() -> None:
+    """Per seed, the run's mean step time over the reference run's of that seed, summarized over the
+    seeds both have (a seed without a reference run, or a reference time of 0, does not enter): one
+    definition (aggregate.step_time_ratios) behind both boards' column."""
+    from types import SimpleNamespace
+
+    from oelm.reports.aggregate import step_time_ratios
+    from oelm.reports.board import step_ratio
+
+    def run(seed: int, t: float | None) -> SimpleNamespace:
+        return SimpleNamespace(seed=seed, results={"mean_step_time": t})
+
+    arm = SimpleNamespace(runs=[run(0, 2.0), run(1, 3.0), run(2, 9.0), run(3, 1.0)])
+    base = SimpleNamespace(runs=[run(0, 1.0), run(1, 2.0), run(3, 0.0)])
+    ratios = step_time_ratios(arm.runs, base.runs)
+    assert (ratios.n, ratios.mean) == (2, pytest.approx((2.0 + 1.5) / 2))
+    assert step_ratio(arm, base) == ratios and step_ratio(arm, None).n == 0

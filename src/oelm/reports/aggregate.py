@@ -578,6 +578,19 @@ def gap_by_seed(arm: Arm, base: Arm, higher_is_better: bool) -> dict[int, float]
     return {s: g for s, g in sorted(gaps.items()) if math.isfinite(g)}
 
 
+def step_time_ratios(runs: Sequence[RunRecord], base_runs: Sequence[RunRecord]) -> stats.Summary:
+    """Per-seed ratio of a run's mean step time to the reference run's of the same seed, summarized
+    over seeds: the step-time ratio of the leaderboard and of the fine-tuning board (one definition;
+    its mean is the board's single number)."""
+    base = {r.seed: r.results.get("mean_step_time") for r in base_runs}
+    ratios = []
+    for run in runs:
+        t, b = run.results.get("mean_step_time"), base.get(run.seed)
+        if isinstance(t, (int, float)) and isinstance(b, (int, float)) and b > 0:
+            ratios.append(t / b)
+    return stats.summarize(ratios)
+
+
 def compare_arm(arm: Arm, base: Arm, higher_is_better: bool, decision: stats.Decision | None = None) -> Versus:
     """An arm against one reference arm, as a new value (nothing is changed): the gap of the means,
     delta and step-time ratio; for another arm also the paired interval, test and power (all on the

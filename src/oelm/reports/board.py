@@ -24,7 +24,7 @@ from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.sweep import declared_lr_rule, declared_primary, read_sweep_record
 from oelm.reports import stats
-from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase
+from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase, step_time_ratios
 from oelm.reports.tables import (
     GAP_NAME,
     MEANS_NAME,
@@ -139,16 +139,8 @@ def added_params(runs: Sequence[RunRecord]) -> int | None:
 
 
 def step_ratio(arm: Arm, base: Arm | None) -> stats.Summary:
-    """Per-seed ratio of mean step time to the baseline's (same seed), summarized over seeds."""
-    if base is None:
-        return stats.summarize([])
-    base_times = {r.seed: r.results.get("mean_step_time") for r in base.runs}
-    ratios = []
-    for run in arm.runs:
-        t, b = run.results.get("mean_step_time"), base_times.get(run.seed)
-        if isinstance(t, (int, float)) and isinstance(b, (int, float)) and b > 0:
-            ratios.append(t / b)
-    return stats.summarize(ratios)
+    """The arm's step-time ratio to the baseline (aggregate.step_time_ratios over the chosen runs)."""
+    return stats.summarize([]) if base is None else step_time_ratios(arm.runs, base.runs)
 
 
 def _planned(roots: Sequence[str | Path], seeds: set[int] | None = None) -> dict[str, set[str]]:

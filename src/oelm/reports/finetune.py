@@ -41,7 +41,7 @@ import numpy as np
 from oelm.records.load import load_runs
 from oelm.records.run import COLLAPSED, RunRecord
 from oelm.reports import stats
-from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare
+from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare, step_time_ratios
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 
@@ -184,18 +184,6 @@ def _decide(
 # Costs and dominance
 
 
-def _step_ratio(arm: Arm, ref: Arm) -> float | None:
-    base = {r.seed: r.results.get("mean_step_time") for r in _runs(ref)}
-    ratios = [
-        t / base[r.seed]
-        for r in _runs(arm)
-        if isinstance(t := r.results.get("mean_step_time"), (int, float))
-        and isinstance(base.get(r.seed), (int, float))
-        and base[r.seed] > 0
-    ]
-    return float(np.mean(ratios)) if ratios else None
-
-
 def _mean_result(arm: Arm, key: str) -> float | None:
     vals = [v for r in arm.runs if isinstance(v := r.results.get(key), (int, float)) and math.isfinite(v)]
     return float(np.mean(vals)) if vals else None
@@ -263,7 +251,7 @@ def board_of(group: Group, reference: str = REFERENCE, margin: float = MARGIN_PO
         diff = _fill(row, arm, None if arm is ref else ref)
         if diff is not None:
             reps[arm.method] = diff
-        row.step_ratio = 1.0 if arm is ref else _step_ratio(arm, ref)
+        row.step_ratio = 1.0 if arm is ref else step_time_ratios(_runs(arm), _runs(ref)).mean
         rows.append(row)
     primary = [r for r in rows if r.method != reference]
     _decide(primary, reps, margin)

@@ -173,6 +173,18 @@ def test_a_damaged_records_file_is_one_clear_error(tmp_path: Path, damage: bytes
         load_runs([tmp_path])
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", "null", "3.5", '{"status": "comp', "\udcff"])
+def test_a_results_file_that_is_no_json_object_is_refused_by_name(tmp_path: Path, text: str) -> None:
+    """A damaged or hand-edited results.json was read as absent: its run listed as unfinished, and a
+    sweep would train it again. Now one line names the file and the fix."""
+    from oelm.records.run import read_results
+
+    (tmp_path / "results.json").write_text(text, errors="surrogateescape")
+    with pytest.raises(UserError, match=r"results\.json.*(not an object|corrupt).*remove the run directory"):
+        read_results(tmp_path)
+    assert read_results(tmp_path / "absent") is None
+
+
 def test_a_record_from_a_newer_oelm_is_refused(tmp_path: Path) -> None:
     (tmp_path / RUN_RECORD_FILE).write_text(json.dumps({"format": "oelm run record", "version": 99}))
     with pytest.raises(UserError, match="newer than this oelm reads"):

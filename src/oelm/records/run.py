@@ -272,9 +272,17 @@ def read_run_config(path: Path) -> dict[str, Any]:
 
 
 def read_results(run_dir: str | Path) -> RunResults | None:
-    """A run directory's results.json in today's names (normalize_results), or None when absent."""
-    raw = read_json_mapping(Path(run_dir) / RESULTS_FILE)
-    return None if raw is None else normalize_results(raw)
+    """A run directory's results.json in today's names (normalize_results), or None when absent.
+    One that is there but is no JSON object (damaged, or edited by hand) is refused by name: read
+    as absent, its run would pass for unfinished and a sweep would train it again beside it."""
+    path = Path(run_dir) / RESULTS_FILE
+    fix = "oelm train writes it when a run ends: restore it, or remove the run directory to train it again"
+    if not path.exists():
+        return None
+    raw = read_json(path, fix)
+    if not isinstance(raw, dict):
+        raise UserError(f"{str(path)!r} holds a JSON {type(raw).__name__}, not an object; {fix}")
+    return normalize_results(raw)
 
 
 def normalize_results(raw: dict[str, Any]) -> RunResults:

@@ -14,7 +14,8 @@ import pytest
 
 from oelm.training.checkpoint import SHARD_DIGESTS, SHARDED, latest_checkpoint, remove_debris
 from oelm.training.distributed import DistInfo, lost_peer, peer_text
-from oelm.training.loop import process_gone, train
+from oelm.training.loop import train
+from oelm.training.strategy import process_gone
 from oelm.utils.errors import UserError
 from test_train_ddp import torchrun_with_rank1_hook
 from train_utils import one_thread, synthetic_lm_dir, tiny_config

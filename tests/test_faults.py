@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pickle
@@ -426,3 +427,17 @@ def test_a_signal_during_the_last_step_stops_before_the_final_evaluation(tmp_pat
     monkeypatch.setattr(LMTask, "loss", real)
     with one_thread():  # the resume has no step left: it evaluates and finishes
         assert train({**cfg, "resume": True})["steps"] == 3
+
+
+TRAINER_MAX_LINES = 450  # issue 50: the Trainer had grown from 457 to 539 lines with fault handling
+
+
+def test_the_trainer_class_stays_under_450_lines() -> None:
+    """The Trainer reads top to bottom: build, restore, loop, finish. What a fault needs goes to the
+    part made for it (strategy.py: stop signals, a lost rank; resume.py: rank agreement, best/'s
+    step; rundir.py: the run directory), so the class cannot grow back silently."""
+    lines = len(inspect.getsource(Trainer).splitlines())
+    assert lines < TRAINER_MAX_LINES, (
+        f"class Trainer is {lines} lines (limit {TRAINER_MAX_LINES}): move what is not the loop itself into "
+        "training/strategy.py, resume.py, rundir.py or results.py"
+    )

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
-import os
-import signal
-import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from pathlib import Path
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -25,33 +18,27 @@ from tqdm import tqdm
 from oelm.core.audit import AuditCheck, audit_model, verify_audit
 from oelm.core.freezing import apply_method, optimizer_groups, scale_group_lrs, sync_optimizer
 from oelm.core.schedules import make_schedule
-from oelm.data.tokenizers import copy_local_tokenizer
 from oelm.records.run import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_ITEMS_FILE
 from oelm.training import checkpoint as ckpt
 from oelm.training.config import TrainConfig, dump_config, make_config
 from oelm.training.distributed import (
     DistInfo,
-    agree,
-    agreed_signal,
     all_reduce_sum,
     barrier,
     from_rank0,
     init_distributed,
-    lost_peer,
-    peer_text,
     shutdown_distributed,
 )
 from oelm.training.results import RunFacts, build_results, build_timing
-from oelm.training.resume import determinism_facts, restore
-from oelm.training.rundir import RunPlan, clear_run_dir, plan_run
+from oelm.training.resume import check_ranks_agree, determinism_facts, load_best, restore
+from oelm.training.rundir import RunPlan, open_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard
-from oelm.training.runs import TOKENIZER_DIR
 from oelm.training.strategy import Strategy, make_strategy
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.wandb import FanOut, WandbLogger
-from oelm.utils.errors import Diverged, Interrupted, UserError
-from oelm.utils.io import atomic_write_json, atomic_write_text
+from oelm.utils.errors import Diverged, UserError
+from oelm.utils.io import atomic_write_json
 from oelm.utils.lock import dir_lock
 
 log = logging.getLogger(__name__)
@@ -126,52 +113,6 @@ OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryErro
 CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
 
 
-def process_gone(pid: int) -> bool:
-    """Whether process `pid` of this machine has ended: no such process, or a zombie (killed, not yet
-    reaped by its launcher; Linux's /proc says so, elsewhere a zombie counts as running)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:  # no /proc here
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:  # another user's process: the pid was reused, so the one we knew is gone
-            return True
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-
-
-class StopSignals:
-    """Catch SIGINT/SIGTERM during the step loop: the loop finishes its step, writes a checkpoint
-    and stops with `Interrupted`. A second Ctrl-C gets the previous behaviour (stop at once)."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = self.signum or signum
-        # A second Ctrl-C stops at once; a SIGTERM that follows (a sweep stopping its workers after
-        # the terminal's SIGINT reached them too) waits for the checkpoint like the first signal.
-        if signal.SIGINT in self.previous:
-            signal.signal(signal.SIGINT, self.previous[signal.SIGINT])
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            for s in self.SIGNALS:
-                self.previous[s] = signal.signal(s, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-
 class Trainer:
     """One run: build, (resume), train, evaluate the best checkpoint, write the run directory."""
 
@@ -184,9 +125,8 @@ class Trainer:
         # Rank 0 inspects the run directory and every rank follows its plan: the others need not
         # see the directory (no shared file system under DDP); each keeps its own path to it.
         self.plan: RunPlan = from_rank0(lambda: plan_run(cfg), dist)
-        # Rank 0 alone renames checkpoints into place: where it runs lets a survivor on its node
-        # remove what it was writing when it was killed (_lost_peer).
-        self.rank0_process: tuple[str, int] = from_rank0(lambda: (socket.gethostname(), os.getpid()), dist)
+        # One process, DDP or FSDP2: how the ranks share model, gradients, checkpoints and faults.
+        self.strategy: Strategy = make_strategy(cfg.strategy, dist, device)
         self.run_dir = cfg.run_dir()
         self.ckpt_root = self.run_dir / "checkpoints"
         self.step, self.tokens_seen = 0, 0
@@ -199,8 +139,6 @@ class Trainer:
         self.session_first_step = 0  # collectives are counted from here (this session)
         self.last_lr = cfg.lr
         self.last_loss: torch.Tensor | float = 0.0  # of the latest step, checked before a checkpoint
-        # One process, DDP or FSDP2: how the ranks share model, gradients and checkpoints.
-        self.strategy: Strategy = make_strategy(cfg.strategy, dist, device)
 
     # ---- setup -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -215,25 +153,12 @@ class Trainer:
         self._build()
         barrier(self.dist)  # every rank has inspected the directory before rank 0 changes it
         if self.dist.is_main:
-            if self.plan.clear:
-                clear_run_dir(self.run_dir)
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            # A writer killed mid-save (this run's earlier process, or its rank 0) left its temporary
-            # folder; under the directory lock no writer runs, so none of it is anyone's work.
-            if removed := ckpt.remove_debris(self.ckpt_root):
-                log.warning("removed what a killed checkpoint save left: %s", ", ".join(removed))
-            if self.plan.reopen:
-                (self.run_dir / RESULTS_FILE).unlink(missing_ok=True)
-            atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
-            spec = self.task.model_metadata().get("tokenizer")
-            if spec:  # a tokenizer given by a local path travels with the run (sample, export)
-                copy_local_tokenizer(spec, self.run_dir / TOKENIZER_DIR)
+            tokenizer = self.task.model_metadata().get("tokenizer")
+            open_run_dir(self.run_dir, self.plan, dump_config(self.cfg), tokenizer)
         self.strategy.check_run_dir(self.run_dir)
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
-        # Every rank checks what it runs, reads and resumed against rank 0 before the first step:
-        # different prepared data or a different checkpoint would otherwise train without a word.
-        agree(self._rank_facts(), self.dist, "before the first step")
+        check_ranks_agree(self)  # config, data, resumed step: every rank as rank 0, or one line
         self.session_first_step = self.step
         barrier(self.dist)
         self._open_logs()
@@ -246,72 +171,9 @@ class Trainer:
         with self._lost_peer_is_clear(final=True):
             return self._finish()
 
-    @contextmanager
-    def _lost_peer_is_clear(self, final: bool) -> Iterator[None]:
-        """A collective that fails because another rank left (killed, crashed) ends this rank with
-        one line naming the lost rank, what is kept and --resume, instead of a backend traceback."""
-        try:
-            yield
-        except RuntimeError as err:
-            if (reason := lost_peer(err, self.dist)) is None:
-                raise
-            self._remove_dead_rank0_debris()
-            raise UserError(self._lost_peer_text(reason, final)) from None
-
-    def _remove_dead_rank0_debris(self) -> None:
-        """On rank 0's node, once rank 0 is gone: remove the checkpoint it was writing when killed
-        (it alone renames checkpoints into place, so no one else would); a rank elsewhere leaves it
-        to the next start, which removes it before anything else (Trainer.run)."""
-        host, pid = self.rank0_process
-        if self.dist.is_main or host != socket.gethostname():
-            return
-        # A killed process closes its sockets before it becomes a zombie: give it a moment.
-        deadline = time.monotonic() + 3.0
-        while not process_gone(pid):
-            if time.monotonic() > deadline:
-                return  # rank 0 still runs: what it writes is its own to finish or remove
-            time.sleep(0.05)
-        for name in ckpt.remove_debris(self.ckpt_root, pid):
-            log.info("removed %s, which rank 0 was writing when it was lost", name)
-
-    def _lost_peer_text(self, reason: str, final: bool) -> str:
-        """One line for a collective that failed because another rank left mid-step, mid-save or
-        during the final evaluation (after the last step: results.json is written only once the
-        evaluation of every rank is in, so it is never written from part of one)."""
-        last = ckpt.latest_checkpoint(self.ckpt_root) if self.dist.is_main else None
-        written = self.dist.is_main and final and (self.run_dir / RESULTS_FILE).is_file()
-        if written:  # the peer left after the last collective of a complete evaluation
-            kept = f"{RESULTS_FILE} was written from the complete evaluation before it left, so the run is done"
-        elif not self.dist.is_main:
-            kept = f"rank 0's {'final' if final else 'last complete'} checkpoint stays in place"
-        elif last is None:
-            kept = "no checkpoint was written yet"
-        elif final:
-            kept = f"the final checkpoint, {last.name}, is in place and {RESULTS_FILE} was not written"
-        else:
-            kept = f"the last complete checkpoint, {last.name}, is in place"
-        when = f"during the final evaluation (after step {self.step} of {self.cfg.steps})" if final else ""
-        if written:
-            fix = "--resume prints its results"
-        else:
-            fix = "Find why it stopped (its log, memory, the node), then rerun the same command with --resume"
-            fix += " (it evaluates the final checkpoint without training again)" if final else ""
-        return (
-            f"rank {self.dist.rank} of {self.dist.world} lost {peer_text(self.dist)} "
-            f"{when or f'after step {self.step}'} ({reason}): that rank stopped or was killed (the launcher's "
-            f"report names it and its exit code); {kept}. {fix}"
-        )
-
-    def _rank_facts(self) -> dict[str, Any]:
-        """What every rank must share with rank 0: config, method, data fingerprint, resumed step."""
-        config = hashlib.sha256(dump_config(self.cfg).encode("utf-8")).hexdigest()[:16]
-        return {
-            "config": config,
-            "method": f"{self.cfg.method} {json.dumps(self.cfg.method_options, sort_keys=True, default=str)}",
-            "data_fingerprint": self.task.model_metadata().get("data_fingerprint"),
-            "step": self.step,
-            "tokens_seen": self.tokens_seen,
-        }
+    def _lost_peer_is_clear(self, final: bool) -> AbstractContextManager[None]:
+        """A rank that left ends this one with one line naming it and --resume (the strategy's)."""
+        return self.strategy.lost_peer_is_clear(self.run_dir, lambda: self.step, self.cfg.steps, final)
 
     def _build(self) -> None:
 
@@ -392,7 +254,7 @@ class Trainer:
             dynamic_ncols=True,
             mininterval=1.0,
         )
-        with bar, StopSignals() as stop:
+        with bar, self.strategy.stop_signals() as stop:
             while self.step < cfg.steps:
                 self._schedule_step()
                 with self._out_of_memory_is_clear("training"):
@@ -401,9 +263,9 @@ class Trainer:
                 self.step += 1
                 self.tokens_seen += tokens
                 last = self.step == cfg.steps
-                # On the last step too: the run then stops before _finish.
-                stopping = agreed_signal(stop.signum, self.step % cfg.log_every == 0 or last, self.dist, self.device)
-                if self.step % cfg.log_every == 0 or self.step == 1 or last or stopping:
+                log_due = self.step % cfg.log_every == 0 or last
+                stopping = stop.agreed(log_due)  # on the last step too: the run then stops before _finish
+                if log_due or self.step == 1 or stopping:
                     self._log_train(loss, tokens, bar)
                 if (cfg.eval_every and self.step % cfg.eval_every == 0) or last:
                     # Non-finite weights must never be evaluated into best/ (a NaN classifier's
@@ -415,13 +277,7 @@ class Trainer:
                     self._checkpoint()
                 bar.update(1)
                 if stopping:
-                    name = signal.Signals(stopping).name
-                    raise Interrupted(
-                        f"{name} at step {self.step} of {cfg.steps}: checkpoint "
-                        f"{ckpt.step_dir_name(self.step)} written in {str(self.run_dir)!r}; "
-                        "continue with the same command and --resume",
-                        stopping,
-                    )
+                    raise stop.stopped(stopping, self.step, cfg.steps, self.run_dir)
 
     @contextmanager
     def _out_of_memory_is_clear(self, phase: str) -> Iterator[None]:
@@ -607,28 +463,6 @@ class Trainer:
             "strategy": self.cfg.strategy,
         }
 
-    def _load_best(self) -> None:
-        """Load best/ after checking it holds this run's best step (never stale weights).
-
-        Rank 0 checks the step; then the strategy loads the weights (DDP: rank 0 reads the file and
-        broadcasts them; FSDP: every rank reads it and keeps its shard, on the file system the
-        start-up check found shared)."""
-        best = self.ckpt_root / "best" / ckpt.WEIGHTS
-        if self.best_step is None:
-            return
-
-        def read() -> None:  # rank 0
-            found = ckpt.weights_step(best) if best.is_file() else None
-            if found != self.best_step:
-                raise UserError(
-                    f"{str(best)!r} holds step {found}, but this run's best is step {self.best_step} "
-                    "(left by an interrupted run); rerun with --overwrite"
-                )
-            self.strategy.read_weights(self.model, best)
-
-        from_rank0(read, self.dist)
-        self.strategy.share_weights(self.model, best)
-
     # ---- end of run --------------------------------------------------------------------------
     def _verify_freezing(self) -> AuditCheck:
         """The freeze check on the trained weights, then on best/ loaded for evaluation.
@@ -638,7 +472,7 @@ class Trainer:
         only when best/ was saved after its freeze: before it, that tensor was still training.
         """
         trained = verify_audit(self.model, self.audit, optimizer=self.optimizer)
-        self._load_best()
+        load_best(self)  # best/ checked to hold this run's best step (resume.py)
         if self.best_step is None:
             return trained
         early = self.schedule.frozen_after(self.best_step) if self.schedule is not None else set()

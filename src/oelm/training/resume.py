@@ -6,13 +6,16 @@ rank 0's files. Each check refuses with one UserError naming the field and the w
 - `check_data_and_method`: the data fingerprint, the method, its options and seed;
 - `check_strategy`: whole weights (ddp) or sharded files (fsdp), as written;
 - `check_world_size`: another number of processes only with the same global batch;
-- `check_frozen`: after the restore, the frozen tensors are this run's start bytes.
+- `check_frozen`: after the restore, the frozen tensors are this run's start bytes;
+- `check_ranks_agree`: before the first step, every rank runs, reads and resumed what rank 0 did;
+- `load_best`: best/ holds this run's best step before the final evaluation reads it.
 `determinism_facts` / `determinism_changes`: what bit-identical resume needs besides the checkpoint
 (threads, torch, device); a change is a warning, not a refusal.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -26,8 +29,8 @@ from torch import nn
 from oelm.core.audit import Audit, verify_audit
 from oelm.core.schedules import FreezeSchedule
 from oelm.training import checkpoint as ckpt
-from oelm.training.config import TrainConfig
-from oelm.training.distributed import DistInfo, from_rank0
+from oelm.training.config import TrainConfig, dump_config
+from oelm.training.distributed import DistInfo, agree, from_rank0
 from oelm.training.strategy import Strategy
 from oelm.training.task import Task
 from oelm.utils.errors import UserError
@@ -148,6 +151,9 @@ class Resumable(Protocol):
     schedule: FreezeSchedule | None
     audit: Audit
     ckpt_root: Path
+    step: int
+    tokens_seen: int
+    best_step: int | None
 
     def sync_trainable(self) -> None:
         """Refill the optimizer (and the strategy's wrapper) with the parameters that now train."""
@@ -226,3 +232,45 @@ def restore(path: Path, run: Resumable, lr_factor: Callable[[int, TrainConfig], 
     if run.dist.is_main:
         ckpt.restore_best(run.ckpt_root, path, resumed.best_step)
     return resumed
+
+
+# ---- after the restore: every rank at the same start, best/ this run's -----------------------------
+def rank_facts(run: Resumable) -> dict[str, Any]:
+    """What every rank must share with rank 0: config, method, data fingerprint, resumed step."""
+    config = hashlib.sha256(dump_config(run.cfg).encode("utf-8")).hexdigest()[:16]
+    return {
+        "config": config,
+        "method": f"{run.cfg.method} {json.dumps(run.cfg.method_options, sort_keys=True, default=str)}",
+        "data_fingerprint": run.task.model_metadata().get("data_fingerprint"),
+        "step": run.step,
+        "tokens_seen": run.tokens_seen,
+    }
+
+
+def check_ranks_agree(run: Resumable) -> None:
+    """Every rank checks what it runs, reads and resumed against rank 0 before the first step:
+    different prepared data or a different checkpoint would otherwise train without a word."""
+    agree(rank_facts(run), run.dist, "before the first step")
+
+
+def load_best(run: Resumable) -> None:
+    """Load best/ after checking it holds this run's best step (never stale weights).
+
+    Rank 0 checks the step; then the strategy loads the weights (DDP: rank 0 reads the file and
+    broadcasts them; FSDP: every rank reads it and keeps its shard, on the file system the
+    start-up check found shared)."""
+    best = run.ckpt_root / "best" / ckpt.WEIGHTS
+    if run.best_step is None:
+        return
+
+    def read() -> None:  # rank 0
+        found = ckpt.weights_step(best) if best.is_file() else None
+        if found != run.best_step:
+            raise UserError(
+                f"{str(best)!r} holds step {found}, but this run's best is step {run.best_step} "
+                "(left by an interrupted run); rerun with --overwrite"
+            )
+        run.strategy.read_weights(run.model, best)
+
+    from_rank0(read, run.dist)
+    run.strategy.share_weights(run.model, best)

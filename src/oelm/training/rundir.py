@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,13 +10,17 @@ from typing import Any
 
 import yaml
 
+from oelm.data.tokenizers import copy_local_tokenizer
 from oelm.records.comparable import RUNTIME_FIELDS, config_differences
 from oelm.records.run import RESULTS_FILE, RunResults, is_finished, read_results
-from oelm.training.checkpoint import latest_checkpoint
+from oelm.training.checkpoint import latest_checkpoint, remove_debris
 from oelm.training.config import TrainConfig, identity_digest, written_digest
+from oelm.training.runs import TOKENIZER_DIR
 from oelm.utils.errors import UserError
-from oelm.utils.io import load_yaml_text
+from oelm.utils.io import atomic_write_text, load_yaml_text
 from oelm.utils.lock import LOCK_NAME
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -148,3 +153,20 @@ def clear_run_dir(run_dir: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def open_run_dir(run_dir: Path, plan: RunPlan, config_text: str, tokenizer: str | None) -> None:
+    """Rank 0, under the directory lock, once every rank has read the plan: carry it out (clear,
+    reopen), remove what a killed save left, write config.yaml and a local tokenizer's copy."""
+    if plan.clear:
+        clear_run_dir(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # A writer killed mid-save (this run's earlier process, or its rank 0) left its temporary
+    # folder; under the directory lock no writer runs, so none of it is anyone's work.
+    if removed := remove_debris(run_dir / "checkpoints"):
+        log.warning("removed what a killed checkpoint save left: %s", ", ".join(removed))
+    if plan.reopen:
+        (run_dir / RESULTS_FILE).unlink(missing_ok=True)
+    atomic_write_text(run_dir / "config.yaml", config_text)
+    if tokenizer:  # a tokenizer given by a local path travels with the run (sample, export)
+        copy_local_tokenizer(tokenizer, run_dir / TOKENIZER_DIR)

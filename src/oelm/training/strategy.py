@@ -9,6 +9,11 @@ forward passes; `save_best` / `save_checkpoint` write the run's weights and chec
 collectives counted during training steps. The collectives themselves are
 `training/distributed.py`'s helpers.
 
+What a rank does when the job is stopped or loses a rank is the strategy's too, the same for all
+three: `stop_signals` catches SIGINT / SIGTERM and has the ranks agree to stop at a log step;
+`lost_peer_is_clear` turns a collective that failed because another rank left into one line
+(and, on rank 0's node, removes the checkpoint a killed rank 0 was writing).
+
 Who reads and writes the run directory:
 - one process (`SingleProcess`) and DDP: rank 0 alone reads what it wrote (checkpoints, best/)
   and broadcasts weights; the other ranks need not see the directory.
@@ -18,6 +23,11 @@ Who reads and writes the run directory:
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -29,20 +39,27 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from oelm.records.run import RESULTS_FILE
 from oelm.training import checkpoint as ckpt
 from oelm.training.distributed import (
     CommCounter,
     DistInfo,
+    agreed_signal,
     all_reduce_sum,
     barrier,
     broadcast_tensors,
     count_comm,
+    from_rank0,
     gathered,
+    lost_peer,
+    peer_text,
     set_gradient_sync,
     shard_model,
 )
 from oelm.utils.env import env_seconds
-from oelm.utils.errors import UserError
+from oelm.utils.errors import Interrupted, UserError
+
+log = logging.getLogger(__name__)
 
 # The state.pt of a checkpoint, given the optimizer's state (None under FSDP: sharded in dcp/).
 StateFn = Callable[[dict[str, Any] | None], dict[str, Any]]
@@ -53,15 +70,81 @@ def fs_wait_seconds() -> float:
     return env_seconds("OELM_FS_WAIT_S", 60)
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` of this machine has ended: no such process, or a zombie (killed, not yet
+    reaped by its launcher; Linux's /proc says so, elsewhere a zombie counts as running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # another user's process: the pid was reused, so the one we knew is gone
+            return True
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+class StopSignals:
+    """Catch SIGINT/SIGTERM during the step loop: the loop finishes its step, writes a checkpoint
+    and stops with `Interrupted`. A second Ctrl-C gets the previous behaviour (stop at once)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, dist: DistInfo, device: torch.device) -> None:
+        self.dist, self.device = dist, device
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = self.signum or signum
+        # A second Ctrl-C stops at once; a SIGTERM that follows (a sweep stopping its workers after
+        # the terminal's SIGINT reached them too) waits for the checkpoint like the first signal.
+        if signal.SIGINT in self.previous:
+            signal.signal(signal.SIGINT, self.previous[signal.SIGINT])
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            for s in self.SIGNALS:
+                self.previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def agreed(self, due: bool) -> int | None:
+        """The signal to stop on after this step (`agreed_signal`: in a process group the ranks
+        agree at `due` steps only, so the step loop gains no collective per step)."""
+        return agreed_signal(self.signum, due, self.dist, self.device)
+
+    @staticmethod
+    def stopped(signum: int, step: int, steps: int, run_dir: Path) -> Interrupted:
+        """The error the loop stops with, once the checkpoint of `step` is written."""
+        return Interrupted(
+            f"{signal.Signals(signum).name} at step {step} of {steps}: checkpoint "
+            f"{ckpt.step_dir_name(step)} written in {str(run_dir)!r}; "
+            "continue with the same command and --resume",
+            signum,
+        )
+
+
 class Strategy:
     """The interface, with the behaviour of one process where a method does nothing across ranks.
 
     What rank 0 alone does (writing whole weights, reading them back) is written for a process
     group too: DDP inherits it, and each helper of `training/distributed.py` is a no-op without one.
+    Built on every rank at the same point of the start (it asks rank 0 where it runs).
     """
 
     def __init__(self, dist: DistInfo, device: torch.device) -> None:
         self.dist, self.device = dist, device
+        # Rank 0 alone renames checkpoints into place: where it runs lets a survivor on its node
+        # remove what it was writing when it was killed (`remove_dead_rank0_debris`).
+        self.rank0_process: tuple[str, int] = from_rank0(lambda: (socket.gethostname(), os.getpid()), dist)
 
     # ---- the model ---------------------------------------------------------------------------
     def shard(self, model: nn.Module) -> None:
@@ -141,6 +224,69 @@ class Strategy:
     def comm_bytes(self) -> dict[str, int | None]:
         """Bytes of each collective counted during this session's training steps (None: none run)."""
         return {"all_reduce": None, "all_gather": None, "reduce_scatter": None}
+
+    # ---- faults: a stop signal, a rank that left ----------------------------------------------------
+    def stop_signals(self) -> StopSignals:
+        """Around the step loop: SIGINT / SIGTERM caught, the stop agreed over the ranks."""
+        return StopSignals(self.dist, self.device)
+
+    @contextmanager
+    def lost_peer_is_clear(self, run_dir: Path, step: Callable[[], int], steps: int, final: bool) -> Iterator[None]:
+        """A collective that fails because another rank left (killed, crashed) ends this rank with
+        one line naming the lost rank, what is kept and --resume, instead of a backend traceback.
+        `step`: the run's step when it failed; `final`: around the final evaluation."""
+        try:
+            yield
+        except RuntimeError as err:
+            if (reason := lost_peer(err, self.dist)) is None:
+                raise
+            self.remove_dead_rank0_debris(run_dir / "checkpoints")
+            raise UserError(self.lost_peer_text(run_dir, reason, step(), steps, final)) from None
+
+    def remove_dead_rank0_debris(self, ckpt_root: Path) -> None:
+        """On rank 0's node, once rank 0 is gone: remove the checkpoint it was writing when killed
+        (it alone renames checkpoints into place, so no one else would); a rank elsewhere leaves it
+        to the next start, which removes it before anything else (`rundir.open_run_dir`)."""
+        host, pid = self.rank0_process
+        if self.dist.is_main or host != socket.gethostname():
+            return
+        # A killed process closes its sockets before it becomes a zombie: give it a moment.
+        deadline = time.monotonic() + 3.0
+        while not process_gone(pid):
+            if time.monotonic() > deadline:
+                return  # rank 0 still runs: what it writes is its own to finish or remove
+            time.sleep(0.05)
+        for name in ckpt.remove_debris(ckpt_root, pid):
+            log.info("removed %s, which rank 0 was writing when it was lost", name)
+
+    def lost_peer_text(self, run_dir: Path, reason: str, step: int, steps: int, final: bool) -> str:
+        """One line for a collective that failed because another rank left mid-step, mid-save or
+        during the final evaluation (after the last step: results.json is written only once the
+        evaluation of every rank is in, so it is never written from part of one)."""
+        dist = self.dist
+        last = ckpt.latest_checkpoint(run_dir / "checkpoints") if dist.is_main else None
+        written = dist.is_main and final and (run_dir / RESULTS_FILE).is_file()
+        if written:  # the peer left after the last collective of a complete evaluation
+            kept = f"{RESULTS_FILE} was written from the complete evaluation before it left, so the run is done"
+        elif not dist.is_main:
+            kept = f"rank 0's {'final' if final else 'last complete'} checkpoint stays in place"
+        elif last is None:
+            kept = "no checkpoint was written yet"
+        elif final:
+            kept = f"the final checkpoint, {last.name}, is in place and {RESULTS_FILE} was not written"
+        else:
+            kept = f"the last complete checkpoint, {last.name}, is in place"
+        when = f"during the final evaluation (after step {step} of {steps})" if final else ""
+        if written:
+            fix = "--resume prints its results"
+        else:
+            fix = "Find why it stopped (its log, memory, the node), then rerun the same command with --resume"
+            fix += " (it evaluates the final checkpoint without training again)" if final else ""
+        return (
+            f"rank {dist.rank} of {dist.world} lost {peer_text(dist)} "
+            f"{when or f'after step {step}'} ({reason}): that rank stopped or was killed (the launcher's "
+            f"report names it and its exit code); {kept}. {fix}"
+        )
 
 
 class SingleProcess(Strategy):

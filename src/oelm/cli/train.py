@@ -172,13 +172,15 @@ def run(args: argparse.Namespace) -> int:
 
     resolved = config_from_args(args)
     cfg = resolved.config
-    ensure_run_data(cfg, resolved.meta)
+    passes = ensure_run_data(cfg, resolved.meta)
     results = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
     if args.json:
         print(json.dumps(results, indent=2))
     else:
+        if passes is not None:
+            print(f"budget: {passes:.3g} passes over the train split of {cfg.data}")
         print(final_line(cfg.run_dir(), results))
     return 0
 

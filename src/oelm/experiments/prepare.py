@@ -57,23 +57,25 @@ def wait_for_file(path: Path, timeout_s: float, poll_s: float = 1.0) -> None:
         time.sleep(poll_s)
 
 
-def ensure_run_data(cfg: Any, meta: dict[str, Any], verbose: bool = True) -> None:
-    """Build a study config's LM data directory from its `prepare` recipe when it is missing.
+def ensure_run_data(cfg: Any, meta: dict[str, Any], verbose: bool = True) -> float | None:
+    """Build a study config's LM data directory from its `prepare` recipe when it is missing, and
+    check the passes its budget plans over the train split against the ones it states; returns
+    them (None for other tasks). `oelm train` prints them with its final line: before the run,
+    a line on stderr would sit above a refusal that must stand alone.
 
     Under torchrun rank 0 prepares; the other ranks wait for its meta.json (with a time limit).
     """
     if cfg.task != "lm" or not cfg.data:
-        return
+        return None
     if "prepare" in meta:
         if int(os.environ.get("RANK", "0")) == 0:
             ensure_lm_data(meta["prepare"], cfg.data, verbose=verbose)
         else:
             wait_for_file(Path(cfg.data) / "meta.json", env_seconds("OELM_DATA_WAIT_S", 3600))
-    if PASSES_KEY in meta or verbose:
-        world = os.environ.get("WORLD_SIZE", "1")  # init_distributed checks it; here 1 unless a number
-        passes = check_passes(cfg, meta.get(PASSES_KEY), "the config", world=int(world) if world.isdigit() else 1)
-        if verbose and passes is not None and int(os.environ.get("RANK", "0")) == 0:
-            log.info(f"budget: {passes:.3g} passes over the train split of {cfg.data}")
+    if PASSES_KEY not in meta and not verbose:
+        return None
+    world = os.environ.get("WORLD_SIZE", "1")  # init_distributed checks it; here 1 unless a number
+    return check_passes(cfg, meta.get(PASSES_KEY), "the config", world=int(world) if world.isdigit() else 1)
 
 
 def planned_passes(cfg: Any, world: int = 1) -> tuple[float, int, int] | None:

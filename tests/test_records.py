@@ -91,6 +91,43 @@ def test_the_sweep_record_round_trips_into_a_spec(tiny_sweep: Path) -> None:
     assert read_sweep_record(tiny_sweep / "runs") == record  # its runs/ folder names the same sweep
 
 
+def _count_reads(monkeypatch, names: set[str]):
+    """Every open-for-reading of a file with one of these names, counted by name."""
+    import builtins
+    import collections
+    import io
+
+    counts: collections.Counter = collections.Counter()
+    original = builtins.open
+
+    def counting(file, mode="r", *args, **kwargs):
+        if "r" in mode and Path(str(file)).name in names:
+            counts[Path(str(file)).name] += 1
+        return original(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    monkeypatch.setattr(io, "open", counting)
+    return counts
+
+
+def test_report_and_a_resumed_sweep_read_each_input_once(tiny_sweep: Path, tmp_path: Path, monkeypatch) -> None:
+    """`oelm report` reads the sweep record once and each run's results.json once; a resumed `oelm
+    sweep` hands the record it wrote to its report in memory (read once, at the start)."""
+    from oelm.records.run import _read_results_file
+    from oelm.reports.report import write_report
+
+    _read_results_file.cache_clear()  # a fresh process: nothing read yet
+    counts = _count_reads(monkeypatch, {"sweep.yaml", "results.json"})
+    write_report([tiny_sweep], tmp_path / "report")
+    assert counts == {"sweep.yaml": 1, "results.json": 4}
+    record = read_sweep_record(tiny_sweep)
+    _read_results_file.cache_clear()
+    counts.clear()
+    outcome = run_sweep(SweepSpec.from_record(record), progress=False)
+    assert len(outcome.skipped) == 4 and outcome.report is not None
+    assert counts["sweep.yaml"] == 1 and counts["results.json"] == 4
+
+
 def test_a_changed_method_option_is_refused_not_pooled(tiny_sweep: Path) -> None:
     """Runs of one arm under two method options would be averaged as one arm: refused up front."""
     raw = {

@@ -24,7 +24,7 @@ from oelm.experiments.executors import ExecutorSpec, make_pool
 from oelm.experiments.prepare import check_passes, data_summary, ensure_lm_data
 from oelm.experiments.resolve import resolve_config
 from oelm.experiments.sweep import RunSpec, SweepSpec, check_stored_runs, extend_grids
-from oelm.records.sweep import SWEEP_FILE, read_sweep_record
+from oelm.records.sweep import SWEEP_FILE, SweepRecord, read_sweep_record, record_from_mapping
 from oelm.reports.aggregate import Comparison
 from oelm.reports.report import write_report
 from oelm.training.distributed import resolve_device
@@ -50,8 +50,8 @@ class SweepOutcome:
     wall_time: float = 0.0
 
 
-def _check_existing(spec: SweepSpec) -> None:
-    """Refuse to mix a different base config into an existing sweep directory."""
+def _check_existing(spec: SweepSpec) -> SweepRecord | None:
+    """Refuse to mix a different base config into an existing sweep directory; the stored record."""
     stored = read_sweep_record(spec.out)
     diff = spec.same_budget(stored) if stored is not None else []
     if diff:
@@ -60,12 +60,16 @@ def _check_existing(spec: SweepSpec) -> None:
             f"{', '.join(diff)}); equal budgets need the same base: use another --out"
         )
     check_stored_runs(spec)
+    return stored
 
 
-def _write_spec(spec: SweepSpec) -> None:
-    """Write SWEEP/sweep.yaml atomically: stored seeds/LRs are kept so an extended sweep lists everything."""
-
-    atomic_write_yaml(spec.out / SWEEP_FILE, spec.merged(read_sweep_record(spec.out)))
+def _write_spec(spec: SweepSpec, stored: SweepRecord | None) -> SweepRecord:
+    """Write SWEEP/sweep.yaml atomically (stored seeds/LRs are kept, so an extended sweep lists
+    everything) and keep the record it holds on the spec: the report reads it from memory."""
+    merged = spec.merged(stored)
+    atomic_write_yaml(spec.out / SWEEP_FILE, merged)
+    spec.record = record_from_mapping(merged, spec.out)
+    return spec.record
 
 
 def _prepare_data(spec: SweepSpec, verbose: bool) -> None:
@@ -302,7 +306,7 @@ def _grow(spec: SweepSpec, known: set[Path], outcome: SweepOutcome, methods: lis
     while added := extend_grids(spec, methods):
         for line in added:
             log.info(f"grid extension: {line}")
-        _write_spec(spec)
+        _write_spec(spec, spec.record)
         new = [r for r in spec.selected_runs() if r.run_dir not in known]
         known.update(r.run_dir for r in new)
         outcome.extended += new
@@ -352,9 +356,9 @@ def _run_locked(
     runs = spec.selected_runs()
     if runs:  # a device that is not there fails before any run starts (specs validate anywhere)
         resolve_device(str(runs[0].config.get("device", "auto")))
-    _check_existing(spec)
+    stored = _check_existing(spec)
     _prepare_data(spec, progress)
-    _write_spec(spec)
+    _write_spec(spec, stored)
     outcome = SweepOutcome(skipped=[r for r in runs if r.finished()])
     pending = [r for r in runs if not r.finished()]
     if progress:
@@ -391,6 +395,7 @@ def _run_locked(
             spec.study_numbers,
             extend=spec.extend,
             epilogue=epilogue,
+            sweep=spec.record,
         )
         if on_report:
             on_report(outcome.comparison)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,9 @@ class SweepSpec(SweepRecord):
     # The passes over the train split the base config states (`passes:`, experiments.prepare
     # checks the budget against it before any run); not part of the sweep's identity.
     passes: float | None = None
+    # The record this invocation last wrote to SWEEP/sweep.yaml (runner._write_spec), handed in
+    # memory to the report rather than read back; not part of the sweep's identity.
+    record: SweepRecord | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_record(cls, record: SweepRecord) -> SweepSpec:

@@ -7,6 +7,8 @@ RunRecord.status for a loaded one). The training loop, sweeps and reports all as
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -274,15 +276,27 @@ def read_run_config(path: Path) -> dict[str, Any]:
 def read_results(run_dir: str | Path) -> RunResults | None:
     """A run directory's results.json in today's names (normalize_results), or None when absent.
     One that is there but is no JSON object (damaged, or edited by hand) is refused by name: read
-    as absent, its run would pass for unfinished and a sweep would train it again beside it."""
+    as absent, its run would pass for unfinished and a sweep would train it again beside it.
+
+    Each version of the file is read once per process (a sweep asks whether a run is finished,
+    plans its extensions and reports it; results.json is written by an atomic rename, so a new
+    version has a new inode and modification time): every caller gets its own copy."""
     path = Path(run_dir) / RESULTS_FILE
-    fix = "oelm train writes it when a run ends: restore it, or remove the run directory to train it again"
-    if not path.exists():
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         return None
+    raw = _read_results_file(str(path), st.st_ino, st.st_mtime_ns, st.st_size)
+    return normalize_results(copy.deepcopy(raw))
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_results_file(path: str, _ino: int, _mtime_ns: int, _size: int) -> dict[str, Any]:
+    fix = "oelm train writes it when a run ends: restore it, or remove the run directory to train it again"
     raw = read_json(path, fix)
     if not isinstance(raw, dict):
-        raise UserError(f"{str(path)!r} holds a JSON {type(raw).__name__}, not an object; {fix}")
-    return normalize_results(raw)
+        raise UserError(f"{path!r} holds a JSON {type(raw).__name__}, not an object; {fix}")
+    return raw
 
 
 def normalize_results(raw: dict[str, Any]) -> RunResults:

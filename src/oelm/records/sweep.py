@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,6 +200,11 @@ def read_sweep_record(folder: str | Path) -> SweepRecord | None:
     return None
 
 
+def record_from_mapping(raw: dict[str, Any], folder: Path) -> SweepRecord:
+    """The SweepRecord a sweep.yaml mapping describes (as read back from FOLDER/sweep.yaml)."""
+    return _parse(_plain(raw), Path(folder), Path(folder) / SWEEP_FILE)
+
+
 def _parse(raw: dict[str, Any], folder: Path, path: Path) -> SweepRecord:
     """A SweepRecord from sweep.yaml's mapping."""
     max_extend, lr_rule = sweep_policy({"lr_rule": LR_RULE_BEFORE_KEY, **raw}, path)
@@ -229,29 +234,32 @@ def _parse(raw: dict[str, Any], folder: Path, path: Path) -> SweepRecord:
         ) from err
 
 
-def declared_lr_rule(paths: Iterable[str | Path]) -> str:
-    """The LR rule the first sweep record under `paths` declares (records written before the key:
-    best-mean); ROBUST where no path is a sweep directory."""
-    for path in paths:
-        record = read_sweep_record(path)
-        if record is not None:
-            return record.lr_rule
-    return ROBUST
+def sweep_records(paths: Iterable[str | Path]) -> list[SweepRecord]:
+    """The sweep record of each path that has one, in order: read once per command, then handed to
+    the readers below (a report reads each sweep.yaml once)."""
+    return [record for path in paths if (record := read_sweep_record(path)) is not None]
 
 
-def declared_primary(paths: Iterable[str | Path]) -> list[list[str]]:
+def declared_lr_rule(records: Sequence[SweepRecord]) -> str:
+    """The LR rule the first sweep record declares (records written before the key: best-mean);
+    ROBUST where no path is a sweep directory."""
+    return records[0].lr_rule if records else ROBUST
+
+
+def declared_primary(paths: Iterable[str | Path], records: Sequence[SweepRecord]) -> list[list[str]]:
     """The primary pairs declared for the runs under `paths`: a confirmation's plan.json (its
     sweep.yaml, written by `oelm confirm run`, carries none), else the first sweep record's ([]
     without one)."""
-    paths = list(paths)
     for path in paths:
         if (plan := confirmation_plan(path)) is not None and plan.primary:
             return [list(pair) for pair in plan.primary]
-    for path in paths:
-        record = read_sweep_record(path)
-        if record is not None:
-            return record.primary
-    return []
+    return records[0].primary if records else []
+
+
+def declared_extensions(records: Sequence[SweepRecord]) -> dict[str, Any] | None:
+    """The automatic grid extensions the first sweep record recorded (its `extended` and
+    `max_extend`); None without one."""
+    return {"max_extend": records[0].max_extend, "arms": records[0].extended} if records else None
 
 
 def declared_margin(paths: Iterable[str | Path]) -> float | None:

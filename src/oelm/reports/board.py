@@ -22,7 +22,7 @@ from pathlib import Path
 from oelm.core.methods import get_method, twin_of
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
-from oelm.records.sweep import declared_lr_rule, declared_primary, read_sweep_record
+from oelm.records.sweep import SweepRecord, declared_lr_rule, declared_primary, sweep_records
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase, step_time_ratios
 from oelm.reports.tables import (
@@ -143,13 +143,12 @@ def step_ratio(arm: Arm, base: Arm | None) -> stats.Summary:
     return stats.summarize([]) if base is None else step_time_ratios(arm.runs, base.runs)
 
 
-def _planned(roots: Sequence[str | Path], seeds: set[int] | None = None) -> dict[str, set[str]]:
-    """Method -> run directories that a stored SWEEP/sweep.yaml plans (of `seeds`, when given)."""
+def _planned(records: Sequence[SweepRecord], seeds: set[int] | None = None) -> dict[str, set[str]]:
+    """Method -> run directories that the stored sweep records plan (of `seeds`, when given)."""
 
     planned: dict[str, set[str]] = {}
-    for root in roots:
-        record = read_sweep_record(root)
-        for run in record.planned() if record is not None else []:
+    for record in records:
+        for run in record.planned():
             if seeds is None or run.seed in seeds:
                 planned.setdefault(run.method, set()).add(os.path.normpath(record.run_dir(run)))
     return planned
@@ -450,16 +449,17 @@ def build(
             f"no run of seeds {sorted(keep)} under {', '.join(map(str, paths))}; "
             "pass seeds the sweep has (its runs live in .../seed<N>/)"
         )
-    planned = _planned(paths, keep)
+    records = sweep_records(paths)  # each sweep.yaml read once
+    planned = _planned(records, keep)
     fixed = baseline is not None
     if baseline is None:  # the starting reference; each table then takes its best trainable arm
-        baseline = _stored_baseline(paths) or BASELINE
+        baseline = next((r.baseline for r in records), None) or BASELINE
     comparison = compare(
         runs,
         baseline=baseline,
         margin=margin,
-        lr_rule=declared_lr_rule(paths),
-        primary=[tuple(p) for p in declared_primary(paths)],
+        lr_rule=declared_lr_rule(records),
+        primary=[tuple(p) for p in declared_primary(paths, records)],
     )
     boards = []
     for group in comparison.groups:
@@ -468,9 +468,3 @@ def build(
     seen = {a.method for g in comparison.groups for a in g.arms}
     not_started = sorted(m for m in planned if m not in seen)
     return boards, not_started, runs
-
-
-def _stored_baseline(paths: Sequence[str | Path]) -> str | None:
-    """The baseline a stored sweep.yaml names, if any."""
-    records = (read_sweep_record(root) for root in paths)
-    return next((r.baseline for r in records if r is not None), None)

@@ -13,7 +13,13 @@ from typing import Any
 from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.stability import RULE as STABILITY_RULE
-from oelm.records.sweep import declared_lr_rule, declared_primary, read_sweep_record
+from oelm.records.sweep import (
+    SweepRecord,
+    declared_extensions,
+    declared_lr_rule,
+    declared_primary,
+    sweep_records,
+)
 from oelm.reports import plots
 from oelm.reports.aggregate import (
     BASELINE,
@@ -383,16 +389,6 @@ def to_json(comparison: Comparison, provenance: dict[str, Any] | None = None) ->
     }
 
 
-def sweep_extensions(paths: Sequence[str | Path]) -> dict[str, Any] | None:
-    """The automatic grid extensions a sweep recorded (SWEEP/sweep.yaml's `extended` and
-    `max_extend`), for a path that is the sweep directory or its runs/ folder; None without one."""
-    for path in paths:
-        record = read_sweep_record(path)
-        if record is not None:
-            return {"max_extend": record.max_extend, "arms": record.extended}
-    return None
-
-
 _write_atomic = atomic_write_text  # a crash never leaves half a report
 
 
@@ -405,10 +401,12 @@ def write_report(
     epilogue: Callable[[Comparison], list[str]] | None = None,
     margin: float = MARGIN,
     lr_rule: str | None = None,
+    sweep: SweepRecord | None = None,
 ) -> tuple[Path, Comparison]:
     """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both.
 
-    `lr_rule`: how each arm's setting is chosen (None: the sweep record's, else robust).
+    `lr_rule`: how each arm's setting is chosen (None: the sweep record's, else robust). `sweep`:
+    the sweep's record as the caller holds it in memory (`oelm sweep`), else read from `paths`.
 
     `extend` is the command that adds seeds (quoted by the power section); `epilogue` returns
     lines appended at the very end of report.md (computed from the same comparison; default: the
@@ -418,6 +416,7 @@ def write_report(
         epilogue = reading_lines
     study = StudyNumbers.load(study_numbers) if study_numbers else None
     runs = load_runs(paths)
+    records = sweep_records(paths) if sweep is None else [sweep]
     out_dir = writable_dir(
         Path(out) if out else Path(paths[0]) / "report",
         "report folder",
@@ -428,9 +427,9 @@ def write_report(
         baseline=baseline,
         study=study,
         margin=margin,
-        extensions=sweep_extensions(paths),
-        lr_rule=lr_rule or declared_lr_rule(paths),
-        primary=[tuple(p) for p in declared_primary(paths)],
+        extensions=declared_extensions(records),
+        lr_rule=lr_rule or declared_lr_rule(records),
+        primary=[tuple(p) for p in declared_primary(paths, records)],
     )
     text = render(comparison, out_dir, [str(p) for p in paths], extend)
     if epilogue is not None:

@@ -113,15 +113,15 @@ def _count_reads(monkeypatch, names: set[str]):
 def test_report_and_a_resumed_sweep_read_each_input_once(tiny_sweep: Path, tmp_path: Path, monkeypatch) -> None:
     """`oelm report` reads the sweep record once and each run's results.json once; a resumed `oelm
     sweep` hands the record it wrote to its report in memory (read once, at the start)."""
-    from oelm.records.run import _read_results_file
+    from oelm.records.run import forget_read_results
     from oelm.reports.report import write_report
 
-    _read_results_file.cache_clear()  # a fresh process: nothing read yet
+    forget_read_results()  # a fresh process: nothing read yet
     counts = _count_reads(monkeypatch, {"sweep.yaml", "results.json"})
     write_report([tiny_sweep], tmp_path / "report")
     assert counts == {"sweep.yaml": 1, "results.json": 4}
     record = read_sweep_record(tiny_sweep)
-    _read_results_file.cache_clear()
+    forget_read_results()
     counts.clear()
     outcome = run_sweep(SweepSpec.from_record(record), progress=False)
     assert len(outcome.skipped) == 4 and outcome.report is not None

@@ -290,6 +290,11 @@ def read_results(run_dir: str | Path) -> RunResults | None:
     return normalize_results(copy.deepcopy(raw))
 
 
+def forget_read_results() -> None:
+    """Forget every results.json read so far (a long-lived process, or a test of the reads)."""
+    _read_results_file.cache_clear()
+
+
 @functools.lru_cache(maxsize=4096)
 def _read_results_file(path: str, _ino: int, _mtime_ns: int, _size: int) -> dict[str, Any]:
     fix = "oelm train writes it when a run ends: restore it, or remove the run directory to train it again"

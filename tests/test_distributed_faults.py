@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -229,3 +231,61 @@ def test_a_rank_killed_mid_save_or_at_the_final_evaluation_ends_in_one_line_and_
     got, expected = json.loads((run / "results.json").read_text()), _REFERENCE[strategy]
     for key in ("steps", "tokens_seen", "best_step", "best_val_loss", "val_loss", "test_loss"):
         assert got[key] == expected[key], key
+
+
+def rank_lines(stderr: str, world: int = 2) -> list[list[str]]:
+    """Each rank's stderr lines, read from torchrun's `--tee 2` output (every line `[defaultN]:...`)."""
+    return [[x.split(":", 1)[1] for x in stderr.splitlines() if x.startswith(f"[default{r}]:")] for r in range(world)]
+
+
+# One rank refuses during the start; every case: (rank 1's start-up hook, environment, the refusal).
+ONE_RANK_REFUSES = {
+    # A second job on a run directory whose first job still runs (this test holds its lock): rank 0
+    # alone takes the lock, so rank 0 alone sees it held.
+    "busy": ("    pass\n", {}, r"oelm: error: another training run \(pid \d+ on .*\) is using '.*ddp'; wait"),
+    # Rank 1's node lacks the prepared data (another folder than rank 0's).
+    "data missing": (
+        "    import oelm.training.lm as L\n    real = L.read_lm_meta\n"
+        "    L.read_lm_meta = lambda d: real(d.parent / 'not-prepared-here')\n",
+        {},
+        r"oelm: error: rank 1 of 2: .*not-prepared-here",
+    ),
+    # Rank 1 read data with another fingerprint (its prepared folder differs).
+    "data fingerprint": (
+        "    from oelm.training.lm import LMTask\n    real = LMTask.model_metadata\n"
+        "    LMTask.model_metadata = lambda self: {**real(self), 'data_fingerprint': 'prepared-elsewhere'}\n",
+        {},
+        r"oelm: error: rank 1 disagrees with rank 0 before the first step on data_fingerprint",
+    ),
+    # A timeout of 0 s: refused on every rank before it joins (no group to agree in yet).
+    "timeout": (
+        "    pass\n",
+        {"OELM_DIST_TIMEOUT_S": "0"},
+        r"oelm: error: environment variable OELM_DIST_TIMEOUT_S='0'",
+    ),
+}
+
+
+@pytest.mark.slow  # torchrun with two processes: ~10 s each
+@pytest.mark.parametrize("case", list(ONE_RANK_REFUSES))
+def test_a_refusal_on_one_rank_ends_every_rank_with_the_same_line(tmp_path: Path, case: str) -> None:
+    """A refusal that one rank meets during the start (rank 0's directory lock held by another job,
+    rank 1's data missing or different, a bad timeout) ends every rank with the same one line and
+    exit code 2, and no rank with a gloo traceback (connection reset in a collective its peer left)."""
+    from oelm.utils.lock import dir_lock
+
+    hook, env, refusal = ONE_RANK_REFUSES[case]
+    held = dir_lock(tmp_path / "ddp", "training run") if case == "busy" else nullcontext()
+    with held:
+        done, _ = torchrun_with_rank1_hook(tmp_path, hook, steps=4, torchrun_args=("--tee", "2"), **env)
+    assert done.returncode != 0
+    per_rank = rank_lines(done.stderr)  # (torchrun's own report ends in its ChildFailedError traceback)
+    assert not [x for lines in per_rank for x in lines if "Traceback" in x], done.stderr[-4000:]
+    assert "[rank0]:" not in done.stderr and "[rank1]:" not in done.stderr, done.stderr[-4000:]
+    errors = [[x for x in lines if x.startswith("oelm:")] for lines in per_rank]
+    assert all(len(e) == 1 for e in errors), done.stderr[-4000:]
+    assert errors[0] == errors[1] and re.match(refusal, errors[0][0]), errors
+    assert not (tmp_path / "ddp" / "results.json").exists()
+    # torchrun's report names each rank's exit code: 2, the code of a refusal, on every rank.
+    codes = dict(re.findall(r"rank\s*: (\d+) \(local_rank.*\n\s*exitcode\s*: (-?\d+)", done.stderr))
+    assert codes == {"0": "2", "1": "2"}, done.stderr[-3000:]

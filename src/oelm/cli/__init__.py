@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from oelm import __version__
-from oelm.utils.errors import Interrupted, UserError
+from oelm.utils.errors import AgreedRefusal, Interrupted, UserError
 
 # Each name is a module `oelm.cli.<name>` exposing `register(subparsers)`, which adds
 # its parser and sets `func` (a callable taking the parsed args and returning an exit code).
@@ -178,13 +179,18 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except UserError as err:  # one clear message, no traceback
         print(f"oelm: error: {err}", file=sys.stderr)
-        return getattr(err, "exit_code", 2)
+        code = getattr(err, "exit_code", 2)
+        if isinstance(err, AgreedRefusal) and os.environ.get("TORCHELASTIC_RUN_ID"):
+            # Every rank refused together: leave now, each with this code, before torchrun's
+            # SIGTERM (sent once the first rank has exited) reaches a rank still shutting down.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except KeyboardInterrupt:  # Ctrl-C outside a training loop (or a second one inside it)
         print("oelm: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading: not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
 

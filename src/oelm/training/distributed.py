@@ -17,7 +17,7 @@ from torch import nn
 from oelm.core.freezing import rebind_targets
 from oelm.core.targets import find_targets
 from oelm.utils.env import env_seconds
-from oelm.utils.errors import UserError
+from oelm.utils.errors import AgreedRefusal, UserError
 
 try:
     from torch.distributed.device_mesh import init_device_mesh
@@ -76,6 +76,11 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 LAUNCH_FIX = "launch with torchrun (it sets them), or unset WORLD_SIZE, RANK and LOCAL_RANK for one process"
 
 
+# How long a rank that refuses before joining (a bad OELM_DIST_TIMEOUT_S) waits for the others under
+# torchrun, to end with them; after that it refuses alone.
+REFUSAL_JOIN_S = 30.0
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name, str(default))
     try:
@@ -95,9 +100,19 @@ def init_distributed(device_name: str, group_of_one: bool = False) -> tuple[Dist
     world, rank, local_rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     if world < 1 or not 0 <= rank < world or local_rank < 0:
         raise UserError(f"WORLD_SIZE={world}, RANK={rank}, LOCAL_RANK={local_rank} do not describe a job; {LAUNCH_FIX}")
-    # Checked in every process before any work, so a bad value is refused on every rank alike.
-    timeout = env_seconds("OELM_DIST_TIMEOUT_S", 600, positive=True)
+    # Checked in every process before any work. Under torchrun (which started every rank) a bad
+    # value is refused once the ranks have joined, waiting at most REFUSAL_JOIN_S for them: every
+    # rank then ends at the same point with the same line and exit code, where refusing before
+    # joining races torchrun, which SIGTERMs the others as soon as the first rank has exited.
+    refusal: UserError | None = None
+    try:
+        timeout = env_seconds("OELM_DIST_TIMEOUT_S", 600, positive=True)
+    except UserError as err:
+        if world == 1 or dist.is_initialized() or not os.environ.get("TORCHELASTIC_RUN_ID"):
+            raise
+        timeout, refusal = REFUSAL_JOIN_S, err
     device = resolve_device(device_name, local_rank)
+    info = DistInfo(rank=rank, world=world, local_rank=local_rank)
     if world > 1 and not dist.is_initialized():
         missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
         if missing:
@@ -111,16 +126,23 @@ def init_distributed(device_name: str, group_of_one: bool = False) -> tuple[Dist
         try:
             dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         except (RuntimeError, ValueError, OSError) as err:  # DistNetworkError / DistStoreError are RuntimeErrors
+            if refusal is not None:  # the others did not come in time: this rank's own refusal
+                raise refusal from None
             raise UserError(
                 f"could not join the process group of {world} processes as rank {rank} within {timeout:g} s "
                 f"({type(err).__name__}: {str(err).splitlines()[0][:120]}); start every rank, or {LAUNCH_FIX}"
             ) from None
+        try:  # a refusal of the start above, on any rank, ends every rank alike
+            share_refusal(refusal, info)
+        except AgreedRefusal:
+            shutdown_distributed(info, clean=True)
+            raise
     if world == 1 and group_of_one and not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
-    return DistInfo(rank=rank, world=world, local_rank=local_rank), device
+    return info, device
 
 
 def shutdown_distributed(info: DistInfo, clean: bool = True) -> None:
@@ -171,6 +193,39 @@ def barrier(info: DistInfo) -> None:
 T = TypeVar("T")
 
 
+def share_refusal(error: UserError | None, info: DistInfo) -> None:
+    """Every rank says whether it refused here (`error`); if any did, every rank raises the same
+    `AgreedRefusal`: the first refusing rank's line (prefixed with that rank when it is not rank
+    0) and its exit code. Without a process group, `error` is raised as it is."""
+    if not info.enabled:
+        if error is not None:
+            raise error
+        return
+    mine = None if error is None else (str(error), getattr(error, "exit_code", 2))
+    gathered: list[Any] = [None] * info.world
+    dist.all_gather_object(gathered, mine)
+    for rank, refusal in enumerate(gathered):
+        if refusal is not None:
+            message, code = refusal
+            raise AgreedRefusal(message if rank == 0 else f"rank {rank} of {info.world}: {message}", code)
+
+
+@contextmanager
+def refusals_agreed(info: DistInfo) -> Iterator[None]:
+    """Around a part of the start that may refuse on some ranks only (rank 0's directory lock, a
+    rank's own data or model files) and runs no collective itself: every rank leaves it together,
+    all with the same one-line refusal (`share_refusal`) or none. A refusal already agreed inside
+    passes through as it is (every rank raised it at the same point)."""
+    try:
+        yield
+    except AgreedRefusal:
+        raise
+    except UserError as err:
+        share_refusal(err, info)
+        raise  # share_refusal raised already; kept for readers and type checkers
+    share_refusal(None, info)
+
+
 def from_rank0(read: Callable[[], T], info: DistInfo) -> T:
     """Run `read` on rank 0 only and hand its result, or its UserError, to every rank.
 
@@ -185,11 +240,11 @@ def from_rank0(read: Callable[[], T], info: DistInfo) -> T:
         try:
             box = [("ok", read())]
         except UserError as err:  # every rank stops with rank 0's message, none waits for it
-            box = [("error", str(err))]
+            box = [("error", (str(err), getattr(err, "exit_code", 2)))]
     dist.broadcast_object_list(box, src=0)
     kind, value = box[0]
     if kind == "error":
-        raise UserError(value)
+        raise AgreedRefusal(*value)
     return value
 
 
@@ -217,7 +272,7 @@ def agree(facts: dict[str, Any], info: DistInfo, when: str) -> None:
         for key, value in base.items():
             if other.get(key) != value:
                 fix = AGREE_FIXES.get(key, "every rank must start from the same state")
-                raise UserError(
+                raise AgreedRefusal(
                     f"rank {rank} disagrees with rank 0 {when} on {key}: {other.get(key)!r} vs {value!r}; {fix}"
                 )
 

@@ -7,7 +7,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -27,6 +27,7 @@ from oelm.training.distributed import (
     barrier,
     from_rank0,
     init_distributed,
+    refusals_agreed,
     shutdown_distributed,
 )
 from oelm.training.results import RunFacts, build_results, build_timing
@@ -37,7 +38,7 @@ from oelm.training.strategy import Strategy, make_strategy
 from oelm.training.task import Task, make_task
 from oelm.training.timing import StepTimer, peak_memory
 from oelm.training.wandb import FanOut, WandbLogger
-from oelm.utils.errors import Diverged, UserError
+from oelm.utils.errors import AgreedRefusal, Diverged, UserError
 from oelm.utils.io import atomic_write_json
 from oelm.utils.lock import dir_lock
 
@@ -50,17 +51,23 @@ def train(config: TrainConfig | dict[str, Any], overrides: list[str] | None = No
     cfg = make_config(config, overrides)
     owns_group = not (tdist.is_available() and tdist.is_initialized())
     info, device = init_distributed(cfg.device, group_of_one=cfg.strategy == "fsdp")
-    # One process (rank 0 of a job) trains into a directory at a time; a second one is refused.
-    lock = dir_lock(cfg.run_dir(), "training run") if info.is_main else nullcontext()
-    ok = False
+    together = False  # every rank ends here at the same point: done, or one refusal they agreed on
     try:
-        with lock:
+        with ExitStack() as held:
+            # One process (rank 0 of a job) trains into a directory at a time; a second job is
+            # refused on every rank with rank 0's line, not only on rank 0.
+            with refusals_agreed(info):
+                if info.is_main:
+                    held.enter_context(dir_lock(cfg.run_dir(), "training run"))
             results = Trainer(cfg, info, device).run()
-        ok = True
+        together = True
         return results
+    except AgreedRefusal:
+        together = True
+        raise
     finally:
-        if owns_group:  # after a failure no barrier: this rank exits now, and torchrun stops the rest
-            shutdown_distributed(info, clean=ok)
+        if owns_group:  # after a failure of one rank no barrier: it exits now, and torchrun stops the rest
+            shutdown_distributed(info, clean=together)
 
 
 EVAL_SHOWN = ("loss", "perplexity", "accuracy", "macro_f1", "sequence_accuracy")  # in this order
@@ -118,10 +125,11 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, dist: DistInfo, device: torch.device) -> None:
         self.cfg, self.dist, self.device = cfg, dist, device
-        self.amp = resolve_amp(cfg.dtype, device)
-        self.task: Task = make_task(cfg, dist, device)
-        self.task.validate()
-        self.cfg = cfg = self.task.resolved_config()
+        with refusals_agreed(dist):  # each rank reads its own data: one rank's refusal stops all alike
+            self.amp = resolve_amp(cfg.dtype, device)
+            self.task: Task = make_task(cfg, dist, device)
+            self.task.validate()
+            self.cfg = cfg = self.task.resolved_config()
         # Rank 0 inspects the run directory and every rank follows its plan: the others need not
         # see the directory (no shared file system under DDP); each keeps its own path to it.
         self.plan: RunPlan = from_rank0(lambda: plan_run(cfg), dist)
@@ -152,9 +160,10 @@ class Trainer:
         # leaves nothing behind that could block the corrected rerun.
         self._build()
         barrier(self.dist)  # every rank has inspected the directory before rank 0 changes it
-        if self.dist.is_main:
-            tokenizer = self.task.model_metadata().get("tokenizer")
-            open_run_dir(self.run_dir, self.plan, dump_config(self.cfg), tokenizer)
+        with refusals_agreed(self.dist):  # rank 0 alone writes: its refusal reaches every rank
+            if self.dist.is_main:
+                tokenizer = self.task.model_metadata().get("tokenizer")
+                open_run_dir(self.run_dir, self.plan, dump_config(self.cfg), tokenizer)
         self.strategy.check_run_dir(self.run_dir)
         if self.plan.resume_from is not None:
             self._restore(self.plan.resume_from)
@@ -179,8 +188,9 @@ class Trainer:
 
         # Seed before building so tensors a method leaves alone are identical across methods.
         torch.manual_seed(self.cfg.seed)
-        model = self.task.build_model()
-        apply_method(model, self.cfg.method, seed=self.cfg.seed, **self.cfg.method_options)
+        with refusals_agreed(self.dist):  # each rank reads its own model files (a pretrained folder)
+            model = self.task.build_model()
+            apply_method(model, self.cfg.method, seed=self.cfg.seed, **self.cfg.method_options)
         self.audit = audit_model(model)
         self.schedule = make_schedule(model, self.cfg.steps)  # None unless the method has one
         if self.schedule is not None:

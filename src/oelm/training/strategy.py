@@ -57,7 +57,7 @@ from oelm.training.distributed import (
     shard_model,
 )
 from oelm.utils.env import env_seconds
-from oelm.utils.errors import Interrupted, UserError
+from oelm.utils.errors import AgreedRefusal, Interrupted, UserError
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +389,7 @@ class FSDPStrategy(Strategy):
             if all_reduce_sum([float(time.monotonic() >= deadline)], self.dist, self.device)[0] > 0:
                 break  # every rank leaves the loop at the same poll
             time.sleep(0.5)
-        raise UserError(
+        raise AgreedRefusal(
             f"{blind} of {self.dist.world} ranks cannot see the run directory {str(run_dir)!r} that rank 0 "
             f"wrote (waited {wait:g} s): the ranks do not share a file system. Under --strategy fsdp every rank "
             "writes and reads its shard of the checkpoints (torch.distributed.checkpoint) there: put --out on "

@@ -192,6 +192,27 @@ def test_data_order_resumes_exactly(tmp_path):
         assert torch.equal(again.next_batch()["input_ids"], want)
 
 
+def test_every_training_step_runs_in_train_mode_even_from_a_model_built_in_eval_mode(tmp_path, monkeypatch):
+    """Hugging Face's from_pretrained returns a model in eval mode: a fine-tuning run trained its
+    steps before the first evaluation with dropout off, and a resumed one its steps up to the next
+    evaluation (so a resumed MiniLM run ended at another validation loss than the uninterrupted
+    one). Every training forward now runs in train mode, from the first step and after a resume."""
+    from oelm.training.classification import ClassificationTask
+    from oelm.training.loop import train
+
+    build = ClassificationTask.build_model
+    modes: list[bool] = []
+
+    def built_in_eval_mode(self):
+        model = build(self).eval()
+        model.register_forward_pre_hook(lambda m, _a: modes.append(m.training) if torch.is_grad_enabled() else None)
+        return model
+
+    monkeypatch.setattr(ClassificationTask, "build_model", built_in_eval_mode)
+    train(_cfg(tmp_path / "r", steps=4, eval_every=2))
+    assert len(modes) == 4 and all(modes), modes
+
+
 def test_bad_settings_fail_before_training(tmp_path):
     from oelm.training.loop import train
 

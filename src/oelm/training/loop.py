@@ -171,6 +171,10 @@ class Trainer:
         self.session_first_step = self.step
         barrier(self.dist)
         self._open_logs()
+        # Every step in train mode: a model built in eval mode (Hugging Face's from_pretrained) ran
+        # its steps before the first evaluation, and a resumed run its steps up to the next, with
+        # dropout off.
+        self.model.train()
         try:
             with self._lost_peer_is_clear(final=False):
                 self._loop()

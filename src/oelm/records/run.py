@@ -284,7 +284,7 @@ def read_results(run_dir: str | Path) -> RunResults | None:
     path = Path(run_dir) / RESULTS_FILE
     try:
         st = path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no run yet (or a file where its folder goes)
         return None
     raw = _read_results_file(str(path), st.st_ino, st.st_mtime_ns, st.st_size)
     return normalize_results(copy.deepcopy(raw))

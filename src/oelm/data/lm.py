@@ -26,7 +26,7 @@ from oelm.data.tokenizers import EOT_TEXT, Tokenizer, load_tokenizer
 from oelm.utils.errors import UserError
 from oelm.utils.hub import require_hub
 from oelm.utils.io import atomic_write_json, read_json, read_json_object
-from oelm.utils.lock import LOCK_NAME, dir_lock, pid_alive
+from oelm.utils.lock import LOCK_NAME, clear_stale_temps, dir_lock
 
 log = logging.getLogger(__name__)
 
@@ -609,7 +609,7 @@ def _write_all(
     dtype = token_dtype(tok.vocab_size)
     real = out.resolve()  # a link to a folder keeps pointing at the new data
     stage = real.parent / f".{real.name}.tmp-{os.getpid()}"
-    _clear_stale_stages(real)
+    clear_stale_temps(real)
     temps = {s: stage / f"{s}.bin" for s in SPLITS if s in splits}
     counts: dict[str, int] = {}
     digests: dict[str, str] = {}
@@ -660,14 +660,6 @@ def _write_all(
             f"prepared {total:,} tokens ({sizes}) in {elapsed:.1f}s, {total / max(elapsed, 1e-9):,.0f} tokens/s -> {out}"
         )
     return meta
-
-
-def _clear_stale_stages(real: Path) -> None:
-    """Remove temp folders that killed preparations of this folder left beside it (their pid is gone)."""
-    for stale in real.parent.glob(f".{real.name}.tmp-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
 
 
 def _swap_in(stage: Path, real: Path) -> None:

@@ -37,7 +37,7 @@ from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, follow_umask, read_json, read_yaml, write_error
-from oelm.utils.lock import pid_alive, sibling_lock
+from oelm.utils.lock import clear_stale_temps, sibling_lock
 
 # Written into every export, listing its files: `--overwrite` replaces only a folder holding it,
 # and only when the folder holds nothing else.
@@ -231,7 +231,7 @@ def _export_locked(out: Path, run_dir: str | Path, which: str, tolerance: float,
             f"exported logits differ by {diff:.2e} (> {tolerance:g}); not writing a folder that is not exact"
         )
     carry_method(model, hf)  # Q/K frozen in the export too, so oelm.from_pretrained restores the method
-    _clear_stale_exports(out)
+    clear_stale_temps(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     try:
         tmp.mkdir(parents=True)
@@ -375,14 +375,6 @@ def check_target(out: Path, run_dir: Path, overwrite: bool) -> None:
             f"{str(out)!r} is a previous export but also holds {len(others)} file(s) it did not write "
             f"(e.g. {others[0]!r}); --overwrite removes nothing else: move them out or choose a new folder"
         )
-
-
-def _clear_stale_exports(out: Path) -> None:
-    """Remove hidden temp folders that killed exports to `out` left behind (their pid is gone)."""
-    for tmp in out.parent.glob(f".{out.name}.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _replace_folder(new: Path, out: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -119,3 +120,12 @@ def _remove_if_empty(directory: Path, created: bool) -> None:
     if created:
         with contextlib.suppress(OSError):  # not empty (or gone): keep it
             directory.rmdir()
+
+
+def clear_stale_temps(folder: Path) -> None:
+    """Remove the hidden temp folders (.NAME.tmp-<pid>) that killed writers of `folder` left beside
+    it (their pid is gone); a live writer's stays."""
+    for stale in folder.parent.glob(f".{folder.name}.tmp-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)

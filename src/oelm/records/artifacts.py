@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from oelm.records.numbers import check_recorded_numbers
 from oelm.utils.io import read_json
 
 FREEZE_AUDIT_FILE = "freeze_audit.json"  # {"start": the audit's to_dict(), "end": the final check's to_dict()}
@@ -75,9 +76,11 @@ def _int(value: Any) -> int | None:
 
 def read_audit(run_dir: str | Path) -> AuditSummary | None:
     """The summary of a run directory's freeze_audit.json, or None when absent or unreadable."""
-    raw = read_json(Path(run_dir) / FREEZE_AUDIT_FILE)
+    path = Path(run_dir) / FREEZE_AUDIT_FILE
+    raw = read_json(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("start"), dict):
         return None
+    check_recorded_numbers(raw, "audit", repr(str(path)))
     totals = raw["start"].get("totals") if isinstance(raw["start"].get("totals"), dict) else {}
     end = raw.get("end") if isinstance(raw.get("end"), dict) else {}
     return AuditSummary.from_dict({**totals, "ok": end.get("ok"), "problems": end.get("problems") or []})
@@ -85,5 +88,7 @@ def read_audit(run_dir: str | Path) -> AuditSummary | None:
 
 def read_timing(run_dir: str | Path) -> TimingStats:
     """A run directory's timing_stats.json ({} when absent or unreadable)."""
-    raw = read_json(Path(run_dir) / TIMING_FILE)
+    path = Path(run_dir) / TIMING_FILE
+    raw = read_json(path)
+    check_recorded_numbers(raw, "timing", repr(str(path)))
     return TimingStats(**raw) if isinstance(raw, dict) else TimingStats()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from oelm.records.artifacts import AuditSummary, TimingStats
+from oelm.records.numbers import SECTIONS, check_eval_step, check_recorded_numbers
 from oelm.records.run import RunRecord, RunResults, classify, normalize_results
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_text, clean_json, read_json_object
@@ -101,6 +102,11 @@ def run_from_record(raw: dict[str, Any], folder: Path, where: Path) -> RunRecord
             f"{str(where)!r} is run-record version {raw['version']}, newer than this oelm reads "
             f"({RECORD_VERSION}); upgrade oelm"
         )
+    for section in SECTIONS:
+        check_recorded_numbers(raw.get(section), section, f"{str(where)!r} ({section} of run {folder.as_posix()})")
+    evals = [line for line in raw.get("evals") or [] if isinstance(line, dict)]
+    for line in evals:
+        check_eval_step(line, f"{str(where)!r} (an eval line of run {folder.as_posix()})")
     results: RunResults = normalize_results(raw.get("results") or {})
     status, reason = classify(results)
     items = raw.get("test_items")
@@ -113,7 +119,7 @@ def run_from_record(raw: dict[str, Any], folder: Path, where: Path) -> RunRecord
         reason=reason,
         audit=AuditSummary.from_dict(raw.get("audit")),
         source=str(raw.get("source") or FROM_RUN),
-        _metrics=[line for line in raw.get("evals") or [] if isinstance(line, dict)],
+        _metrics=evals,
         _items=items if isinstance(items, dict) else {},
     )
 

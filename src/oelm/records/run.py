@@ -19,6 +19,7 @@ import yaml
 
 from oelm.records.artifacts import AuditSummary, TimingStats
 from oelm.records.layout import parse_run_path
+from oelm.records.numbers import check_eval_step, check_recorded_numbers
 from oelm.utils.errors import UserError
 from oelm.utils.io import load_yaml_text, read_json
 
@@ -223,12 +224,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     lines = []
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError:
             continue
         if isinstance(obj, dict):
+            if obj.get("kind") == "eval":
+                check_eval_step(obj, f"{str(path)!r} line {n}")
             lines.append(obj)
     return lines
 
@@ -265,6 +268,7 @@ def read_run_config(path: Path) -> dict[str, Any]:
             why = " ".join(str(err).split())[:160]
         else:
             if obj is None or isinstance(obj, dict):
+                check_recorded_numbers(obj, "config", repr(str(path)))
                 return obj or {}
             why = f"it holds a YAML {type(obj).__name__}, not a mapping of settings"
     raise UserError(
@@ -301,6 +305,7 @@ def _read_results_file(path: str, _ino: int, _mtime_ns: int, _size: int) -> dict
     raw = read_json(path, fix)
     if not isinstance(raw, dict):
         raise UserError(f"{path!r} holds a JSON {type(raw).__name__}, not an object; {fix}")
+    check_recorded_numbers(raw, "results", repr(path))
     return raw
 
 

@@ -1,6 +1,6 @@
 """Regenerate every stored result page under docs/results/ from its committed run records.
 
-docs/results/pages.yaml lists each page with the `oelm report` / `oelm leaderboard` command that
+docs/results/pages.yaml lists each page with the `oelm report` / `oelm report --view board` command that
 builds it from a folder of compact run records (oelm.records.compact); the generated blocks of
 README.md and docs/results/README.md are then refreshed by scripts/results_tables.py.
 

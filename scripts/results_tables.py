@@ -1,7 +1,7 @@
 """Rewrite the generated parts of docs/results/README.md (and README.md) from the stored records.
 
 Every number inside a generated block is read from a report.json (written by `oelm report`,
-`oelm sweep`, `oelm compare`) or a leaderboard.json (`oelm leaderboard`) committed under docs/,
+`oelm sweep`, `oelm compare`) or a leaderboard.json (`oelm report --view board`) committed under docs/,
 and formatted by oelm's own report formatters (`oelm.reports.tables`). The prose around the
 blocks, and rows with no stored record, are hand-kept and say so.
 
@@ -38,7 +38,7 @@ method's same-init trainable twin with its verdict, as the board computed it), n
 reference (the arm every method of the table is compared with).
 
 Nothing is computed here: every statistic (paired tests, Holm adjustment, equivalence tests,
-verdicts) is the one `oelm report` / `oelm leaderboard` stored, computed from the committed run
+verdicts) is the one `oelm report` / `oelm report --view board` stored, computed from the committed run
 records (scripts/regenerate_results.py rebuilds those JSON files first).
 """
 

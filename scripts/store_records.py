@@ -4,7 +4,7 @@ Every finished run becomes one line of DST/runs.jsonl.gz (oelm.records.compact: 
 evaluation lines, per-item test values, audit and timing summaries, no weights), keyed by its place
 runs/<method>/<setting>/seed<N>, beside the sweep's own sweep.yaml / plan.json / confirmation.*.
 Runs already stored in DST are kept (a place stored twice must hold the same record). `oelm report
-DST` and `oelm leaderboard DST` rebuild the report or board from the committed records alone.
+DST` and `oelm report --view board DST` rebuild the report or board from the committed records alone.
 
     python scripts/store_records.py runs/sweeps/twin-board docs/results/twin-board/records/pilot
 """

@@ -44,21 +44,22 @@ def test_the_margin_flag_default_is_the_library_default() -> None:
     parser = argparse.ArgumentParser()
     add_margin_flag(parser)
     assert parser.parse_args([]).margin == MARGIN
-    from oelm.cli import build_parser
+    from oelm.cli.report import view_margin
     from oelm.reports.finetune import MARGIN_POINTS
 
-    assert build_parser().parse_args(["finetune-board", "d", "--out", "o"]).margin == MARGIN_POINTS
+    assert view_margin(argparse.Namespace(view="finetune", margin=None)) == MARGIN_POINTS
+    assert view_margin(argparse.Namespace(view="report", margin=None)) == MARGIN
 
 
 @pytest.mark.parametrize(
     ("argv", "new"),
     [
-        (["finetune-board", "d", "--out", "o", "--reference", "baseline"], "--baseline"),
-        (["finetune-board", "d", "--out", "o", "--margin-points", "0.5"], "--margin"),
+        (["report", "--view", "finetune", "d", "--reference", "baseline"], "--baseline"),
+        (["report", "--view", "finetune", "d", "--margin-points", "0.5"], "--margin"),
         (["report", "d", "--reference", "baseline"], "--baseline"),
-        (["leaderboard", "d", "--out", "o", "--reference", "baseline"], "--baseline"),
+        (["report", "--view", "board", "d", "--out", "o", "--reference", "baseline"], "--baseline"),
         (["confirm", "plan", "d", "--out", "o", "--reference", "baseline"], "--baseline"),
-        (["leaderboard", "d", "--out", "o", "--margin-points", "1"], "--margin"),
+        (["report", "--view", "board", "d", "--out", "o", "--margin-points", "1"], "--margin"),
     ],
 )
 def test_old_flag_spellings_are_refused_with_one_line_naming_the_new_flag(argv, new, capsys) -> None:
@@ -74,14 +75,39 @@ def test_every_comparing_command_takes_baseline_and_margin() -> None:
 
     parser = build_parser()
     for argv in (
-        ["finetune-board", "d", "--out", "o"],
+        ["report", "--view", "finetune", "d", "--out", "o"],
         ["report", "d"],
-        ["leaderboard", "d", "--out", "o"],
+        ["report", "--view", "board", "d", "--out", "o"],
         ["confirm", "plan", "d", "--out", "o"],
     ):
         args = parser.parse_args([*argv, "--baseline", "arm", "--margin", "0.25"])
         assert (args.baseline, args.margin) == ("arm", 0.25), argv
-    assert parser.parse_args(["finetune-board", "d", "--out", "o"]).margin == 0.5  # accuracy points
+
+
+@pytest.mark.parametrize(
+    ("old", "view"), [("leaderboard", "board"), ("finetune-board", "finetune"), ("ladder", "ladder")]
+)
+def test_the_commands_the_views_replaced_are_refused_naming_the_view(old, view, capsys) -> None:
+    """One report (issue 50): `oelm leaderboard`, `finetune-board` and `ladder` are views of
+    `oelm report`; the old command, with whatever flags it had, stops with one line naming the view."""
+    assert main([old, "d", "--out", "o", "--seeds", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"oelm: error: `oelm {old}` is now `oelm report --view {view}` (same flags, same page); run that"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--view", "ladder", "--baseline", "x"], "--baseline"),
+        (["--view", "ladder", "--margin", "2"], "--margin"),
+        (["--view", "report", "--seeds", "1"], "--seeds"),
+        (["--view", "finetune", "--study-numbers", "s.yaml"], "--study-numbers"),
+    ],
+)
+def test_a_flag_another_view_reads_is_refused_not_ignored(argv, flag, tmp_path, capsys) -> None:
+    assert main(["report", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"oelm: error: {flag} is read by the ")
 
 
 # Building the parser, `--version` and every `--help` (nested commands too) in a fresh interpreter,
@@ -94,8 +120,10 @@ def paths(parser, prefix):
     yield prefix
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
+            shown = {a.dest for a in action._choices_actions}  # the replaced commands' refusals are hidden
             for name, sub in action.choices.items():
-                yield from paths(sub, [*prefix, name])
+                if name in shown:
+                    yield from paths(sub, [*prefix, name])
 
 lines = [["--version"]] + [[*p, "--help"] for p in paths(build_parser(), [])]
 for argv in lines:

@@ -131,7 +131,7 @@ def test_a_leaderboard_over_unequal_budgets_says_so_and_gives_no_verdict(tmp_pat
         run = make_run(tmp_path / "b", "oelm-freeze", 1e-3, seed, test_perplexity=10 + seed / 10, best_val_loss=1.5)
         _edit(run, {"steps": 80}, steps=80, tokens_seen=80 * 512)
     out = tmp_path / "lb"
-    assert main(["leaderboard", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 2
+    assert main(["report", "--view", "board", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 2
     err = capsys.readouterr()
     assert "Target met" not in err.out and not out.exists()
     assert "differ in steps (40: 3 run(s)" in err.err and "80: 3 run(s)" in err.err

@@ -703,7 +703,7 @@ def test_a_board_over_a_confirmation_uses_its_plans_margin_and_refuses_another(t
     assert write_leaderboard([wide], tmp_path / "same", margin=3.0)[1][0].group.margin == 3.0
     with pytest.raises(UserError, match=r"--margin 1: the confirmation plan of this board fixed ±3% .*drop --margin"):
         write_leaderboard([wide], tmp_path / "other", margin=1.0)
-    assert main(["leaderboard", str(wide), "--out", str(tmp_path / "cli"), "--margin", "1"]) == 2
+    assert main(["report", "--view", "board", str(wide), "--out", str(tmp_path / "cli"), "--margin", "1"]) == 2
     narrow = _confirmed(tmp_path, "narrow", 1.0)
     with pytest.raises(UserError, match=r"fixed different equivalence margins .*±3%.*±1%"):
         write_leaderboard([wide, narrow], tmp_path / "mixed")
@@ -716,7 +716,7 @@ def test_every_stored_board_over_a_confirmation_uses_its_plans_margin() -> None:
     checked = 0
     for page in pages:
         records = REPO / "docs/results" / str(page["records"])
-        if page["command"] != "leaderboard" or not (records / PLAN_FILE).is_file():
+        if page["command"] != "report --view board" or not (records / PLAN_FILE).is_file():
             continue
         board = json.loads((REPO / "docs/results" / page["out"] / "leaderboard.json").read_text(encoding="utf-8"))
         assert {t["margin_percent"] for t in board["tables"]} == {read_plan(records).margin}, page["out"]

@@ -122,7 +122,7 @@ def test_a_report_over_read_only_run_records_writes_elsewhere_or_says_so_in_one_
     assert "--out" in err[0] and "Traceback" not in err[0]
     assert main(["report", str(runs), "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "report.md").is_file()
-    assert main(["leaderboard", str(runs), "--out", str(tmp_path / "ro" / "board")]) == 2
+    assert main(["report", "--view", "board", str(runs), "--out", str(tmp_path / "ro" / "board")]) == 2
     assert "cannot write the leaderboard folder" in capsys.readouterr().err
     assert sorted(str(p) for p in (tmp_path / "ro").rglob("*")) == before  # nothing written there
 

@@ -93,7 +93,7 @@ def board_dir(tmp_path: Path) -> Path:
 
 
 def test_board_reads_points_decides_holm_and_marks_dominated(board_dir: Path, tmp_path: Path, capsys) -> None:
-    assert main(["finetune-board", str(board_dir), "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", "--view", "finetune", str(board_dir), "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "freeze-qk: -10.00 points worse (resolved)" in printed
     board = json.loads((tmp_path / "out" / "board.json").read_text())["boards"][0]
@@ -153,7 +153,7 @@ def test_board_refuses_a_sweep_without_full_fine_tuning(tmp_path: Path, capsys) 
     rng = np.random.default_rng(2)
     for seed in range(2):
         cls_run(tmp_path / "s", "lora", seed, (rng.random(N) < 0.8).astype(int), 10, 0.7)
-    assert main(["finetune-board", str(tmp_path / "s"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["report", "--view", "finetune", str(tmp_path / "s"), "--out", str(tmp_path / "o")]) == 2
     assert "full fine-tuning" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 

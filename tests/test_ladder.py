@@ -53,7 +53,7 @@ def rung(root: Path, name: str, model: str = "gpt-tiny") -> Path:
 
 def test_ladder_compares_each_frozen_method_with_its_twin_and_fits_the_trend(tmp_path: Path, capsys) -> None:
     rungs = [rung(tmp_path, n) for n in SIZES]
-    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
     data = json.loads((tmp_path / "out" / "ladder.json").read_text())
     steps = data["steps"]
     assert [s["params"] for s in steps] == sorted(SIZES.values())
@@ -83,14 +83,14 @@ def test_a_rung_s_table_warning_reaches_the_file_and_the_terminal(tmp_path: Path
     rungs = [rung(tmp_path, n) for n in ("s1", "s2")]
     short = rungs[0] / "runs" / "oelm-freeze" / "lr0.001" / "seed0" / "results.json"
     short.write_text(json.dumps({**json.loads(short.read_text()), "tokens_seen": 100}))
-    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
     assert "  warning: tinystories (lm, gpt-tiny): unequal budgets (tokens_seen" in capsys.readouterr().out
     assert "- tinystories (lm, gpt-tiny): unequal budgets (tokens_seen" in (tmp_path / "out" / "ladder.md").read_text()
 
 
 def test_a_rung_without_a_twin_is_refused(tmp_path: Path, capsys) -> None:
     make_run(tmp_path / "lonely", "baseline", 1e-3, 0, test_perplexity=20.0, best_val_loss=3.0)
-    assert main(["ladder", str(tmp_path / "lonely"), "--out", str(tmp_path / "out")]) == 2
+    assert main(["report", "--view", "ladder", str(tmp_path / "lonely"), "--out", str(tmp_path / "out")]) == 2
     assert "needs both arms" in capsys.readouterr().err
 
 
@@ -123,7 +123,7 @@ def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: P
     exponents with intervals, the multiplier and the extrapolation, the figure."""
     sizes = [4_000, 10_000, 25_000, 60_000, 150_000]
     rungs = [law_rung(tmp_path, n, 12.0 - 3 * np.log10(n / sizes[0])) for n in sizes]
-    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
     data = json.loads((tmp_path / "out" / "ladder.json").read_text())
     (trend,) = data["trends"]
     assert trend["verdict"] == "shrinks with size (resolved)" and trend["p_shrink"] < 0.05 < trend["p_grow"]
@@ -144,7 +144,7 @@ def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: P
 def test_a_flat_gap_is_unresolved_with_the_slope_it_could_detect(tmp_path: Path) -> None:
     """No trend in the gap: neither direction resolves, and the verdict names the detectable slope."""
     rungs = [law_rung(tmp_path, n, 10.0) for n in (4_000, 10_000, 25_000)]
-    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
     (trend,) = json.loads((tmp_path / "out" / "ladder.json").read_text())["trends"]
     assert trend["verdict"].startswith("unresolved (smallest detectable slope ")
     assert trend["p_shrink"] > 0.05 and trend["p_grow"] > 0.05
@@ -159,7 +159,7 @@ def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -
         law_rung(tmp_path, n, 12.0 - 4 * np.log10(r / 20), ratio=r) for n in (4_000, 10_000) for r in (20, 80, 300)
     ]
     rungs.append(law_rung(tmp_path, 25_000, 12.0))
-    assert main(["ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
     data = json.loads((tmp_path / "out" / "ladder.json").read_text())
     by = {(t["axis"], t["held"]): t for t in data["trends"]}
     assert set(by) == {

@@ -153,14 +153,14 @@ def test_direction_follows_the_metric(tmp_path: Path) -> None:
 def test_cli_writes_three_files_deterministically(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     _sweep(tmp_path / "sweep")
     out = tmp_path / "lb"
-    assert main(["leaderboard", str(tmp_path / "sweep"), "--out", str(out)]) == 0
+    assert main(["report", "--view", "board", str(tmp_path / "sweep"), "--out", str(out)]) == 0
     assert "Target met by oelm-qknorm" in capsys.readouterr().out
     files = {p: (out / p).read_bytes() for p in ("leaderboard.md", "leaderboard.json", "pareto.png")}
     assert files["pareto.png"].startswith(b"\x89PNG")
     md = files["leaderboard.md"].decode()
     assert md.splitlines()[:5] == ["# Leaderboard", "", "Regenerate with:", "", "```"]
-    assert f"oelm leaderboard {tmp_path / 'sweep'} --out {out}" in md
-    assert main(["leaderboard", str(tmp_path / "sweep"), "--out", str(out)]) == 0
+    assert f"oelm report --view board {tmp_path / 'sweep'} --out {out}" in md
+    assert main(["report", "--view", "board", str(tmp_path / "sweep"), "--out", str(out)]) == 0
     assert (out / "leaderboard.md").read_bytes() == files["leaderboard.md"]
     assert (out / "leaderboard.json").read_bytes() == files["leaderboard.json"]
     assert (out / "pareto.png").read_bytes() == files["pareto.png"]
@@ -169,7 +169,7 @@ def test_cli_writes_three_files_deterministically(tmp_path: Path, capsys: pytest
 def test_bad_input_is_one_user_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(UserError, match="no run directories"):
         write_leaderboard([tmp_path], tmp_path / "lb")
-    assert main(["leaderboard", str(tmp_path / "missing"), "--out", str(tmp_path / "lb")]) == 2
+    assert main(["report", "--view", "board", str(tmp_path / "missing"), "--out", str(tmp_path / "lb")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "lb").exists()
 
@@ -276,7 +276,7 @@ def test_reference_is_the_best_tuned_trainable_arm_and_the_twin_gap(tmp_path: Pa
 
 def test_board_uses_only_the_vocabulary(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     _sweep(tmp_path)
-    assert main(["leaderboard", str(tmp_path), "--out", str(tmp_path / "lb"), "--margin", "2"]) == 0
+    assert main(["report", "--view", "board", str(tmp_path), "--out", str(tmp_path / "lb"), "--margin", "2"]) == 0
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     low = md.lower() + capsys.readouterr().out.lower()
     assert not any(w in low for w in ("significant", "n.s.", "recovered", "underpowered"))

@@ -260,7 +260,7 @@ def test_a_warning_that_changes_a_verdict_reaches_the_terminal(tmp_path: Path, c
             )
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "r")]) == 0
     assert "unequal budgets" in capsys.readouterr().out
-    assert main(["leaderboard", str(tmp_path), "--out", str(tmp_path / "b"), "--baseline", "baseline"]) == 0
+    assert main(["report", "--view", "board", str(tmp_path), "--out", str(tmp_path / "b"), "--baseline", "baseline"]) == 0
     assert "  warning: " in (out := capsys.readouterr().out) and "unequal budgets" in out
 
 

@@ -83,7 +83,7 @@ def test_a_verdicts_confirm_plan_is_accepted(
         assert named and all(f" {m} (lr " in out for m in named), (line, out)
         shutil.rmtree(f"{sweep}-confirm")  # each suggestion on the state that made it
 
-    assert main(["leaderboard", str(sweep), "--out", str(tmp_path / "board")]) == 0
+    assert main(["report", "--view", "board", str(sweep), "--out", str(tmp_path / "board")]) == 0
     board = (tmp_path / "board" / "leaderboard.md").read_text()
     capsys.readouterr()
     assert suggested(board, "confirm plan"), "the leaderboard's pilot lines suggest no runnable command"

@@ -23,9 +23,6 @@ COMMANDS: list[str] = [
     "sweep",
     "compare",
     "export",
-    "leaderboard",
-    "finetune",
-    "ladder",
     "confirm",
 ]
 
@@ -69,27 +66,17 @@ def configure_logging(level: int) -> None:
     logger.setLevel(level)
 
 
-def add_margin_flag(parser: argparse.ArgumentParser, points: float | None = None) -> None:
-    """--margin, the equivalence margin of reports and boards (one flag name for every command).
-
-    `points`: the default of a board that measures in accuracy points (the fine-tuning board) instead
-    of % of the reference's metric; the flag's name stays --margin and its help says the unit."""
-    if points is not None:
-        parser.add_argument(
-            "--margin",
-            type=float,
-            default=points,
-            help="equivalence margin in accuracy points: a difference is called 'equivalent within ±MARGIN "
-            f"points' only when the TOST (Holm-adjusted) shows it lies inside (default {points:g})",
-        )
-    else:
-        parser.add_argument(
-            "--margin",
-            type=float,
-            default=1.0,  # = oelm.reports.stats.MARGIN (not imported here: `oelm --help` stays fast)
-            help="equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
-            "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
-        )
+def add_margin_flag(parser: argparse.ArgumentParser, text: str | None = None) -> None:
+    """--margin, the equivalence margin of reports and boards (one flag name for every command);
+    `text`: its help where the unit depends on the page (the fine-tuning view measures in points)."""
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=1.0,  # = oelm.reports.stats.MARGIN (not imported here: `oelm --help` stays fast)
+        help=text
+        or "equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "
+        "±MARGIN%%' only when the TOST (Holm-adjusted) shows it lies inside (default 1)",
+    )
     refuse_renamed_flag(parser, "--margin-points", "--margin")
 
 

@@ -45,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="plan every ranked arm (the final comparison on fresh seeds; unresolved pilots make no claim)",
     )
-    add_baseline_flag(plan, None, "the reference, as for `oelm leaderboard` (default: the best-tuned trainable arm)")
+    add_baseline_flag(
+        plan, None, "the reference, as for `oelm report --view board` (default: the best-tuned trainable arm)"
+    )
     plan.add_argument(
         "--primary",
         nargs="+",

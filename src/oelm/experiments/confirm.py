@@ -1,6 +1,6 @@
 """Confirmation on fresh seeds: a board's claims, fixed before running, tested on seeds never used to select.
 
-`plan` reads a finished pilot sweep through the same board as `oelm leaderboard` (each arm's LR
+`plan` reads a finished pilot sweep through the same board as `oelm report --view board` (each arm's LR
 chosen on the pilot's validation, verdicts against the board's reference), takes its claims (every
 method whose verdict is resolved or equivalent, or the named ones), fixes each arm at its chosen
 setting, picks seeds the pilot never used and writes DIR/plan.json with a sha256 of its content
@@ -53,6 +53,7 @@ from oelm.reports import stats
 from oelm.reports.aggregate import MAX_SPREAD, Arm, Group, Versus, compare, gap_by_seed, stability_check
 from oelm.reports.board import Entry, build
 from oelm.reports.tables import (
+from oelm.reports.comparison import with_comparison
     family_lines,
     fmt_gap,
     fmt_p,
@@ -736,7 +737,7 @@ def run_confirmation(
     group, results = judge(plan, fresh)
     confirmation = Confirmation(plan, group, results, outcome, committed)
     atomic_write_text(out / "confirmation.md", "\n".join(render(confirmation)) + "\n")
-    atomic_write_json(out / "confirmation.json", to_json(confirmation))
+    atomic_write_json(out / "confirmation.json", with_comparison("confirmation", to_json(confirmation)))
     return confirmation
 
 
@@ -823,7 +824,7 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
     target = Path(out) if out is not None else folder
     target.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / "confirmation.md", "\n".join(render(confirmation)) + "\n")
-    atomic_write_json(target / "confirmation.json", to_json(confirmation))
+    atomic_write_json(target / "confirmation.json", with_comparison("confirmation", to_json(confirmation)))
     return confirmation
 
 

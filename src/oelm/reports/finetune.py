@@ -42,6 +42,7 @@ from oelm.records.load import load_runs
 from oelm.records.run import COLLAPSED, RunRecord
 from oelm.reports import stats
 from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare, step_time_ratios
+from oelm.reports.comparison import with_comparison
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 
@@ -669,12 +670,12 @@ def write_board(
     out_dir = Path(out)
     shown = " ".join(Path(p).as_posix() for p in paths)
     command = (
-        f"oelm finetune-board {shown} --out {out_dir.as_posix()}"
+        f"oelm report --view finetune {shown} --out {out_dir.as_posix()}"
         + (f" --baseline {reference}" if reference != REFERENCE else "")
         + (f" --margin {margin:g}" if margin != MARGIN_POINTS else "")
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(boards, out_dir / "pareto.png")
-    atomic_write_json(out_dir / "board.json", to_json(boards, command))
+    atomic_write_json(out_dir / "board.json", with_comparison("finetune", to_json(boards, command)))
     atomic_write_text(out_dir / "board.md", render(boards, command))
     return out_dir / "board.md", boards

@@ -33,6 +33,7 @@ from oelm.core.methods import get_method, twin_of
 from oelm.records.load import load_runs
 from oelm.reports import scaling, stats
 from oelm.reports.aggregate import BASELINE, Arm, compare, compare_pairs
+from oelm.reports.comparison import with_comparison
 from oelm.reports.tables import saving_fraction, verdict_text
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
@@ -626,7 +627,9 @@ def write_ladder(rungs: Sequence[str | Path], out: str | Path) -> tuple[Path, La
         raise UserError("name at least one rung (a sweep or records directory per size)")
     ladder = build([[r] for r in rungs])
     out_dir = Path(out)
-    command = "oelm ladder " + " ".join(Path(r).as_posix() for r in rungs) + f" --out {out_dir.as_posix()}"
+    command = (
+        "oelm report --view ladder " + " ".join(Path(r).as_posix() for r in rungs) + f" --out {out_dir.as_posix()}"
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(ladder, out_dir / "ladder.png")
     if any(p.curves for p in ladder.pair_fits):
@@ -634,6 +637,6 @@ def write_ladder(rungs: Sequence[str | Path], out: str | Path) -> tuple[Path, La
     stored = asdict(ladder)
     for p in stored["pair_fits"]:
         p.pop("curves")  # the bootstrap refits: the plot's band, not a stored number
-    atomic_write_json(out_dir / "ladder.json", {"command": command, **stored})
+    atomic_write_json(out_dir / "ladder.json", with_comparison("ladder", {"command": command, **stored}))
     atomic_write_text(out_dir / "ladder.md", render(ladder, command))
     return out_dir / "ladder.md", ladder

@@ -1,4 +1,4 @@
-"""`oelm leaderboard`: the boards of `oelm.reports.board` written out as leaderboard.md,
+"""`oelm report --view board`: the boards of `oelm.reports.board` written out as leaderboard.md,
 leaderboard.json and pareto.png.
 
 Every cell comes from `oelm.reports.tables`; how to read the board is docs/reading.md#leaderboard,
@@ -19,6 +19,7 @@ from oelm.records.sweep import confirmation_plan, declared_margin
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE
 from oelm.reports.board import REFERENCE, TARGET, Board, Entry, Target, build
+from oelm.reports.comparison import with_comparison
 from oelm.reports.reading import READING_PAGE, how_to_read
 from oelm.reports.tables import (
     CONFIRM_PLAN,
@@ -69,7 +70,7 @@ def command_line(
             return text if rel_text.startswith("..") else rel_text
         return text
 
-    parts = ["oelm", "leaderboard", *(rel(p) for p in paths), "--out", rel(out)]
+    parts = ["oelm", "report", "--view", "board", *(rel(p) for p in paths), "--out", rel(out)]
     if baseline:
         parts += ["--baseline", baseline]
     if seeds is not None:
@@ -462,7 +463,9 @@ def write_leaderboard(
     command = command_line(paths, out_dir, baseline, seeds, margin)
     writable_dir(out_dir, "leaderboard folder", "pass --out with a writable folder (sweeps are only read)")
     plot(boards, out_dir / "pareto.png", target)
-    atomic_write_json(out_dir / "leaderboard.json", to_json(boards, not_started, command, target))
+    atomic_write_json(
+        out_dir / "leaderboard.json", with_comparison("board", to_json(boards, not_started, command, target))
+    )
     sweep = Path(paths[0]).as_posix()
     confirm = f"oelm confirm plan {sweep} --seeds {{seeds}} --out {sweep}-confirm" + (
         f" --baseline {baseline}" if baseline else ""

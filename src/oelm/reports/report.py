@@ -34,6 +34,7 @@ from oelm.reports.aggregate import (
     metric_label,
     split_text,
 )
+from oelm.reports.comparison import with_comparison
 from oelm.reports.reading import budget, how_to_read, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
 from oelm.reports.study_compare import study_rows, study_section, study_summary
@@ -436,7 +437,10 @@ def write_report(
         text = text.rstrip() + "\n\n" + "\n".join(epilogue(comparison)).rstrip() + "\n"
     _write_atomic(out_dir / "report.md", text)
     provenance = {"n_runs": comparison.n_runs, "sources": [Path(p).as_posix() for p in paths]}
-    _write_atomic(out_dir / "report.json", json.dumps(to_json(comparison, provenance), indent=2, default=str))
+    _write_atomic(
+        out_dir / "report.json",
+        json.dumps(with_comparison("report", to_json(comparison, provenance)), indent=2, default=str),
+    )
     return out_dir / "report.md", comparison
 
 

@@ -1,0 +1,173 @@
+"""One JSON format for every comparison page: the `comparison` block.
+
+Every page the toolkit writes compares arms with a control (report.json, leaderboard.json,
+board.json, ladder.json, confirmation.json). Each keeps its own sections (LR sweeps, ranks, costs,
+fits, pilot claims), and each also carries this block, built by one function from what the page
+stored: one row per arm against its control, in one shape, so a reader (or a script) meets one
+format for "this arm against that control" whatever page it opens.
+
+    {"format": "oelm comparison", "version": 1, "view": "board",
+     "rows": [{"table", "arm", "control", "metric", "unit", "seeds", "lr",
+               "gap", "low", "high", "holm_p", "verdict", "family", "params", "tokens_per_param"}]}
+
+`gap` is signed so that + means the arm is worse; `low`/`high` are its paired 95% interval; `unit`
+says what the gap is measured in (per-seed % of the control's metric, or accuracy points).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from oelm.utils.io import clean_json
+
+FORMAT = "oelm comparison"
+VERSION = 1
+PERCENT = "% of the control's metric (mean per-seed gap, + = worse)"
+POINTS = "accuracy points (control - arm, + = worse)"
+
+
+def _row(table: str, arm: str, control: str, metric: str, unit: str, **fields: Any) -> dict:
+    """One row, every key present (None where the page has no such number)."""
+    row = {"table": table, "arm": arm, "control": control, "metric": metric, "unit": unit}
+    for key in ("seeds", "lr", "gap", "low", "high", "holm_p", "verdict", "family", "params", "tokens_per_param"):
+        row[key] = fields.get(key)
+    return row
+
+
+def _paired(arm: dict) -> dict:
+    """gap/low/high/holm_p/seeds of an arm as report.json and leaderboard.json store it."""
+    paired = arm.get("gap_paired") or {}
+    decision = arm.get("decision") or {}
+    return {
+        "gap": paired.get("mean", arm.get("mean_seed_gap_percent")),
+        "low": paired.get("ci_low"),
+        "high": paired.get("ci_high"),
+        "holm_p": decision.get("holm_p"),
+        "seeds": paired.get("n") or (arm.get("primary") or {}).get("n"),
+        "family": decision.get("family") or None,
+    }
+
+
+def _table(group: dict) -> str:
+    return f"{group.get('dataset')} ({group.get('task')}, {group.get('model')})"
+
+
+def _report_rows(data: dict) -> Iterator[dict]:
+    for group in data.get("groups", []):
+        for arm in group.get("arms", []):
+            if arm.get("method") == group.get("reference"):
+                continue
+            yield _row(
+                _table(group),
+                arm["method"],
+                group.get("reference"),
+                group.get("primary_metric"),
+                PERCENT,
+                lr=arm.get("lr"),
+                verdict=arm.get("verdict"),
+                params=arm.get("trainable_params"),
+                **_paired(arm),
+            )
+
+
+def _board_rows(data: dict) -> Iterator[dict]:
+    for table in data.get("tables", []):
+        for arm in table.get("ranked", []):
+            if arm.get("method") == table.get("reference"):
+                continue
+            yield _row(
+                _table(table),
+                arm["method"],
+                table.get("reference"),
+                table.get("primary_metric"),
+                PERCENT,
+                lr=arm.get("lr"),
+                verdict=arm.get("verdict"),
+                params=arm.get("trainable_params"),
+                **_paired(arm),
+            )
+
+
+def _finetune_rows(data: dict) -> Iterator[dict]:
+    for board in data.get("boards", []):
+        for row in [*board.get("rows", []), *board.get("exploratory", [])]:
+            if row.get("method") == board.get("reference"):
+                continue
+            diff = row.get("diff")  # arm - reference in points: + = better; the block signs + = worse
+            yield _row(
+                board.get("title"),
+                row["method"],
+                board.get("reference"),
+                "test accuracy",
+                POINTS,
+                seeds=len(row.get("seeds") or []),
+                lr=row.get("lr"),
+                gap=None if diff is None else -diff,
+                low=None if row.get("diff_high") is None else -row["diff_high"],
+                high=None if row.get("diff_low") is None else -row["diff_low"],
+                holm_p=row.get("holm_p"),
+                verdict=row.get("verdict"),
+                family=row.get("family"),
+                params=row.get("trainable_params"),
+            )
+
+
+def _ladder_rows(data: dict) -> Iterator[dict]:
+    for step in data.get("steps", []):
+        params, budget = step.get("params"), step.get("budget")
+        size = "" if params is None else f", {params:,} parameters"
+        data_size = "" if budget is None else f", {budget:g} tokens per parameter"
+        yield _row(
+            f"{step.get('architecture')} ({step.get('model')}){size}{data_size}",
+            step["method"],
+            step.get("twin"),
+            "test loss",
+            PERCENT,
+            seeds=step.get("n"),
+            lr=step.get("lr"),
+            gap=step.get("gap"),
+            low=step.get("ci_low"),
+            high=step.get("ci_high"),
+            verdict=step.get("verdict"),
+            params=step.get("params"),
+            tokens_per_param=step.get("budget"),
+        )
+
+
+def _confirmation_rows(data: dict) -> Iterator[dict]:
+    for claim in data.get("claims", []):
+        fresh = claim.get("fresh") or {}
+        row = _paired(fresh)
+        row["seeds"] = len(fresh.get("seeds") or []) or row["seeds"]
+        yield _row(
+            "fresh seeds",
+            claim["method"],
+            data.get("reference"),
+            (claim.get("claim") or {}).get("metric") or "primary metric",
+            PERCENT,
+            lr=claim.get("lr"),
+            verdict=fresh.get("verdict"),
+            **row,
+        )
+
+
+VIEWS = {
+    "report": _report_rows,
+    "board": _board_rows,
+    "finetune": _finetune_rows,
+    "ladder": _ladder_rows,
+    "confirmation": _confirmation_rows,
+}
+
+
+def comparison_block(view: str, data: dict) -> dict:
+    """The `comparison` block of a page's JSON (`data`: what the page stores, as JSON)."""
+    return {"format": FORMAT, "version": VERSION, "view": view, "rows": list(VIEWS[view](data))}
+
+
+def with_comparison(view: str, data: dict) -> dict:
+    """`data` as JSON values, with its `comparison` block added (the page's own keys first, unchanged)."""
+    plain = json.loads(json.dumps(clean_json(data), default=str))
+    return {**plain, "comparison": comparison_block(view, plain)}

@@ -47,6 +47,7 @@ from oelm.training.config import dump_config
 from oelm.utils.errors import UserError
 from test_report import make_run
 from test_sweep import TINY
+from test_validate_once import count_validations
 from train_utils import synthetic_lm_dir
 
 BASE = [10.0, 10.2, 9.9]
@@ -738,6 +739,20 @@ def test_confirm_report_refuses_a_plan_whose_runs_were_trained_otherwise(tmp_pat
         report_confirmation(out)
     with pytest.raises(UserError, match=r"trained otherwise than this spec plans them.*steps"):
         run_confirmation(out, uncommitted_plan=True, progress=False)
+
+
+def test_confirm_report_validates_the_plans_config_once_not_per_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Issue 50: `oelm confirm report`, which trains nothing, validated each planned run's config
+    twice (the plan's sweep, then each run against its record): 18 validations for 9 runs. Now the
+    plan's config once (which checks its run's arm) and the other two arms' method options once each."""
+    pilot, out = _pilot(tmp_path), tmp_path / "confirm"
+    write_plan(pilot, out, 3)
+    _fresh(out)
+    assert len(plan_spec(read_plan(out), out).runs()) == 9
+    counts = count_validations(monkeypatch)
+    assert main(["confirm", "report", str(out)]) == 0
+    assert "confirmation.md" in capsys.readouterr().out
+    assert counts == {"config": 1, "method": 3}
 
 
 def _fingerprinted_pilot(tmp_path: Path, fingerprint: str) -> Path:

@@ -248,7 +248,13 @@ def apply_method(
     m = get_method(method)
     if qk_init is not None:
         options["qk_init"] = qk_init
-    opts = validate_method_options(m, options)
+    return apply_validated_method(model, m, seed, validate_method_options(m, options))
+
+
+def apply_validated_method(model: nn.Module, method: str | Method, seed: int, opts: dict[str, Any]) -> MethodState:
+    """apply_method with options that validate_method_options already returned for this method (a
+    TrainConfig's method_settings()): the training loop applies what the config's validation checked."""
+    m = get_method(method)
     qk_init = opts["qk_init"]
     _check_qk_init(m, qk_init)
     base = unwrap(model)

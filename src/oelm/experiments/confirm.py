@@ -25,8 +25,9 @@ from oelm.data.lm import read_meta
 from oelm.experiments.executors import ExecutorSpec
 from oelm.experiments.prepare import ensure_lm_data
 from oelm.experiments.runner import LOCAL, SweepOutcome, run_sweep
-from oelm.experiments.sweep import SweepSpec, validate
+from oelm.experiments.sweep import SweepSpec, planned_identities, validate
 from oelm.records.compact import RUN_RECORD_FILE, record_text
+from oelm.records.comparable import config_differences
 from oelm.records.load import find_run_dirs, load_run, load_runs, stored_record
 from oelm.records.plan import (
     KIND,
@@ -52,8 +53,8 @@ from oelm.records.sweep import SWEEP_FILE, check_primary, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import MAX_SPREAD, Arm, Group, Versus, compare, gap_by_seed, stability_check
 from oelm.reports.board import Entry, build
-from oelm.reports.tables import (
 from oelm.reports.comparison import with_comparison
+from oelm.reports.tables import (
     family_lines,
     fmt_gap,
     fmt_p,
@@ -472,8 +473,11 @@ def write_plan(
 # run
 
 
-def plan_spec(plan: ConfirmationPlan, out: str | Path) -> SweepSpec:
-    """The planned runs as a sweep: the claims' arms and the reference at their fixed settings x the fresh seeds."""
+def plan_spec(plan: ConfirmationPlan, out: str | Path, validate_runs: bool = True) -> SweepSpec:
+    """The planned runs as a sweep: the claims' arms and the reference at their fixed settings x the fresh seeds.
+
+    validate_runs=False leaves every run's config unvalidated: `confirm report`, which trains nothing,
+    validates the plan's config once instead (planned_identities)."""
     methods = {
         m: {"lr": [a.lr], **({"method_options": a.method_options} if a.method_options else {})}
         for m, a in plan.arms.items()
@@ -489,7 +493,8 @@ def plan_spec(plan: ConfirmationPlan, out: str | Path) -> SweepSpec:
         baseline=plan.reference,
         max_extend=0,  # the plan fixed each arm's LR: a confirmation never extends a grid
     )
-    validate(spec)
+    if validate_runs:
+        validate(spec)
     return spec
 
 
@@ -784,15 +789,16 @@ def check_fresh_data(plan: ConfirmationPlan, runs: Sequence[RunRecord]) -> None:
         )
 
 
-def _check_runs_as_planned(folder: Path, spec: SweepSpec, runs: Sequence[RunRecord]) -> None:
+def _check_runs_as_planned(folder: Path, planned: dict[str, dict[str, Any]], runs: Sequence[RunRecord]) -> None:
     """The runs `confirm report` judges must be the runs its plan.json plans, as `confirm run` checks
     their run folders: a plan.json of another pilot (other steps, data, model) over these runs
-    would judge them as that pilot's confirmation. Live run directories and committed records alike."""
-    planned = {os.path.normpath(r.run_dir): r for r in spec.runs()}
+    would judge them as that pilot's confirmation. Live run directories and committed records alike;
+    `planned`: each planned run's identity by its folder (planned_identities)."""
     stale = [
         (run, diff)
         for run in runs
-        if (plan := planned.get(os.path.normpath(run.path))) and (diff := plan.differences_from(run.config))
+        if (identity := planned.get(os.path.normpath(run.path))) is not None
+        and (diff := config_differences(identity, run.config))
     ]
     if stale:
         run, diff = stale[0]
@@ -809,7 +815,8 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
     OUT/confirmation.* (default FOLDER), so a stored confirmation regenerates from its records."""
     folder = Path(folder)
     plan = read_plan(folder)
-    spec = plan_spec(plan, folder)
+    spec = plan_spec(plan, folder, validate_runs=False)
+    planned = planned_identities(spec)  # the plan's config validated once, not once per run
     runs = _fresh_runs(spec)
     missing = len(spec.runs()) - sum(1 for r in runs if r.finished)
     if missing:
@@ -817,7 +824,7 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
             f"{folder}: {missing} of the plan's {len(spec.runs())} runs are missing or unfinished; "
             f"finish them with `oelm confirm run {folder}` first"
         )
-    _check_runs_as_planned(folder, spec, runs)
+    _check_runs_as_planned(folder, planned, runs)
     check_fresh_data(plan, runs)
     group, results = judge(plan, runs)
     confirmation = Confirmation(plan, group, results, plan_commit=read_plan_commit(folder, plan))

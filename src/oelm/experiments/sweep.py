@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from oelm.core.methods import get_method
+from oelm.core.methods import get_method, validate_method_options
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.records.comparable import config_differences
 from oelm.records.load import load_run
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 PER_RUN = ("method", "lr", "seed", "out", "resume", "overwrite", "data_seed")
 # Fields allowed to differ between the runs of one sweep (everything else is the equal budget).
 VARYING = ("method", "lr", "seed", "method_options")
+# The fields SweepSpec._run sets on each run: the configs of one grid point's runs differ in no other.
+RUN_FIELDS = ("method", "lr", "seed", "out", "resume", "method_options")
 SPEC_KEYS = {
     "name",
     "base",
@@ -365,6 +369,34 @@ def check_stored_runs(spec: SweepSpec) -> None:
             f"e.g. {run.run_dir} (differs in: {', '.join(diff[:5])}); the sweep would count them as this spec's. "
             "Run the spec they were trained with, or give this one another --out"
         )
+
+
+def planned_identities(spec: SweepSpec) -> dict[str, dict[str, Any]]:
+    """Each planned run's TrainConfig.identity(), by its run folder (os.path.normpath), with one config
+    validated per grid point and each arm's method options checked once, not every run's config: the
+    runs of one grid point differ only in RUN_FIELDS, set here on the validated run's identity as
+    TrainConfig would hold them. For `oelm confirm report`, which trains nothing and checks the runs
+    it judges against these (resolve_config(run.config).identity() gives the same, run by run)."""
+    templates: dict[str, dict[str, Any]] = {}
+    checked: set[str] = set()
+    identities = {}
+    for run in spec.runs():
+        options = run.config.get("method_options") or {}
+        arm = json.dumps([run.method, options], sort_keys=True, default=str)
+        rest = json.dumps({k: v for k, v in run.config.items() if k not in RUN_FIELDS}, sort_keys=True, default=str)
+        if rest not in templates:
+            templates[rest] = resolve_config(run.config).identity()  # checks this run's arm too
+        elif arm not in checked:
+            validate_method_options(run.method, options)
+        checked.add(arm)
+        per_run = {
+            "method": run.method,
+            "lr": float(run.lr),
+            "seed": run.seed,
+            "method_options": copy.deepcopy(options),
+        }
+        identities[os.path.normpath(run.run_dir)] = {**templates[rest], **per_run}
+    return identities
 
 
 def validate(spec: SweepSpec) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import json
@@ -15,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -155,6 +157,11 @@ class TrainConfig(BaseModel):
     classification: ClassificationOptions | None = Field(None, description="classification task options")
     probe: ProbeOptions | None = Field(None, description="probe task options: synthetic MQAR / induction")
 
+    # The method options as this config's validation checked them (validate_method_options: types
+    # checked, defaults filled in), with the (method, options) they belong to: the Trainer applies
+    # these rather than checking the same options again (method_settings).
+    _method_settings: tuple[str, str, dict[str, Any]] | None = PrivateAttr(None)
+
     @field_validator("allow_change", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
@@ -197,7 +204,8 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
 
-        validate_method_options(self.method, self.method_options)  # typos fail before any run dir
+        settings = validate_method_options(self.method, self.method_options)  # typos fail before any run dir
+        self._method_settings = (self.method, _options_key(self.method_options), settings)
         if self.resume and self.overwrite:
             raise ValueError("resume and overwrite are exclusive; pick one")
         if self.compile_mode is not None and not self.compile:
@@ -215,6 +223,16 @@ class TrainConfig(BaseModel):
             raise ValueError(f"warmup ({self.warmup}) must be smaller than steps ({self.steps}); lower --warmup")
         return self
 
+    def method_settings(self) -> dict[str, Any]:
+        """The method's options, validated (defaults filled in): those this config's validation
+        computed, checked again only where method or method_options changed without validation
+        since (model_copy with an update)."""
+        held = self._method_settings
+        if held is None or held[:2] != (self.method, _options_key(self.method_options)):
+            settings = validate_method_options(self.method, self.method_options)
+            held = self._method_settings = (self.method, _options_key(self.method_options), settings)
+        return copy.deepcopy(held[2])
+
     def identity(self) -> dict[str, Any]:
         """The fields that define what the run computes (for comparing with a stored run)."""
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in RUNTIME_FIELDS}
@@ -222,6 +240,11 @@ class TrainConfig(BaseModel):
     def run_dir(self) -> Path:
         """The run directory, defaulting to runs/<task>-<model>-<method>-s<seed>."""
         return Path(self.out or f"runs/{self.task}-{self.model}-{self.method}-s{self.seed}")
+
+
+def _options_key(options: dict[str, Any]) -> str:
+    """method_options as canonical JSON: what the validated settings were computed from."""
+    return json.dumps(options, sort_keys=True, default=str)
 
 
 def _method_name(method: Any) -> str:
@@ -295,8 +318,11 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def make_config(raw: TrainConfig | dict[str, Any], overrides: list[str] | None = None) -> TrainConfig:
-    """Validate a dict (or re-validate a TrainConfig with overrides) into a TrainConfig."""
+    """Validate a dict (or re-validate a TrainConfig with overrides) into a TrainConfig; a TrainConfig
+    without overrides is already validated (by its construction) and comes back as it is."""
     if isinstance(raw, TrainConfig):
+        if not overrides:
+            return raw
         raw = raw.model_dump()
     raw = apply_overrides(raw, overrides or [])
     _check_keys(raw, TrainConfig)

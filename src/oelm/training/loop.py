@@ -16,7 +16,7 @@ from torch import nn
 from tqdm import tqdm
 
 from oelm.core.audit import AuditCheck, audit_model, verify_audit
-from oelm.core.freezing import apply_method, optimizer_groups, scale_group_lrs, sync_optimizer
+from oelm.core.freezing import apply_validated_method, optimizer_groups, scale_group_lrs, sync_optimizer
 from oelm.core.schedules import make_schedule
 from oelm.records.run import DIVERGED, RESULTS_FILE, SCHEMA_VERSION, TEST_ITEMS_FILE
 from oelm.training import checkpoint as ckpt
@@ -194,7 +194,7 @@ class Trainer:
         torch.manual_seed(self.cfg.seed)
         with refusals_agreed(self.dist):  # each rank reads its own model files (a pretrained folder)
             model = self.task.build_model()
-            apply_method(model, self.cfg.method, seed=self.cfg.seed, **self.cfg.method_options)
+            apply_validated_method(model, self.cfg.method, self.cfg.seed, self.cfg.method_settings())
         self.audit = audit_model(model)
         self.schedule = make_schedule(model, self.cfg.steps)  # None unless the method has one
         if self.schedule is not None:

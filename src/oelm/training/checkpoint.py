@@ -26,6 +26,7 @@ from oelm.utils.io import atomic_write_json, atomic_write_text, follow_umask, re
 
 try:
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_model_state_dict,
@@ -35,6 +36,10 @@ try:
     )
 except ImportError:  # a torch without torch.distributed: --strategy fsdp is refused by the config
     dcp = None
+
+    class CheckpointException(BaseException):  # type: ignore[no-redef]  # never raised without DCP
+        """Stands in for DCP's exception where torch has no torch.distributed."""
+
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
@@ -81,11 +86,11 @@ def save_checkpoint(
     keep_last: int,
 ) -> Path:
     """Write checkpoints/step_N/{model.safetensors,state.pt} atomically, update latest, prune."""
-    ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / step_dir_name(step)
     tmp = ckpt_root / f".tmp_{step_dir_name(step)}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     with _written_or_removed(tmp, ckpt_root, _nbytes(model.state_dict()) + _nbytes(state)):
+        ckpt_root.mkdir(parents=True, exist_ok=True)  # a full disk may refuse even a folder
         tmp.mkdir()
         _save_weights(model, tmp / WEIGHTS, {**metadata, "step": str(step)})
         torch.save(plain_scalars(state), tmp / STATE)
@@ -138,9 +143,9 @@ def remove_debris(ckpt_root: Path, pid: int | None = None) -> list[str]:
 def save_best(ckpt_root: Path, model: torch.nn.Module, metadata: dict[str, Any]) -> Path:
     """Write checkpoints/best/model.safetensors atomically (metadata carries step and loss)."""
     best = ckpt_root / "best"
-    best.mkdir(parents=True, exist_ok=True)
     tmp = best / f".{WEIGHTS}.tmp{os.getpid()}"
     with _written_or_removed(tmp, ckpt_root, _nbytes(model.state_dict())):
+        best.mkdir(parents=True, exist_ok=True)
         _save_weights(model, tmp, metadata)
     os.replace(tmp, best / WEIGHTS)
     return best / WEIGHTS
@@ -159,12 +164,9 @@ def _nbytes(obj: Any) -> int:
 
 @contextlib.contextmanager
 def _written_or_removed(tmp: Path, ckpt_root: Path, needed: int) -> Iterator[None]:
-    """Remove the partial `tmp` (file or folder) when writing fails, and say why in one UserError.
-
-    A full disk surfaces as OSError (ENOSPC), as torch's RuntimeError ("unexpected pos ...") or as
-    safetensors' SafetensorError ("... (os error 28)"); either way the previous checkpoint is
-    untouched, because `tmp` is only renamed once complete.
-    """
+    """Remove the partial `tmp` (file or folder) when writing fails, and say why in one UserError
+    (`write_failure`); the previous checkpoint is untouched, because `tmp` is only renamed once
+    complete."""
     try:
         yield
     except (OSError, RuntimeError, SafetensorError, UserError) as err:
@@ -172,23 +174,45 @@ def _written_or_removed(tmp: Path, ckpt_root: Path, needed: int) -> Iterator[Non
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
-        latest = latest_checkpoint(ckpt_root)
-        kept = f"the last complete checkpoint {latest.name} is intact" if latest else "no checkpoint was complete yet"
-        what = f"{type(err).__name__}: {str(err).splitlines()[0][:100] if str(err) else ''}"
-        full = getattr(err, "errno", None) == errno.ENOSPC or any(
-            sign in str(err) for sign in ("unexpected pos", "os error 28", "No space left")
+        raise write_failure(err, ckpt_root, needed) from None
+
+
+# How a full disk reads once a library has wrapped it: torch.save's zip writer ("unexpected pos"),
+# safetensors ("os error 28"), or the system's own text.
+_FULL_DISK_SIGNS = ("unexpected pos", "os error 28", "No space left", "Disk quota exceeded", "os error 122")
+
+
+def write_failure(err: BaseException, ckpt_root: Path, needed: int, what: str = "a checkpoint") -> UserError:
+    """One UserError for a checkpoint write that failed: what failed, and for a full disk how much
+    space it needs and how much is free; the last complete checkpoint named as intact.
+
+    A full disk surfaces as OSError (ENOSPC, EDQUOT), as torch's RuntimeError ("unexpected pos ...")
+    or as safetensors' SafetensorError ("... (os error 28)"); under FSDP as DCP's CheckpointException,
+    which carries each failing rank's own exception (the first is named).
+    """
+    cause, rank = err, None
+    if isinstance(err, CheckpointException) and getattr(err, "failures", None):
+        rank, (cause, _) = min(err.failures.items())
+    text = str(cause)
+    reason = f"{type(cause).__name__}: {text.splitlines()[0][:100] if text else ''}"
+    if rank is not None:
+        reason = f"rank {rank}: {reason}"
+    latest = latest_checkpoint(ckpt_root)
+    kept = f"the last complete checkpoint {latest.name} is intact" if latest else "no checkpoint was complete yet"
+    full = getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(s in text for s in _FULL_DISK_SIGNS)
+    if not full:  # not a full disk: say what failed, not how much space is free
+        return UserError(
+            f"could not write {what} in {str(ckpt_root)!r} ({reason}); {kept}: fix the cause and rerun with --resume"
         )
-        if not full:  # not a full disk: say what failed, not how much space is free
-            raise UserError(
-                f"could not write a checkpoint in {str(ckpt_root)!r} ({what}); {kept}: fix the cause and rerun "
-                "with --resume"
-            ) from err
-        free = shutil.disk_usage(ckpt_root).free if ckpt_root.exists() else 0
-        raise UserError(
-            f"could not write a checkpoint in {str(ckpt_root)!r} ({what}): the disk is full; "
-            f"it needs about {needed / 2**20:,.1f} MiB and {free / 2**20:,.1f} MiB are free; {kept}: "
-            "free some space (or lower keep_last) and rerun with --resume"
-        ) from None
+    try:
+        free = shutil.disk_usage(ckpt_root).free
+    except OSError:
+        free = 0
+    return UserError(
+        f"could not write {what} in {str(ckpt_root)!r} ({reason}): the disk is full; "
+        f"it needs about {needed / 2**20:,.1f} MiB and {free / 2**20:,.1f} MiB are free; {kept}: "
+        "free some space (or lower keep_last) and rerun with --resume"
+    )
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -395,9 +419,9 @@ def save_best_sharded(ckpt_root: Path, model: torch.nn.Module, metadata: dict[st
     if not is_main:
         return
     best = ckpt_root / "best"
-    best.mkdir(parents=True, exist_ok=True)
     tmp = best / f".{WEIGHTS}.tmp{os.getpid()}"
     with _written_or_removed(tmp, ckpt_root, _nbytes(sd)):
+        best.mkdir(parents=True, exist_ok=True)
         _save_full(model, sd, tmp, metadata)
     os.replace(tmp, best / WEIGHTS)
 
@@ -423,49 +447,69 @@ def save_sharded_checkpoint(
     """
     final = ckpt_root / step_dir_name(step)
     tmp = ckpt_root / f".tmp_{step_dir_name(step)}_sharded"
-    if is_main:
-        ckpt_root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
     try:  # a rank that leaves mid-save (killed, crashed) fails the collectives here: no debris stays
-        tdist.barrier()
+        refusal = None
+        if is_main:  # a full disk here is the same one line on every rank (shared below)
+            try:
+                ckpt_root.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir()
+            except OSError as err:
+                refusal = str(write_failure(err, ckpt_root, 0, f"the sharded checkpoint {step_dir_name(step)}"))
+        _agree_on_rank0(refusal)
         model_sd, optim_sd = get_state_dict(model, optimizer)
+        needed = _nbytes(model_sd) + _nbytes(optim_sd)  # the shards of every rank, on the shared disk
         try:
             dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / SHARDED))
-        except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
-            raise UserError(
-                f"could not write the sharded checkpoint {step_dir_name(step)} in {str(ckpt_root)!r} "
-                f"({_why(err, 120)}); fix the cause "
-                "and rerun with --resume"
-            ) from None
+        except (Exception, CheckpointException) as err:  # noqa: BLE001 (DCP raises every rank's failure,
+            # gathered, on every rank, as a CheckpointException: a BaseException, not an Exception)
+            # every rank meets it: rank 0 removes the partial folder, then its line is every rank's
+            if is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+                refusal = str(write_failure(err, ckpt_root, needed, f"the sharded checkpoint {step_dir_name(step)}"))
+            _agree_on_rank0(refusal)  # rank 0 always has a line here: every rank raises it
         # Every rank's shard digests, so a resume can tell a shard of this save from another one's.
         digests: list[Any] = [None] * tdist.get_world_size()
         tdist.all_gather_object(digests, _shard_digests(tmp / SHARDED, tdist.get_rank()))
         whole = full_state_dict(model) if whole_weights else {}
-        tdist.barrier()  # every rank's shard is on disk before rank 0 renames the directory
+        if is_main:  # rank 0's part, in the folder before it is renamed; a failure is every rank's line
+            try:
+                with _written_or_removed(tmp, ckpt_root, needed + _nbytes(whole) + _nbytes(state)):
+                    meta = {**metadata, "step": str(step)}
+                    files = {name: digest for rank in digests for name, digest in rank.items()}
+                    atomic_write_json(tmp / SHARDED / SHARD_DIGESTS, {"step": step, "files": files})
+                    meta_text = {k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()}
+                    atomic_write_json(tmp / SHARDED_META, meta_text)
+                    if whole_weights:
+                        _save_full(model, whole, tmp / WEIGHTS, meta)
+                    torch.save(plain_scalars(state), tmp / STATE)
+                    best = ckpt_root / "best" / WEIGHTS
+                    if best.is_file():
+                        _link_or_copy(best, tmp / BEST_COPY)
+            except UserError as err:
+                refusal = str(err)
+        _agree_on_rank0(refusal)  # also: every rank's shard is on disk before rank 0 renames the folder
     except BaseException:
         if is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     if not is_main:
         return final
-    with _written_or_removed(tmp, ckpt_root, _nbytes(whole) + _nbytes(state)):
-        meta = {**metadata, "step": str(step)}
-        files = {name: digest for rank in digests for name, digest in rank.items()}
-        atomic_write_json(tmp / SHARDED / SHARD_DIGESTS, {"step": step, "files": files})
-        atomic_write_json(tmp / SHARDED_META, {k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()})
-        if whole_weights:
-            _save_full(model, whole, tmp / WEIGHTS, meta)
-        torch.save(plain_scalars(state), tmp / STATE)
-        best = ckpt_root / "best" / WEIGHTS
-        if best.is_file():
-            _link_or_copy(best, tmp / BEST_COPY)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     atomic_write_text(ckpt_root / "latest", final.name + "\n")
     prune(ckpt_root, keep_last)
     return final
+
+
+def _agree_on_rank0(refusal: str | None) -> None:
+    """Every rank takes rank 0's refusal (None: go on) and raises it as its own one line: a full disk
+    met by rank 0 alone would otherwise end the others later as a lost peer (a collective only)."""
+    box = [refusal]
+    tdist.broadcast_object_list(box, src=0)
+    if box[0]:
+        raise UserError(box[0])
 
 
 def _shard_digests(folder: Path, rank: int) -> dict[str, str]:
@@ -506,7 +550,11 @@ def shard_problem(step_dir: Path) -> str | None:
 
 
 def _why(err: BaseException, width: int) -> str:
-    """A DCP failure in one line: its type and the first `width` characters of its first line."""
+    """A DCP failure in one line: its type and the first `width` characters of its first line (of
+    the first failing rank's own exception, where DCP wrapped it)."""
+    if isinstance(err, CheckpointException) and getattr(err, "failures", None):
+        rank, (cause, _) = min(err.failures.items())
+        return f"rank {rank}: {_why(cause, width)}"
     text = str(err)
     return f"{type(err).__name__}: {text.splitlines()[0][:width] if text else ''}"
 
@@ -522,7 +570,8 @@ def load_sharded_checkpoint(step_dir: Path, model: torch.nn.Module, optimizer: t
     loaded = {"model": model_sd, "optim": optim_sd}
     try:
         dcp.load(loaded, checkpoint_id=str(step_dir / SHARDED))
-    except Exception as err:  # noqa: BLE001 (DCP wraps every rank's failure in one CheckpointException)
+    except (Exception, CheckpointException) as err:  # noqa: BLE001 (DCP wraps every rank's failure in one
+        # CheckpointException, a BaseException)
         raise UserError(
             f"sharded checkpoint {str(step_dir / SHARDED)!r} does not fit this run ({_why(err, 160)}); "
             "resume with the run's own model settings "

@@ -206,3 +206,31 @@ def test_a_seed_at_chance_stays_in_the_mean_and_is_counted(tmp_path: Path) -> No
     md = (tmp_path / "out" / "board.md").read_text()
     assert "| oelm-freeze | 0.0001 | 5 | 2 of 5 |" in md
     assert "kept in every mean, interval and test): oelm-freeze 2 of 5" in md
+
+
+def test_every_view_counts_a_seed_at_chance_the_same_way(tmp_path: Path) -> None:
+    """One rule for seeds at chance (issue 50): `oelm report` and the boards kept different seeds
+    (the report dropped a seed at chance, the fine-tuning board kept it). Both now read
+    aggregate.counted_runs: the same five seeds, the same mean, the same paired gap."""
+    from oelm.reports.report import write_report
+
+    rng = np.random.default_rng(3)
+    root = tmp_path / "sweep"
+    for seed in range(5):
+        base = (rng.random(N) < 0.8).astype(int)
+        cls_run(root, "baseline", seed, base, 1000, 1.0)
+        mine = (np.arange(N) % 3 == 0).astype(int) if seed == 4 else flip(base, 8, rng, 0)
+        cls_run(root, "oelm-freeze", seed, mine, 900, 0.9, collapsed=seed == 4)
+    _, comparison = write_report([root], tmp_path / "report")
+    arm = next(a for a in comparison.groups[0].arms if a.method == "oelm-freeze")
+    assert sorted(arm.by_seed) == [0, 1, 2, 3, 4] and arm.primary.n == 5
+    write_board([root], tmp_path / "board")
+    row = next(
+        r
+        for r in json.loads((tmp_path / "board" / "board.json").read_text())["boards"][0]["rows"]
+        if r["method"] == "oelm-freeze"
+    )
+    assert row["seeds"] == sorted(arm.by_seed) and row["at_chance"] == 1
+    assert row["accuracy"] == pytest.approx(arm.primary.mean * 100)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "except a seed at chance level at its arm's chosen setting" in md

@@ -455,6 +455,17 @@ def arm_sensitivity(cells: Sequence[LrCell], chosen: LrCell | None, cap: float |
     return stats.lr_sensitivity(losses, cap)
 
 
+def counted_runs(cell: LrCell, primary: str) -> list[RunRecord]:
+    """The seeds an arm's numbers count at its chosen setting: the one rule for seeds at chance,
+    shared by every view. A seed that ended at chance level on validation (status collapsed) is what
+    the arm gave on that seed at that LR, so when it has a held-out result it is kept in the mean,
+    the interval and the paired test (dropping it would show the surviving seeds only), and counted
+    ("at chance"); a run without a finite held-out result, or one that failed its freeze check,
+    cannot enter. A setting with such a seed is chosen only when every setting has one (eligible)."""
+    at_chance = [r for r in cell.excluded if r.status == COLLAPSED and _num(r.results.get(primary)) is not None]
+    return [*cell.runs, *at_chance]
+
+
 def _arm(
     method: str,
     runs: list[RunRecord],
@@ -468,7 +479,7 @@ def _arm(
     cells = _lr_cells(runs, selection)
     chosen = choose_lr(cells, metric_direction(recorded_direction(runs), selection), rule)
     rejected = stability_check(cells) if len(cells) > 1 else {}  # shown under either rule
-    chosen_runs = chosen.runs if chosen else []
+    chosen_runs = counted_runs(chosen, primary) if chosen else []
     by_seed = {r.seed: v for r in chosen_runs if r.seed is not None and (v := _num(r.results.get(primary))) is not None}
     return Arm(
         method=method,

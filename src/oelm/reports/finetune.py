@@ -108,12 +108,9 @@ def _has_items(run: RunRecord) -> bool:
 
 
 def _runs(arm: Arm) -> list[RunRecord]:
-    """The runs the board reads at the arm's chosen LR: the kept ones and the seeds that ended at
-    chance level on validation (collapsed) with a held-out result: a seed at chance is what the arm
-    gave at that LR, so it enters the mean, the interval and the test."""
-    cell = arm.chosen_cell
-    extra = [r for r in (cell.excluded if cell else []) if r.status == COLLAPSED and _has_items(r)]
-    return [*arm.runs, *extra]
+    """The runs the board reads at the arm's chosen LR: those the arm counts (aggregate.counted_runs,
+    the one rule for seeds at chance: kept, with their held-out result)."""
+    return arm.runs
 
 
 def _items(arm: Arm) -> dict[int, np.ndarray]:

@@ -263,7 +263,8 @@ def render(
     lines += _runs_list(
         "Excluded runs (failed freeze check, diverged or collapsed on validation)",
         comparison.excluded,
-        "These runs finished but are **not** in any mean above.",
+        "These runs finished but are **not** in any mean above, except a seed at chance level at its arm's "
+        "chosen setting: that seed is what the arm gave, and it is kept, at its held-out result.",
     )
     lines += _runs_list(
         "Incomplete runs",

@@ -148,3 +148,26 @@ def test_bad_model_override_values_are_one_clear_error(override: dict, message: 
     )
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_flags_and_key_value_overrides_go_through_one_setter() -> None:
+    """One setter (issue 50, item 4): a command-line flag (a dotted field) and a `key=value`
+    override set the same field the same way, making a missing or null section, and both refuse a
+    path through a value that is not a section with one line naming what was given."""
+    from oelm.experiments.resolve import resolve_raw
+    from oelm.training.config import apply_dotted, apply_overrides
+    from oelm.utils.errors import UserError
+
+    raw = {"model": "gpt-tiny", "classification": None}
+    by_flag = apply_dotted(raw, {"classification.num_labels": 3, "lr": None})
+    by_override = apply_overrides(raw, ["classification.num_labels=3"])
+    assert by_flag == by_override == {"model": "gpt-tiny", "classification": {"num_labels": 3}}
+    assert raw["classification"] is None  # copies: the caller's dict is left as it was
+    flagged, _ = resolve_raw({"model": "gpt-tiny"}, flags={"model_overrides.n_layer": 2})
+    assert flagged["model_overrides"] == {"n_layer": 2}
+    for bad in (
+        lambda: apply_dotted({"model": "gpt-tiny"}, {"model.n_layer": 2}),
+        lambda: apply_overrides({"model": "gpt-tiny"}, ["model.n_layer=2"]),
+    ):
+        with pytest.raises(UserError, match=r"'model' is not a section \(it holds 'gpt-tiny'\)"):
+            bad()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oelm.experiments.study import META_KEYS, SCALES_KEY, apply_scale, deep_merge, split_study_config
-from oelm.training.config import TrainConfig, apply_overrides, make_config
+from oelm.training.config import TrainConfig, apply_dotted, apply_overrides, make_config
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_yaml
 
@@ -63,22 +63,6 @@ def _read_source(source: Source, scale: str | None) -> tuple[dict[str, Any], dic
     return split_study_config(apply_scale(data, scale))
 
 
-def _set_flags(raw: dict[str, Any], flags: dict[str, Any] | None) -> dict[str, Any]:
-    """raw with each dotted field of `flags` set (None means: flag not given)."""
-    out = copy.deepcopy(raw)
-    for dotted, value in (flags or {}).items():
-        if value is None:
-            continue
-        *parents, leaf = dotted.split(".")
-        node = out
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[leaf] = value
-    return out
-
-
 def resolve_raw(
     source: Source = None,
     scale: str | None = None,
@@ -87,7 +71,7 @@ def resolve_raw(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config dict, study meta) with scale, flags and overrides applied, not yet validated."""
     raw, meta = _read_source(source, scale)
-    raw = _set_flags(raw, flags)
+    raw = apply_dotted(raw, flags or {})
     if isinstance(overrides, dict):
         raw = deep_merge(raw, overrides)
     elif overrides:

@@ -291,20 +291,37 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), parsed
 
 
+def set_dotted(raw: dict[str, Any], path: list[str], value: Any, given: str) -> None:
+    """Set one field in place, dots reaching nested sections (a missing or null section is made):
+    the one setter of every dotted key, whether it came as `key=value`, a flag or a study key.
+    `given`: how the user wrote it, for the error when a part of the path is not a section."""
+    node = raw
+    for part in path[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"{given}: {part!r} is not a section (it holds {child!r}); set {part} itself instead")
+        node = child
+    node[path[-1]] = value
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Return a copy of raw with `key=value` overrides applied (dots reach nested fields)."""
     out = _deep_copy(raw)
     for text in overrides:
         path, value = parse_override(text)
-        node = out
-        for part in path[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise UserError(f"override {text!r}: {part!r} is not a section")
-            node = child
-        node[path[-1]] = value
+        set_dotted(out, path, value, f"override {text!r}")
+    return out
+
+
+def apply_dotted(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of raw with each dotted field of `values` set (None means: not given), through
+    the same setter as `key=value` overrides (command-line flags arrive so)."""
+    out = _deep_copy(raw)
+    for dotted, value in values.items():
+        if value is not None:
+            set_dotted(out, dotted.split("."), value, f"{dotted}={value!r}")
     return out
 
 

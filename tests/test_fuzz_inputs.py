@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oelm.data.cls_sources import Columns, read_table
-from oelm.training.config import TrainConfig, make_config
+from oelm.training.config import TrainConfig, apply_overrides, make_config
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_json_object, read_yaml
 
@@ -80,8 +80,24 @@ def test_any_table_gives_its_rows_or_one_user_error(header: str, lines: list[str
             assert len(rows) == len(data_lines)
 
 
+# YAML scalars behind explicit tags: PyYAML's safe constructors raised ValueError (`!!int abc`),
+# KeyError (`!!bool maybe`) or TypeError (`!!set [1]`) past every `except yaml.YAMLError`.
+YAML_TAG = st.sampled_from(
+    ["", "!!int ", "!!float ", "!!bool ", "!!null ", "!!str ", "!!timestamp ", "!!binary ", "!!set ", "!!map "]
+    + ["!!seq ", "!!omap ", "!!pairs ", "!!python/tuple ", "!local "]
+)
+YAML_SCALAR = st.one_of(
+    st.text(alphabet="0123456789abxyz.-+:_ eE", max_size=10),
+    st.sampled_from(["[1]", "{a: 1}", "maybe", "0x", "0b", "2020-99-99", "1e999", ".nan", "~", "'q'", "[" * 60]),
+)
+YAML_VALUE = st.builds(lambda tag, scalar: tag + scalar, YAML_TAG, YAML_SCALAR)
+YAML_DOC = st.lists(st.tuples(st.sampled_from(["lr", "seed", "steps", "a"]), YAML_VALUE), max_size=4).map(
+    lambda rows: "".join(f"{key}_{i}: {value}\n" for i, (key, value) in enumerate(rows))
+)
+
+
 @SETTINGS
-@given(st.text(max_size=300))
+@given(st.one_of(st.text(max_size=300), YAML_DOC))
 def test_any_yaml_file_is_a_mapping_or_one_user_error(text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.yaml"
@@ -106,3 +122,22 @@ def test_any_json_file_is_an_object_or_one_user_error(raw: bytes) -> None:
             assert str(path) in str(err) and "\n" not in str(err).strip()
             return
         assert isinstance(data, dict)
+
+
+OVERRIDE_KEY = st.sampled_from(
+    ["lr", "seed", "steps", "betas", "dropout", "model_overrides.n_layer", "method_options.rank", "method"]
+    + ["", "lr.", ".lr", "a..b", "bogus", "data.x"]
+)
+
+
+@SETTINGS
+@given(st.one_of(st.builds(lambda key, value: f"{key}={value}", OVERRIDE_KEY, YAML_VALUE), st.text(max_size=30)))
+def test_any_key_value_override_is_a_train_config_or_one_user_error(override: str) -> None:
+    """`oelm train ... key=value`: any text, tagged YAML values among them, gives a config with
+    finite numbers or one UserError line (never the YAML constructor's ValueError or KeyError)."""
+    try:
+        cfg = make_config(apply_overrides({"data": "data/x", "steps": 10, "warmup": 0}, [override]))
+    except UserError as err:
+        assert str(err).strip() and "\n" not in str(err).strip()
+        return
+    assert isinstance(cfg, TrainConfig) and cfg.lr == cfg.lr and abs(cfg.lr) != float("inf")

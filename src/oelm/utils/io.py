@@ -155,7 +155,14 @@ MAX_YAML_NODES = 100_000
 
 
 class StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses duplicate keys and alias expansion beyond a small bound."""
+    """yaml.SafeLoader that refuses duplicate keys and alias expansion beyond a small bound, and
+    reads a value its explicit tag cannot hold (`!!int abc`, `!!bool maybe`) as a YAML error."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except _CONSTRUCTOR_FAILURES as err:  # the safe constructors' own int(), float(), dict lookups
+            raise _bad_tagged_value(node, err) from None
 
     def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
@@ -219,11 +226,34 @@ def _check_expansion(root: yaml.Node) -> None:
             )
 
 
+# What PyYAML's safe constructors raise, unwrapped, for a scalar its explicit tag cannot hold:
+# `!!int abc` (ValueError), `!!bool maybe` (KeyError), `!!set [1]` (TypeError), `!!int 1e999`...
+_CONSTRUCTOR_FAILURES = (ValueError, KeyError, TypeError, OverflowError, AttributeError, IndexError)
+
+
+def _bad_tagged_value(node: yaml.Node | None, err: BaseException) -> yaml.YAMLError:
+    value = f" {node.value!r}" if node is not None and isinstance(node, yaml.ScalarNode) else ""
+    tag = f"its tag {node.tag.replace('tag:yaml.org,2002:', '!!')}" if node is not None else "its tag"
+    return yaml.constructor.ConstructorError(
+        None,
+        None,
+        f"the value{value} is not what {tag} says ({type(err).__name__}: {str(err)[:60]}); drop the tag or fix the value",
+        node.start_mark if node is not None else None,
+    )
+
+
 def load_yaml_text(text: str) -> Any:
-    """yaml.safe_load with StrictLoader (duplicate keys and alias bombs are YAMLErrors)."""
+    """yaml.safe_load with StrictLoader (duplicate keys and alias bombs are YAMLErrors; so are a value
+    its explicit tag cannot hold and nesting deeper than Python's recursion limit)."""
     loader = StrictLoader(text)  # what yaml.load does, with the strict SafeLoader subclass
     try:
         return loader.get_single_data()
+    except _CONSTRUCTOR_FAILURES as err:  # raised where a mapping or set is filled in, after its node
+        raise _bad_tagged_value(None, err) from None
+    except RecursionError:
+        raise yaml.composer.ComposerError(
+            None, None, "values nested too deeply to read (thousands of levels); flatten them", None
+        ) from None
     finally:
         loader.dispose()
 

@@ -7,6 +7,7 @@ Hypothesis draws configs, tables and YAML files; CI runs a few dozen examples ea
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oelm.data.cls_sources import Columns, read_table
+from oelm.data.lm import prepare_lm
 from oelm.training.config import TrainConfig, apply_overrides, make_config
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_json_object, read_yaml
@@ -141,3 +143,78 @@ def test_any_key_value_override_is_a_train_config_or_one_user_error(override: st
         assert str(err).strip() and "\n" not in str(err).strip()
         return
     assert isinstance(cfg, TrainConfig) and cfg.lr == cfg.lr and abs(cfg.lr) != float("inf")
+
+
+# A JSON line as a corpus writes it (json.dumps escapes a lone surrogate as \ud800, which reads
+# back into Python and fails only when the text is encoded for the tokenizer), or a damaged one.
+TEXTS = st.one_of(
+    st.text(max_size=12),
+    st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2),
+    st.none(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.lists(st.text(max_size=3), max_size=2),
+)
+JSONL_LINE = st.one_of(
+    st.builds(lambda text, field: json.dumps({field: text, "id": 1}), TEXTS, st.sampled_from(["text", "body"])),
+    st.sampled_from(['{"text": "a", "n": 1' + "0" * 5000 + "}", '{"text": ' + "[" * 3000, "[1, 2]", "{", "null"]),
+    st.text(max_size=20),
+)
+
+
+@SETTINGS
+@given(st.lists(JSONL_LINE, min_size=1, max_size=6))
+def test_any_jsonl_source_gives_text_documents_or_one_user_error(lines: list[str]) -> None:
+    """`oelm prepare lm FILE.jsonl`: every document read is text the tokenizer can encode, or the
+    file is refused in one line naming it (not a ValueError on a 5,000-digit number, a
+    RecursionError on deep nesting, or a UnicodeEncodeError once tokenizing began)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "docs.jsonl"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        try:
+            meta = prepare_lm(path, "byte", Path(tmp) / "out", verbose=False)
+        except UserError as err:
+            assert str(err).strip() and "\n" not in str(err).strip()
+            assert "docs.jsonl" in str(err) or " line " not in str(err)  # a bad line is named with its file
+            return
+        assert meta and (Path(tmp) / "out" / "meta.json").is_file()
+
+
+OPTION = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.integers(2**40, 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["0.1", "abc", ""]),
+)
+
+
+@settings(max_examples=max(10, EXAMPLES // 2), deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    options=st.fixed_dictionaries(
+        {},
+        optional={
+            "val_fraction": OPTION,
+            "test_fraction": OPTION,
+            "seed": OPTION,
+            "max_docs": OPTION,
+            "workers": st.one_of(st.sampled_from([1, 2]), OPTION.filter(lambda v: not isinstance(v, int) or v < 1)),
+        },
+    )
+)
+def test_any_prepare_option_is_used_or_refused_in_one_line_before_any_work(options: dict) -> None:
+    """`oelm prepare lm`'s numeric options (argparse hands NaN, inf and negatives through; a study's
+    `prepare` recipe hands any YAML value): the data is prepared, or one UserError is raised and
+    nothing is written (not a TypeError on a string fraction or numpy's ValueError on seed -1)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src.txt"
+        src.write_text("\n\n".join(f"document {i} has a few words" for i in range(12)))
+        out = Path(tmp) / "out"
+        try:
+            meta = prepare_lm(src, "byte", out, verbose=False, **options)
+        except UserError as err:
+            assert str(err).strip() and "\n" not in str(err).strip()
+            assert not out.exists()
+            return
+        assert meta and (out / "meta.json").is_file()

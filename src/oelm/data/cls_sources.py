@@ -198,11 +198,29 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise UserError(f"{path} line {n} is not valid JSON ({err.msg}); fix the file") from None
+                except (ValueError, RecursionError) as err:  # an integer of over 4,300 digits, deep nesting
+                    why = "nested too deeply" if isinstance(err, RecursionError) else str(err).split(";")[0]
+                    raise UserError(f"{path} line {n} cannot be read as JSON ({why}); fix the file") from None
                 if not isinstance(obj, dict):
                     raise UserError(f"{path} line {n} is not a JSON object; expected one object per line")
+                if "\\u" in line and _has_lone_surrogate(obj):
+                    raise UserError(
+                        f"{path} line {n} holds an unpaired surrogate escape (such as \\ud800): half of a "
+                        "character, which no text can hold; fix the file (it was cut mid-character)"
+                    )
                 yield obj
     except UnicodeDecodeError:
         raise not_utf8(path) from None
+
+
+def _has_lone_surrogate(obj: Any) -> bool:
+    """Whether a JSON value holds a string with an unpaired surrogate (JSON's `\\ud800` escapes):
+    it reads into Python, and then fails when the text is encoded for the tokenizer."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _require_keys(rows: list[dict[str, Any]], path: Path, keys: list[str], hint: str) -> None:

@@ -128,9 +128,7 @@ def prepare_lm(
     A local source without an official test split gets a seeded test hold-out when
     test_fraction > 0, so a run can select on validation and report on unseen text.
     """
-    _check_options(val_fraction, max_docs, workers)
-    if not 0.0 <= test_fraction < 1.0 or val_fraction + test_fraction >= 1.0:
-        raise UserError(f"--test-fraction must be in [0, 1) with val + test < 1, got {test_fraction}")
+    _check_options(val_fraction, max_docs, workers, test_fraction, seed)
     workers = workers or os.cpu_count() or 1
     source = str(source)
     out = Path(out_dir)
@@ -159,14 +157,26 @@ def prepare_lm(
 # ---------------------------------------------------------------------------- checks
 
 
-def _check_options(val_fraction: float, max_docs: int | None, workers: int | None) -> None:
-    """Reject impossible numeric options before any work."""
-    if not 0.0 < val_fraction < 1.0:
-        raise UserError(f"--val-fraction must be between 0 and 1 (exclusive), got {val_fraction}")
-    if max_docs is not None and max_docs < 1:
-        raise UserError(f"--max-docs must be a positive number of documents, got {max_docs}")
-    if workers is not None and workers < 1:
-        raise UserError(f"--workers must be at least 1, got {workers}")
+def _check_options(val_fraction: Any, max_docs: Any, workers: Any, test_fraction: Any = 0.0, seed: Any = 0) -> None:
+    """Reject impossible numeric options before any work: from the command line (argparse gives
+    numbers, NaN and inf among them) or a study's `prepare` recipe (YAML gives any value)."""
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def count(value: Any) -> bool:
+        return value is None or (number(value) and isinstance(value, int) and value >= 1)
+
+    if not number(val_fraction) or not 0.0 < val_fraction < 1.0:
+        raise UserError(f"--val-fraction must be between 0 and 1 (exclusive), got {val_fraction!r}")
+    if not number(test_fraction) or not 0.0 <= test_fraction < 1.0 or val_fraction + test_fraction >= 1.0:
+        raise UserError(f"--test-fraction must be in [0, 1) with val + test < 1, got {test_fraction!r}")
+    if not count(max_docs):
+        raise UserError(f"--max-docs must be a positive number of documents, got {max_docs!r}")
+    if not count(workers):
+        raise UserError(f"--workers must be a whole number >= 1, got {workers!r}")
+    if not number(seed) or not isinstance(seed, int) or seed < 0:  # numpy refuses it only once documents are read
+        raise UserError(f"--seed must be a whole number >= 0 (it seeds the hold-out), got {seed!r}")
 
 
 def _check_out_dir(out: Path, overwrite: bool, verbose: bool = False) -> None:

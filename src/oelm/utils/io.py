@@ -134,7 +134,7 @@ def read_json(path: str | os.PathLike, fix: str | None = None) -> Any:
         if fix is None:
             return None
         raise UserError(f"{str(path)!r} is missing; {fix}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: deep nesting
         if fix is None:
             return None
         raise UserError(f"{str(path)!r} is corrupt ({type(err).__name__}: {str(err)[:80]}); {fix}") from None

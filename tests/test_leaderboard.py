@@ -63,7 +63,7 @@ def test_ranking_numbers_and_passing_verdict(tmp_path: Path) -> None:
     assert qk["saving_share"] == pytest.approx(0.039 / 0.040)
     assert qk["added_params"] == 48 and table["ranked"][2]["added_params"] == 0
     assert table["ranked"][0]["lr"] == 1e-3  # the baseline's LR chosen on validation
-    assert table["ranked"][-1]["step_time_ratio"]["mean"] == pytest.approx(0.9)
+    assert table["ranked"][-1]["step_time_ratio"] == pytest.approx(0.9)
     assert table["passing"] == ["oelm-qknorm"] and table["closest"] is None
     assert qk["meets_target"] and not table["ranked"][2]["meets_target"]
     assert "keeps 50% < 75% of the saving" in table["ranked"][2]["misses"]
@@ -384,13 +384,14 @@ def test_a_board_of_a_confirmations_runs_is_labelled_a_confirmation(tmp_path: Pa
     assert "Pilot results: these seeds also chose every LR" in pilot.read_text()
 
 
-def test_one_step_time_ratio_for_the_leaderboard_and_the_finetuning_board() -> None:
-    """Per seed, the run's mean step time over the reference run's of that seed, summarized over the
-    seeds both have (a seed without a reference run, or a reference time of 0, does not enter): one
-    definition (aggregate.step_time_ratios) behind both boards' column."""
+def test_one_step_time_ratio_for_every_view() -> None:
+    """One step-time ratio (issue 50): the arm's mean step time over the control's, over the seeds
+    both have (a seed without a control run, or a time of 0, does not enter); `oelm report`, the
+    board and the fine-tuning board all read aggregate.step_time_ratio. The old boards averaged
+    per-seed ratios, which one fast control seed dominates."""
     from types import SimpleNamespace
 
-    from oelm.reports.aggregate import step_time_ratios
+    from oelm.reports.aggregate import step_time_ratio
     from oelm.reports.board import step_ratio
 
     def run(seed: int, t: float | None) -> SimpleNamespace:
@@ -398,6 +399,8 @@ def test_one_step_time_ratio_for_the_leaderboard_and_the_finetuning_board() -> N
 
     arm = SimpleNamespace(runs=[run(0, 2.0), run(1, 3.0), run(2, 9.0), run(3, 1.0)])
     base = SimpleNamespace(runs=[run(0, 1.0), run(1, 2.0), run(3, 0.0)])
-    ratios = step_time_ratios(arm.runs, base.runs)
-    assert (ratios.n, ratios.mean) == (2, pytest.approx((2.0 + 1.5) / 2))
-    assert step_ratio(arm, base) == ratios and step_ratio(arm, None).n == 0
+    assert step_time_ratio(arm.runs, base.runs) == pytest.approx((2.0 + 3.0) / (1.0 + 2.0))  # not (2 + 1.5) / 2
+    assert step_ratio(arm, base) == step_time_ratio(arm.runs, base.runs) and step_ratio(arm, None) is None
+    # No shared seed: every seed of each side.
+    assert step_time_ratio([run(5, 4.0)], [run(6, 2.0), run(7, 6.0)]) == pytest.approx(1.0)
+    assert step_time_ratio([run(0, None)], base.runs) is None

@@ -24,7 +24,7 @@ from oelm.records.load import load_runs
 from oelm.records.run import RunRecord
 from oelm.records.sweep import SweepRecord, declared_lr_rule, declared_primary, sweep_records
 from oelm.reports import stats
-from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase, step_time_ratios
+from oelm.reports.aggregate import BASELINE, Arm, Group, Versus, compare, compare_pairs, rebase, step_time_ratio
 from oelm.reports.tables import (
     GAP_NAME,
     MEANS_NAME,
@@ -71,7 +71,7 @@ class Entry:
     saving: float | None  # theoretical training-FLOP saving, a fraction of full training
     share: float | None  # saving / the reference method's saving
     added_params: int | None  # parameters a method adds (adapter role of the freeze audit)
-    step_ratio: stats.Summary  # per-seed step-time ratio vs the reference (paired by seed)
+    step_ratio: float | None  # step-time ratio vs the reference (aggregate.step_time_ratio)
     rank: int | None = None
     # Against the method's same-init trainable twin (core.methods.twin_of), when on the board and not
     # the reference: compare_pairs over every such pair (Holm over the twin comparisons).
@@ -138,9 +138,9 @@ def added_params(runs: Sequence[RunRecord]) -> int | None:
     return None if audit is None else audit.role_params("adapter")
 
 
-def step_ratio(arm: Arm, base: Arm | None) -> stats.Summary:
-    """The arm's step-time ratio to the baseline (aggregate.step_time_ratios over the chosen runs)."""
-    return stats.summarize([]) if base is None else step_time_ratios(arm.runs, base.runs)
+def step_ratio(arm: Arm, base: Arm | None) -> float | None:
+    """The arm's step-time ratio to the baseline (aggregate.step_time_ratio over the chosen runs)."""
+    return None if base is None else step_time_ratio(arm.runs, base.runs)
 
 
 def _planned(records: Sequence[SweepRecord], seeds: set[int] | None = None) -> dict[str, set[str]]:

@@ -41,7 +41,7 @@ import numpy as np
 from oelm.records.load import load_runs
 from oelm.records.run import COLLAPSED, RunRecord
 from oelm.reports import stats
-from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare, step_time_ratios
+from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare, step_time_ratio
 from oelm.reports.comparison import with_comparison
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
@@ -249,7 +249,7 @@ def board_of(group: Group, reference: str = REFERENCE, margin: float = MARGIN_PO
         diff = _fill(row, arm, None if arm is ref else ref)
         if diff is not None:
             reps[arm.method] = diff
-        row.step_ratio = 1.0 if arm is ref else step_time_ratios(_runs(arm), _runs(ref)).mean
+        row.step_ratio = 1.0 if arm is ref else step_time_ratio(_runs(arm), _runs(ref))
         rows.append(row)
     primary = [r for r in rows if r.method != reference]
     _decide(primary, reps, margin)

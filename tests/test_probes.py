@@ -254,3 +254,26 @@ def test_head_scores_find_an_induction_pattern_and_capture_real_attention() -> N
     assert len(maps) == 2 and maps[0].shape == (8, 2, t, t)
     assert torch.allclose(maps[0].sum(-1), torch.ones(8, 2, t)) and maps[0].triu(1).abs().max() == 0
     assert torch.allclose(model(x)[0], logits)  # the functional is restored
+
+
+def test_oelm_report_switches_the_probe_section_on_from_the_data(tmp_path: Path) -> None:
+    """One report (issue 50): the probe summary is a section of `oelm report`, switched on by probe
+    tables; a column no run recorded (a rebuilt record keeps only the held-out value) is left out,
+    and a seed without steps_to_target is never shown as one that did not reach the target."""
+    from oelm.cli import main
+    from oelm.training.loop import train
+
+    train(_probe_config(tmp_path / "runs" / "oelm-freeze" / "lr0.003" / "seed0"))
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text[text.index("## Probes: answer accuracy and steps to target") :]
+    assert "| oelm-freeze | 0.003 |" in section and "chance 0.062" in section
+    assert "seeds reaching 90% val" in section  # recorded by the run: shown
+    results = tmp_path / "runs" / "oelm-freeze" / "lr0.003" / "seed0" / "results.json"
+    data = json.loads(results.read_text())
+    for key in ("steps_to_target", "test_sequence_accuracy", "chance_accuracy"):
+        data.pop(key, None)
+    results.write_text(json.dumps(data))
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rebuilt")]) == 0
+    section = (tmp_path / "rebuilt" / "report.md").read_text().split("## Probes: answer accuracy")[1]
+    assert "never" not in section and "seeds reaching" not in section and "chance" not in section.split("\n")[4]

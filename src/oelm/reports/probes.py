@@ -1,17 +1,15 @@
-"""Probe summary: per probe and method (at the LR chosen on validation), held-out answer accuracy,
-the steps each seed needed to reach the target validation accuracy, and what the best checkpoints'
-attention does (induction and previous-token scores, MQAR accuracy by query order).
-
-`python -m oelm.reports.probes runs/probes/induction runs/probes/mqar [--out FILE]`; the
-general comparison (gaps, paired p, curves) is `oelm report` on the same directories. How to read
-the summary: docs/reading.md#probes.
+"""The probe section of `oelm report`: per probe and method (at the LR chosen on validation),
+held-out answer accuracy, the steps each seed needed to reach the target validation accuracy, and
+what the best checkpoints' attention does (induction and previous-token scores, MQAR accuracy by
+query order). `oelm report` adds it to report.md whenever its runs hold probe tables (the data
+switch it on), from the same comparison as the rest of the page. A column the runs did not record
+(records rebuilt from a stored table keep only each seed's held-out value) is left out, never shown
+as a measurement. How to read it: docs/reading.md#probes.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +20,7 @@ import torch.nn.functional as F
 from oelm.data.synthetic import ProbeData, ProbeOptions
 from oelm.records.load import load_runs
 from oelm.records.run import read_results
-from oelm.reports.aggregate import Arm, Group, compare
+from oelm.reports.aggregate import Arm, Comparison, Group, compare
 from oelm.reports.plots import plt
 from oelm.reports.reading import how_to_read
 from oelm.reports.tables import fmt_fixed, fmt_lr, fmt_mean_pm, md_table
@@ -129,8 +127,11 @@ def _mean(values: Sequence[float], digits: int = 2) -> str:
 
 
 def _steps(arm: Arm) -> tuple[str, str]:
-    """(seeds reaching the target, per-seed steps with the median of those that did)."""
+    """(seeds reaching the target, per-seed steps with the median of those that did); empty cells
+    where the runs did not record steps_to_target (a missing record is not 'never')."""
     runs = sorted(arm.runs, key=lambda r: r.seed or 0)
+    if not any("steps_to_target" in r.results for r in runs):
+        return EMPTY, EMPTY
     steps = [r.results.get("steps_to_target") for r in runs]
     hit = [s for s in steps if s is not None]
     per_seed = ", ".join("never" if s is None else str(s) for s in steps)
@@ -205,7 +206,11 @@ def group_table(group: Group) -> list[str]:
         if mqar:
             row.append(_query_cell(arm))
         rows.append(row)
-    return [f"### {group.dataset} ({group.model}; chance {fmt_fixed(chance, 3, EMPTY)})", "", *md_table(head, rows)]
+    # A column no run recorded (records rebuilt from a stored table) is left out, not shown empty.
+    keep = [i for i in range(len(head)) if i < 3 or any(r[i] != EMPTY for r in rows)]
+    head, rows = [head[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    chance_text = "" if chance is None else f"; chance {fmt_fixed(chance, 3)}"
+    return [f"### {group.dataset} ({group.model}{chance_text})", "", *md_table(head, rows)]
 
 
 def _difficulty(group: Group) -> dict | None:
@@ -295,44 +300,27 @@ def scaling_plot(groups: Sequence[Group], out: Path, kind: str = "mqar") -> Path
     return out
 
 
-def probe_report(paths: Sequence[str | Path], plot: Path | None = None) -> str:
-    """Markdown summary of every probe group found under the paths (and the scaling plot)."""
-    comparison = compare(load_runs(paths))
-    out = [
-        "## Probes: answer accuracy and steps to target",
-        "",
-        how_to_read("probes"),
-        "",
-    ]
-    for group in comparison.groups:
-        if group.task != "probe":
-            continue
-        out += group_table(group) + [""]
+def probe_section(comparison: Comparison, plot: Path | None = None) -> list[str]:
+    """The probe section of a report (empty when its comparison holds no probe table); the MQAR
+    accuracy-by-difficulty plot is written to `plot` when there are difficulties to plot."""
     probe_groups = [g for g in comparison.groups if g.task == "probe"]
+    if not probe_groups:
+        return []
+    out = ["## Probes: answer accuracy and steps to target", "", how_to_read("probes"), ""]
+    for group in probe_groups:
+        out += group_table(group) + [""]
     table = scaling_table(probe_groups)
     if table:
         out += table + [""]
         if plot is not None and scaling_plot(probe_groups, plot):
             out += [f"![accuracy by difficulty]({plot.name})", ""]
+    return out
+
+
+def probe_report(paths: Sequence[str | Path], plot: Path | None = None) -> str:
+    """The probe section of the runs under `paths`, as Markdown (what `oelm report` adds)."""
+    comparison = compare(load_runs(paths))
+    out = probe_section(comparison, plot)
     if comparison.incomplete:
         out.append(f"{len(comparison.incomplete)} run(s) incomplete and not shown.")
     return "\n".join(out).rstrip() + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: print (or write) the probe summary."""
-    parser = argparse.ArgumentParser(prog="python -m oelm.reports.probes", description=__doc__)
-    parser.add_argument("paths", nargs="+", help="sweep or run directories")
-    parser.add_argument("--out", help="write the markdown here instead of stdout")
-    parser.add_argument("--plot", help="write the MQAR accuracy-by-difficulty plot here (PNG; beside --out)")
-    args = parser.parse_args(argv)
-    text = probe_report(args.paths, Path(args.plot) if args.plot else None)
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -35,6 +35,7 @@ from oelm.reports.aggregate import (
     split_text,
 )
 from oelm.reports.comparison import with_comparison
+from oelm.reports.probes import probe_section
 from oelm.reports.reading import budget, how_to_read, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
 from oelm.reports.study_compare import study_rows, study_section, study_summary
@@ -434,6 +435,9 @@ def write_report(
         primary=[tuple(p) for p in declared_primary(paths, records)],
     )
     text = render(comparison, out_dir, [str(p) for p in paths], extend)
+    probe_lines = probe_section(comparison, out_dir / "scaling.png")  # switched on by probe tables
+    if probe_lines:
+        text = text.rstrip() + "\n\n" + "\n".join(probe_lines).rstrip() + "\n"
     if epilogue is not None:
         text = text.rstrip() + "\n\n" + "\n".join(epilogue(comparison)).rstrip() + "\n"
     _write_atomic(out_dir / "report.md", text)

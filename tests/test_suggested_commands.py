@@ -132,23 +132,12 @@ def test_the_compare_extend_command_is_accepted(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`oelm compare`'s verdicts quote `oelm confirm plan` on its own (default) output folder, also for a
-    preset file whose `name` differs from its file name."""
-    from oelm.experiments.compare import load_preset
+    preset file whose `name` differs from its file name and that names no `out`."""
+    from test_compare import tiny_preset
 
     monkeypatch.chdir(tmp_path)
-    tiny = {
-        **load_preset("quick").model_dump(exclude={"name"}),
-        "name": "tiny-regime",
-        "max_docs": 12,
-        "steps": 4,
-        "batch_size": 2,
-        "seq_len": 32,
-        "eval_batches": 4,
-        "seeds": [0, 1, 2],
-        "methods": {"baseline": {"lr": [1e-3]}, "oelm-freeze": {"lr": [1e-3]}},
-        "max_extend": 0,
-    }
-    Path("preset.yaml").write_text(yaml.safe_dump(tiny))
+    preset = tiny_preset(tmp_path, name="tiny-regime", out=None)
+    preset.rename("preset.yaml")
     assert main(["compare", "--preset", "preset.yaml", "--parallel", "2"]) == 0
     printed = capsys.readouterr().out
     commands = suggested(printed + Path("runs/compare/tiny-regime/report/report.md").read_text(), "confirm plan")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from oelm.cli import add_executor_flags, executor_of
 from oelm.experiments.presets import DEFAULT_PRESET, preset_names
@@ -19,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "LR x seed with the same steps and data order, choose each method's LR on validation, print "
         "the table and a plain-language reading, and write OUT/report/report.md. Presets: 'quick' "
         "(default; gpt-narrow, offline, about 7 minutes on 2 idle CPU cores), 'full' (gpt-medium-512, one "
-        "GPU, bf16), or a YAML file of the same shape. Options below replace the preset's values. "
+        "GPU, bf16), or any sweep spec file (the presets are sweep specs). Options below replace the preset's values. "
         "Re-running continues where it stopped; more --seeds extend it.",
     )
     p.add_argument(
@@ -57,37 +56,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="runs at once (default on CPU: min(4, cores), one thread each)",
     )
     p.add_argument("--threads", type=int, default=None, metavar="T", help="torch threads per run (default 1 on CPU)")
-    p.add_argument("--out", default=None, help="output directory (default runs/compare/<preset>)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default: the spec's out, runs/compare/<preset> for the shipped ones)",
+    )
     add_executor_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the comparison; print its table, then end with the plain-language reading."""
-    from oelm.experiments.compare import apply_overrides, extend_command, load_preset, run_compare
+    from oelm.experiments.compare import FLAG_FIELDS, load_compare, run_compare
     from oelm.reports.reading import reading
     from oelm.reports.report import print_summary
 
-    preset = apply_overrides(
-        load_preset(args.preset),
-        methods=args.methods,
-        lrs=args.lrs,
-        data=args.data,
-        tokenizer=args.tokenizer,
-        model=args.model,
-        seeds=args.seeds,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        device=args.device,
-    )
-    out = Path(args.out) if args.out else None
-    extend = extend_command(preset, out)
-    outcome = run_compare(
-        preset, out=out, parallel=args.parallel, threads=args.threads, extend=extend, executor=executor_of(args)
-    )
+    flags = {k: getattr(args, k) for k in FLAG_FIELDS}
+    spec = load_compare(args.preset, out=args.out, methods=args.methods, lrs=args.lrs, **flags)
+    outcome = run_compare(spec, parallel=args.parallel, threads=args.threads, executor=executor_of(args))
     if outcome.comparison is not None:
-        print_summary(outcome.comparison, extend)
+        print_summary(outcome.comparison, spec.extend)
     print(
         f"report: {outcome.report}  ({len(outcome.trained)} trained, {len(outcome.skipped)} reused, "
         f"{len(outcome.failed)} failed, {outcome.wall_time:.0f} s)"

@@ -292,10 +292,12 @@ def load_spec(
     seeds: Sequence[int] | None = None,
     out: str | Path | None = None,
     methods: Sequence[str] | None = None,
+    raw: dict[str, Any] | None = None,
 ) -> SweepSpec:
-    """Read a sweep spec YAML; `seeds` and `out` replace the spec's own, `methods` keeps those arms."""
+    """Read a sweep spec YAML; `seeds` and `out` replace the spec's own, `methods` keeps those arms.
+    `raw`: the mapping read from `path` and edited (`oelm compare`'s flags), read in its place."""
     path = Path(path)
-    raw = read_file(path)
+    raw = read_file(path) if raw is None else raw
     if seeds:
         raw["seeds"] = list(seeds)
     only = _check_methods(raw.get("methods"), methods, path) if methods else None

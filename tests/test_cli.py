@@ -102,6 +102,7 @@ def test_the_commands_the_views_replaced_are_refused_naming_the_view(old, view, 
         (["--view", "ladder", "--margin", "2"], "--margin"),
         (["--view", "report", "--seeds", "1"], "--seeds"),
         (["--view", "finetune", "--study-numbers", "s.yaml"], "--study-numbers"),
+        (["--view", "confirmation", "--baseline", "x"], "--baseline"),
     ],
 )
 def test_a_flag_another_view_reads_is_refused_not_ignored(argv, flag, tmp_path, capsys) -> None:

@@ -14,19 +14,27 @@ from oelm.utils.io import load_yaml_text
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 KEYS = ["table", "arm", "control", "metric", "unit", "seeds", "lr", "gap", "low", "high", "holm_p", "verdict"]
-JSON_OF = {"report": "report.json", "board": "leaderboard.json", "finetune": "board.json", "ladder": "ladder.json"}
+JSON_OF = {
+    "report": "report.json",
+    "board": "leaderboard.json",
+    "finetune": "board.json",
+    "ladder": "ladder.json",
+    "confirmation": "confirmation.json",
+}
 
 
 def _pages() -> list[tuple[str, Path]]:
     out = []
     for page in load_yaml_text((RESULTS / "pages.yaml").read_text(encoding="utf-8")):
         words = page["command"].split()
-        if words[:2] == ["confirm", "report"]:
-            out.append(("confirmation", RESULTS / page["out"] / "confirmation.json"))
-        else:
-            view = words[words.index("--view") + 1] if "--view" in words else "report"
-            out.append((view, RESULTS / page["out"] / JSON_OF[view]))
+        view = words[words.index("--view") + 1] if "--view" in words else "report"
+        out.append((view, RESULTS / page["out"] / JSON_OF[view]))
     return out
+
+
+def test_every_stored_page_is_a_view_of_oelm_report() -> None:
+    commands = {page["command"] for page in load_yaml_text((RESULTS / "pages.yaml").read_text(encoding="utf-8"))}
+    assert all(c.split()[0] == "report" for c in commands), commands
 
 
 @pytest.mark.parametrize(("view", "path"), _pages(), ids=lambda v: str(v).replace(str(RESULTS), ""))
@@ -81,3 +89,16 @@ def test_a_report_row_is_the_arms_paired_gap_not_the_gap_of_means() -> None:
     assert row["gap"] == arm["gap_paired"]["mean"] == arm["mean_seed_gap_percent"]
     assert (row["low"], row["high"]) == (arm["gap_paired"]["ci_low"], arm["gap_paired"]["ci_high"])
     assert row["holm_p"] == arm["decision"]["holm_p"] and row["verdict"] == arm["verdict"]
+
+
+def test_the_confirmation_view_writes_what_confirm_report_writes(tmp_path: Path) -> None:
+    """All five page kinds are views of `oelm report`: `--view confirmation DIR` re-judges a stored
+    confirmation exactly as `oelm confirm report DIR` does (the same files, byte for byte)."""
+    from oelm.cli import main
+
+    folder = RESULTS / "scale-ladder" / "confirm-gpt-r5" / "records"
+    assert main(["report", "--view", "confirmation", str(folder), "--out", str(tmp_path / "view")]) == 0
+    assert main(["confirm", "report", str(folder), "--out", str(tmp_path / "confirm")]) == 0
+    for name in ("confirmation.md", "confirmation.json"):
+        assert (tmp_path / "view" / name).read_bytes() == (tmp_path / "confirm" / name).read_bytes()
+    assert main(["report", "--view", "confirmation", str(folder), str(folder)]) == 2

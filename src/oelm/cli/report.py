@@ -5,7 +5,8 @@ Every page compares arms with a control from stored run records; `--view` picks 
 - `report` (default): each sweep's arms against the baseline, LR sensitivity, curves, costs;
 - `board`: every method ranked against a reference, with a target and a Pareto front;
 - `finetune`: fine-tuning arms against full fine-tuning in accuracy points, with their costs;
-- `ladder`: each frozen method's gap to its twin against model size (one path per rung), with fits.
+- `ladder`: each frozen method's gap to its twin against model size (one path per rung), with fits;
+- `confirmation`: a confirmation folder's fresh seeds judged against its plan (= `oelm confirm report`).
 
 Each writes its page (report.md, leaderboard.md, board.md or ladder.md), its JSON and figures,
 and every JSON carries the same `comparison` block (oelm.reports.comparison): one row per arm
@@ -19,7 +20,7 @@ import argparse
 
 from oelm.cli import add_baseline_flag, add_margin_flag
 
-VIEWS = ("report", "board", "finetune", "ladder")
+VIEWS = ("report", "board", "finetune", "ladder", "confirmation")
 # The commands the views replaced: refused with a one-line hint naming the view (issue 50).
 REPLACED = {"leaderboard": "board", "finetune-board": "finetune", "ladder": "ladder"}
 
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "each sweep's arms against --baseline; board: every method ranked against a reference with a "
         "target and a Pareto front; finetune: fine-tuning arms against full fine-tuning in accuracy "
         "points with costs; ladder: each path one rung, every frozen method against its same-init twin "
-        "across sizes, with trend tests and scaling fits.",
+        "across sizes, with trend tests and scaling fits; confirmation: one confirmation folder's fresh seeds "
+        "judged against its committed plan (what `oelm confirm report` writes).",
     )
     p.add_argument("paths", nargs="*", help="run, sweep or record directories (ladder: one per rung)")
     p.add_argument("--view", choices=VIEWS, default="report", help="which page to write (default: report)")
@@ -93,7 +95,7 @@ def view_margin(args: argparse.Namespace) -> float | None:
         raise UserError(f"--margin must be positive, got {args.margin:g}")
     if args.margin is not None:
         return args.margin
-    return {"report": MARGIN, "board": None, "finetune": MARGIN_POINTS, "ladder": None}[args.view]
+    return {"report": MARGIN, "board": None, "finetune": MARGIN_POINTS}.get(args.view)
 
 
 def _refuse_foreign_flags(args: argparse.Namespace) -> None:
@@ -106,6 +108,8 @@ def _refuse_foreign_flags(args: argparse.Namespace) -> None:
         "--baseline": (args.baseline is not None, ("report", "board", "finetune")),
         "--margin": (args.margin is not None, ("report", "board", "finetune")),
     }
+    if args.view == "confirmation" and len(args.paths) > 1:
+        raise UserError(f"--view confirmation judges one confirmation folder; name one (got {len(args.paths)})")
     for flag, (given, views) in foreign.items():
         if given and args.view not in views:
             raise UserError(f"{flag} is read by the {'/'.join(views)} view, not by --view {args.view}; drop it")
@@ -119,7 +123,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("name the run, sweep or record directories to report on (e.g. docs/results/quickstart/records)")
     _refuse_foreign_flags(args)
     margin = view_margin(args)
-    return {"report": _report, "board": _board, "finetune": _finetune, "ladder": _ladder}[args.view](args, margin)
+    views = {
+        "report": _report,
+        "board": _board,
+        "finetune": _finetune,
+        "ladder": _ladder,
+        "confirmation": _confirmation,
+    }
+    return views[args.view](args, margin)
 
 
 def _report(args: argparse.Namespace, margin: float) -> int:
@@ -187,3 +198,10 @@ def _ladder(args: argparse.Namespace, margin: None) -> int:
                 f"{t.slope:+.2f}% per decade [{t.slope_low:+.2f}, {t.slope_high:+.2f}]: {t.verdict}"
             )
     return 0
+
+
+def _confirmation(args: argparse.Namespace, margin: None) -> int:
+    """The confirmation view: `oelm confirm report DIR [--out]`, the same page and the same lines."""
+    from oelm.cli.confirm import run_report
+
+    return run_report(argparse.Namespace(dir=args.paths[0], out=args.out))

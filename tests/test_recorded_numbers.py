@@ -114,3 +114,23 @@ def test_a_compact_record_holding_a_non_finite_config_value_is_refused_by_oelm_r
     assert main(["report", str(tmp_path / "stored"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "record.json" in err and "(config of run" in err and "records lr = nan" in err
+
+
+@pytest.mark.parametrize("value", ["abc", [1.0, 2.0], True, {"mean": 1.0}])
+def test_a_metric_that_is_not_a_number_is_refused_not_dropped_from_the_mean(tmp_path, value) -> None:
+    """A string (or list, boolean, mapping) where results.json holds a metric was read as 'not
+    recorded': that seed dropped out of its arm's mean without a word. It is refused, by name."""
+    import json
+
+    from oelm.records.run import read_results
+
+    run = tmp_path / "run"
+    run.mkdir()
+    good = {"status": "complete", "primary_metric": "test_perplexity", "test_perplexity": 4.0, "test_loss": 1.4}
+    (run / "results.json").write_text(json.dumps(good))
+    assert read_results(run)["test_perplexity"] == 4.0
+    (run / "results.json").write_text(json.dumps({**good, "test_perplexity": value}))
+    with pytest.raises(UserError, match=r"records test_perplexity = .*it must be a number, or null"):
+        read_results(run)
+    (run / "results.json").write_text(json.dumps({**good, "test_perplexity": None, "custom_metric": 1.0}))
+    assert read_results(run)["test_perplexity"] is None  # null: not measured, as oelm writes it

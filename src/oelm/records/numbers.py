@@ -34,6 +34,11 @@ COUNT_KEYS = (
 )  # whole numbers >= 0
 AMOUNT_KEYS = ("total_wall_time", "mean_step_time", "median_step_time", "tokens_per_second")  # finite, >= 0
 POSITIVE_KEYS = ("lr",)  # finite, > 0
+# results.json metrics (by name) and the metrics a run names as its primary and selection metric:
+# a number or null. A NaN loss is an outcome (written as null, named in `non_finite`); a string, a
+# list or a boolean in a metric's place is not, and read as it is it would drop out of a mean as
+# "not recorded" without a word.
+METRIC_SUFFIXES = ("_loss", "_perplexity", "_accuracy", "_bits_per_byte", "_acc")
 # Sections of a record that hold no metric: no non-finite number anywhere in them.
 SECTIONS = ("results", "config", "timing", "audit")
 # Keys of a freeze audit's totals (and of each role's) that count parameters.
@@ -60,6 +65,11 @@ def check_recorded_numbers(data: Any, section: str, where: str) -> None:
             for key in keys:
                 if key in data and data[key] is not None and (need := rule(data[key])):
                     _refuse(where, key, data[key], need)
+        named = {data.get("primary_metric"), data.get("selection_metric")} - {None}
+        for key, value in data.items():
+            metric = key in named or (isinstance(key, str) and key.endswith(METRIC_SUFFIXES))
+            if metric and value is not None and not _is_number(value):
+                _refuse(where, key, value, "a number, or null where it was not measured")
         return
     for name, value in _numbers(data, ""):
         if not math.isfinite(value):

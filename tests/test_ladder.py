@@ -88,6 +88,16 @@ def test_a_rung_s_table_warning_reaches_the_file_and_the_terminal(tmp_path: Path
     assert "- tinystories (lm, gpt-tiny): unequal budgets (tokens_seen" in (tmp_path / "out" / "ladder.md").read_text()
 
 
+def test_a_rung_named_twice_is_refused_not_read_as_a_trend(tmp_path: Path, capsys) -> None:
+    """The same rung given twice made a three-point line through a repeated point: a zero-width
+    interval and 'shrinks with size (resolved)' from two sizes. One size per rung, or a refusal."""
+    small, large = (rung(tmp_path, n) for n in list(SIZES)[:2])
+    out = tmp_path / "out"
+    assert main(["report", "--view", "ladder", str(small), str(small), str(large), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "counted twice would fake a trend" in err[0] and not out.exists()
+
+
 def test_a_rung_without_a_twin_is_refused(tmp_path: Path, capsys) -> None:
     make_run(tmp_path / "lonely", "baseline", 1e-3, 0, test_perplexity=20.0, best_val_loss=3.0)
     assert main(["report", "--view", "ladder", str(tmp_path / "lonely"), "--out", str(tmp_path / "out")]) == 2

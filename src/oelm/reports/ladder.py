@@ -250,8 +250,20 @@ def judge_trends(trends: list[Trend], alpha: float = stats.ALPHA) -> None:
 def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
     """The ladder of several rungs (each a list of paths: one sweep or its records)."""
     ladder = Ladder()
+    first: dict[tuple, str] = {}  # (architecture, method, parameters, tokens) -> the rung that gave it
     for paths in rungs:
-        ladder.steps += rung(paths, ladder.warnings)
+        shown = ", ".join(Path(p).as_posix() for p in paths)
+        for step in rung(paths, ladder.warnings):
+            key = (step.architecture, step.method, step.params, step.tokens)
+            if key in first:
+                raise UserError(
+                    f"rungs {first[key]} and {shown} both hold {step.architecture} {step.method} at "
+                    f"{_count(step.params)} parameters and {_count(step.tokens)} tokens: one size counted twice would "
+                    "fake a "
+                    "trend (a line through a repeated point); name each rung once"
+                )
+            first[key] = shown
+            ladder.steps.append(step)
     if not ladder.steps:
         raise UserError("no frozen method with a twin in the given sweeps; a ladder rung needs both arms")
     _assign_budgets(ladder.steps)
@@ -264,10 +276,7 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
     by_series: dict[tuple[str, str, float | None], list[Step]] = {}
     for step in ladder.steps:
         by_series.setdefault((step.architecture, step.method, step.budget if data_axis else None), []).append(step)
-    for (arch, method, budget), points in sorted(by_series.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
-        sizes = [p.params for p in points]
-        if len(set(sizes)) != len(sizes):
-            ladder.warnings.append(f"{arch} {method}: two rungs of one size; each rung should be one size")
+    for (_, _, budget), points in sorted(by_series.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
         points = sorted(points, key=lambda p: p.params or 0)
         if len(points) < 2 and data_axis:
             continue  # a single rung at this budget: a point of the data axis, not a line over size
@@ -284,6 +293,10 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
     judge_trends(ladder.trends)
     ladder.steps.sort(key=lambda s: (s.architecture, s.method, (s.budget or 0) if data_axis else 0, s.params or 0))
     return ladder
+
+
+def _count(v: int | None) -> str:
+    return "?" if v is None else f"{v:,}"
 
 
 def _assign_budgets(steps: list[Step]) -> None:

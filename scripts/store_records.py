@@ -12,6 +12,7 @@ DST` and `oelm report --view board DST` rebuild the report or board from the com
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -21,15 +22,14 @@ from oelm.records.compact import RECORDS_FILE, dump_record, read_records, write_
 from oelm.records.layout import RUNS
 from oelm.records.load import load_runs
 from oelm.utils.errors import UserError
+from oelm.utils.io import load_yaml_text
 
 TOP_FILES = ("sweep.yaml", "plan.json", "plan-commit.json", "confirmation.md", "confirmation.json")
 
 
-def store(src: Path, dst: Path) -> int:
-    """Write the records; returns the number of runs stored."""
-    if not (src / RUNS).is_dir():
-        raise UserError(f"{src} has no runs/ folder: give a directory `oelm sweep` or `oelm confirm run` wrote")
-    dst.mkdir(parents=True, exist_ok=True)
+def _top_texts(src: Path) -> dict[str, str]:
+    """The sweep's own files (sweep.yaml, plan.json, ...) as DST will hold them."""
+    texts = {}
     for name in TOP_FILES:
         if (src / name).is_file():
             # A spec run from another checkout records its config paths absolutely: keep them
@@ -38,13 +38,43 @@ def store(src: Path, dst: Path) -> int:
             text = (src / name).read_text(encoding="utf-8")
             for root in {src.as_posix(), src.resolve().as_posix()}:
                 text = text.replace(root + "/", "")
-            (dst / name).write_text(re.sub(r"/\S*?/(configs/)", r"\1", text), encoding="utf-8")
+            texts[name] = re.sub(r"/\S*?/(configs/)", r"\1", text)
+    return texts
+
+
+def _identity(texts: dict[str, str]) -> str:
+    """Which sweep the top files say: sweep.yaml's name and the plan's content hash (a confirmation).
+    A sweep stored again after its grid was extended keeps both, and may update its records."""
+    name = plan = "none"
+    if "sweep.yaml" in texts:
+        name = str((load_yaml_text(texts["sweep.yaml"]) or {}).get("name"))
+    if "plan.json" in texts:
+        plan = hashlib.sha256(texts["plan.json"].encode()).hexdigest()[:12]
+    return f"sweep {name}, plan {plan}"
+
+
+def _stored_texts(dst: Path) -> dict[str, str]:
+    return {n: (dst / n).read_text(encoding="utf-8") for n in TOP_FILES if (dst / n).is_file()}
+
+
+def store(src: Path, dst: Path) -> int:
+    """Write the records; returns the number of runs stored. Everything is checked before anything
+    is written: a DST that holds another sweep (its sweep.yaml or plan differs) or other results at
+    a place is refused and left as it was."""
+    if not (src / RUNS).is_dir():
+        raise UserError(f"{src} has no runs/ folder: give a directory `oelm sweep` or `oelm confirm run` wrote")
+    texts = _top_texts(src)
+    if (dst / RECORDS_FILE).is_file() and (theirs := _identity(_stored_texts(dst))) != (mine := _identity(texts)):
+        raise UserError(f"{dst} holds another sweep's records ({theirs}, where {src} is {mine}); store elsewhere")
     runs = [r for r in load_runs([src / RUNS]) if r.finished]
     stored = read_records(dst) if (dst / RECORDS_FILE).is_file() else {}
     new = {run.path.relative_to(src).as_posix(): json.loads(dump_record(run, src)) for run in runs}
     clash = sorted(at for at in set(stored) & set(new) if stored[at] != new[at])
     if clash:
         raise UserError(f"{dst}: {len(clash)} run(s) already stored with other results ({clash[0]}); store elsewhere")
+    dst.mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        (dst / name).write_text(text, encoding="utf-8")
     write_raw_records({**stored, **new}, dst)
     return len(runs)
 
@@ -54,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("src", type=Path, help="the sweep or confirmation directory")
     p.add_argument("dst", type=Path, help="where the records go (e.g. docs/results/NAME/records/pilot)")
     args = p.parse_args(argv)
-    print(f"{store(args.src, args.dst)} run records -> {args.dst}")
+    try:
+        print(f"{store(args.src, args.dst)} run records -> {args.dst}")
+    except UserError as err:
+        print(f"store_records: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

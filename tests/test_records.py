@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,26 @@ def test_a_stored_board_is_one_file_that_loads_and_hashes_like_its_records(tiny_
     (tmp_path / "other" / "sweep.yaml").write_text((board / "sweep.yaml").read_text())
     with pytest.raises(UserError, match="already stored with other results"):
         store.store(tiny_sweep, tmp_path / "other")
+
+
+def test_storing_into_another_sweeps_records_is_refused_before_anything_is_written(
+    tiny_sweep: Path, tmp_path: Path, capsys
+) -> None:
+    """A board's folder that holds another sweep's records had its sweep.yaml overwritten by the
+    new sweep's before the clash was found, and the refusal ended in a traceback: the stored board
+    was left describing a sweep it does not hold. Now it is checked first, in one line, exit 2."""
+    store = load_script("store_records")
+    board = tmp_path / "board"
+    store.store(tiny_sweep, board)
+    before = {p.name: p.read_bytes() for p in board.iterdir()}
+    other = tmp_path / "other-sweep"
+    shutil.copytree(tiny_sweep, other)
+    spec = other / "sweep.yaml"
+    spec.write_text(spec.read_text().replace("name: tiny", "name: another", 1))
+    assert store.main([str(other), str(board)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds another sweep's records" in err[0]
+    assert {p.name: p.read_bytes() for p in board.iterdir()} == before
 
 
 @pytest.mark.parametrize(

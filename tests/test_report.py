@@ -263,7 +263,9 @@ def test_a_warning_that_changes_a_verdict_reaches_the_terminal(tmp_path: Path, c
             )
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "r")]) == 0
     assert "unequal budgets" in capsys.readouterr().out
-    assert main(["report", "--view", "board", str(tmp_path), "--out", str(tmp_path / "b"), "--baseline", "baseline"]) == 0
+    assert (
+        main(["report", "--view", "board", str(tmp_path), "--out", str(tmp_path / "b"), "--baseline", "baseline"]) == 0
+    )
     assert "  warning: " in (out := capsys.readouterr().out) and "unequal budgets" in out
 
 
@@ -820,3 +822,20 @@ def test_lm_tables_show_bits_per_byte_where_the_runs_recorded_it(tmp_path: Path)
     assert arms["oelm-freeze"]["bits_per_byte"]["key"] == "test_bits_per_byte"
     old_arms = json.loads((tmp_path / "ra" / "report.json").read_text())["groups"][0]["arms"]
     assert {a["bits_per_byte"]["n"] for a in old_arms} == {0}
+
+
+def test_a_named_control_no_table_has_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    """`--baseline` with a typo wrote a page whose every gap was 'not computed' and exited 0 (the
+    report and the board); a margin of inf called every gap equivalent. Both stop in one line."""
+    for seed in range(2):
+        for method in ("baseline", "oelm-freeze"):
+            make_run(tmp_path / "runs", method, 1e-3, seed, test_perplexity=4.0 + seed, best_val_loss=1.4)
+    for view in ("report", "board"):
+        out = tmp_path / f"out-{view}"
+        argv = ["report", "--view", view, str(tmp_path / "runs"), "--out", str(out), "--baseline", "basline"]
+        assert main(argv) == 2 and not out.exists()
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == ["oelm: error: --baseline 'basline' names no arm of these runs; arms: baseline, oelm-freeze"]
+    for margin in ("inf", "nan", "0", "-1"):
+        assert main(["report", str(tmp_path / "runs"), "--margin", margin]) == 2
+        assert "--margin: must be a finite number > 0" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import os
 import sys
 
@@ -66,12 +67,23 @@ def configure_logging(level: int) -> None:
     logger.setLevel(level)
 
 
+def _positive_finite(text: str) -> float:
+    """A margin: a finite number > 0 (inf would call every gap equivalent, nan none)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def add_margin_flag(parser: argparse.ArgumentParser, text: str | None = None) -> None:
     """--margin, the equivalence margin of reports and boards (one flag name for every command);
     `text`: its help where the unit depends on the page (the fine-tuning view measures in points)."""
     parser.add_argument(
         "--margin",
-        type=float,
+        type=_positive_finite,
         default=1.0,  # = oelm.reports.stats.MARGIN (not imported here: `oelm --help` stays fast)
         help=text
         or "equivalence margin in %% of the reference's metric: a gap is called 'equivalent within "

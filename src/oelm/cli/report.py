@@ -137,7 +137,12 @@ def _report(args: argparse.Namespace, margin: float) -> int:
     from oelm.reports.report import write_report
 
     path, comparison = write_report(
-        args.paths, args.out, args.baseline or "baseline", args.study_numbers, margin=margin
+        args.paths,
+        args.out,
+        args.baseline or "baseline",
+        args.study_numbers,
+        margin=margin,
+        named_baseline=args.baseline is not None,
     )
     print(f"{len(comparison.groups)} table(s) from {comparison.n_runs} run(s) -> {path}")
     for group in comparison.groups:  # what changes a verdict's meaning shows here, not only in the file

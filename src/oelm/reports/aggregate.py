@@ -970,6 +970,14 @@ def _check_same_data(key: tuple, runs: Sequence[RunRecord]) -> None:
         )
 
 
+def require_arm(groups: Sequence[Group], name: str, flag: str = "--baseline") -> None:
+    """A control the user named must be an arm of some table: a typo would otherwise give a page
+    with every gap 'not computed' and exit 0."""
+    if not any(a.method == name for g in groups for a in g.arms):
+        arms = sorted({a.method for g in groups for a in g.arms})
+        raise UserError(f"{flag} {name!r} names no arm of these runs; arms: {', '.join(arms) or 'none'}")
+
+
 def compare(
     runs: Sequence[RunRecord],
     baseline: str = BASELINE,

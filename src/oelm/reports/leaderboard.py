@@ -17,7 +17,7 @@ from typing import Any
 from oelm.records.plan import ConfirmationPlan
 from oelm.records.sweep import confirmation_plan, declared_margin
 from oelm.reports import stats
-from oelm.reports.aggregate import BASELINE
+from oelm.reports.aggregate import BASELINE, require_arm
 from oelm.reports.board import REFERENCE, TARGET, Board, Entry, Target, build
 from oelm.reports.comparison import with_comparison
 from oelm.reports.reading import READING_PAGE, how_to_read
@@ -459,6 +459,8 @@ def write_leaderboard(
         raise UserError("no sweep directory given; pass the directory `oelm sweep` wrote")
     margin = board_margin(paths, margin)
     boards, not_started, runs = build(paths, baseline, target, seeds, margin)
+    if baseline is not None:  # named (--baseline): a name no table has is a typo
+        require_arm([b.group for b in boards], baseline)
     out_dir = Path(out)
     command = command_line(paths, out_dir, baseline, seeds, margin)
     writable_dir(out_dir, "leaderboard folder", "pass --out with a writable folder (sweeps are only read)")

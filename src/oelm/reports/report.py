@@ -32,6 +32,7 @@ from oelm.reports.aggregate import (
     crossing,
     lr_rule_text,
     metric_label,
+    require_arm,
     split_text,
 )
 from oelm.reports.comparison import with_comparison
@@ -405,9 +406,11 @@ def write_report(
     margin: float = MARGIN,
     lr_rule: str | None = None,
     sweep: SweepRecord | None = None,
+    named_baseline: bool = False,
 ) -> tuple[Path, Comparison]:
     """Load run records under `paths`, write OUT/report.md + report.json + PNGs; return both.
 
+    `named_baseline`: the caller named `baseline` (refused when no table has it).
     `lr_rule`: how each arm's setting is chosen (None: the sweep record's, else robust). `sweep`:
     the sweep's record as the caller holds it in memory (`oelm sweep`), else read from `paths`.
 
@@ -420,11 +423,6 @@ def write_report(
     study = StudyNumbers.load(study_numbers) if study_numbers else None
     runs = load_runs(paths)
     records = sweep_records(paths) if sweep is None else [sweep]
-    out_dir = writable_dir(
-        Path(out) if out else Path(paths[0]) / "report",
-        "report folder",
-        "pass --out with a writable folder (run directories are only read)",
-    )
     comparison = compare(
         runs,
         baseline=baseline,
@@ -433,6 +431,13 @@ def write_report(
         extensions=declared_extensions(records),
         lr_rule=lr_rule or declared_lr_rule(records),
         primary=[tuple(p) for p in declared_primary(paths, records)],
+    )
+    if named_baseline:  # the user named it (--baseline): a name no table has is a typo
+        require_arm(comparison.groups, baseline)
+    out_dir = writable_dir(  # after every check: a refused report leaves no folder behind
+        Path(out) if out else Path(paths[0]) / "report",
+        "report folder",
+        "pass --out with a writable folder (run directories are only read)",
     )
     text = render(comparison, out_dir, [str(p) for p in paths], extend)
     probe_lines = probe_section(comparison, out_dir / "scaling.png")  # switched on by probe tables

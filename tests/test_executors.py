@@ -92,6 +92,11 @@ def test_executor_flags_are_validated_before_any_run(monkeypatch) -> None:
         ExecutorSpec.parse("submitit", ["gpus_per_run=two"])
     with pytest.raises(UserError, match="cluster must be"):
         ExecutorSpec.parse("submitit", ["cluster=k8s"])
+    # A job of 0 CPUs, 0 minutes or 0 GB never runs: `cpus_per_run=0` went on to start the sweep.
+    for option in ("cpus_per_run=0", "timeout_min=0", "mem_gb=0", "gpus_per_run=-1"):
+        with pytest.raises(UserError, match=r"must be at least [01], got"):
+            ExecutorSpec.parse("submitit", [option])
+    assert ExecutorSpec.parse("submitit", ["gpus_per_run=0", "cpus_per_run=1"]).options["cpus_per_run"] == 1
     monkeypatch.setattr(executors, "installed", lambda package: False)
     with pytest.raises(UserError, match="needs the ray package"):
         ExecutorSpec.parse("ray")

@@ -83,8 +83,9 @@ class ExecutorSpec:
                     options[key] = int(value)
                 except ValueError:
                     raise UserError(f"--executor-option {key} must be an integer, got {value!r}") from None
-                if options[key] < 0:
-                    raise UserError(f"--executor-option {key} must not be negative, got {value}")
+                least = 0 if key == "gpus_per_run" else 1  # a job of 0 CPUs, 0 minutes or 0 GB never runs
+                if options[key] < least:
+                    raise UserError(f"--executor-option {key} must be at least {least}, got {value}")
             else:
                 options[key] = value
         if kind == "submitit" and options.get("cluster", "auto") not in ("auto", "slurm", "local", "debug"):

@@ -343,6 +343,38 @@ def test_hub_style_shard_names_and_a_mixed_split_refused(tmp_path: Path) -> None
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize(
+    ("names", "empty", "refusal"),
+    [
+        (["train_00.txt", "train_02.txt"], None, r"shard\(s\) 1 missing"),
+        (["train-00000-of-00003.jsonl", "train-00001-of-00003.jsonl"], None, r"shard\(s\) 1 of 3 missing"),
+        (["train_00.txt", "train_01.txt"], "train_01.txt", r"shard train_01.txt is empty"),
+        (["train_00.txt", "train_0.txt"], None, r"two shards share a number"),
+    ],
+)
+def test_a_split_with_a_shard_missing_or_empty_is_refused(tmp_path: Path, names, empty, refusal) -> None:
+    """A sharded corpus whose download stopped short (a gap in the numbers, fewer shards than
+    `-of-N` says, an empty shard) was prepared as a smaller corpus without a word."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in names:
+        text = (
+            "" if name == empty else (json.dumps({"text": f"doc {name}"}) if name.endswith(".jsonl") else f"doc {name}")
+        )
+        (src / name).write_text(text + ("\n" if text else ""))
+    with pytest.raises(UserError, match=refusal):
+        prepare_lm(src, "byte", tmp_path / "out", verbose=False)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_shards_are_read_in_number_order_not_name_order(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in (0, 1, 2, 10, 3, 4, 5, 6, 7, 8, 9):
+        (src / f"train_{i}.txt").write_text(f"doc {i}\n")
+    assert [p.name for p in split_files(src)["train"]] == [f"train_{i}.txt" for i in range(11)]
+
+
 def test_the_gutenberg_folder_is_four_train_shards_and_whole_book_holdouts() -> None:
     """The shared Gutenberg corpus: train in four shards, official valid and test files."""
     folder = need(DATA / "lm" / "gutenberg-books")

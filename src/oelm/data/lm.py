@@ -306,6 +306,7 @@ def split_files(folder: Path, note: bool = True) -> dict[str, list[Path]]:
             f"folder {str(folder)!r} has both a whole {split!r} file ({whole[split].name}) and shards "
             f"({', '.join(p.name for p in shards[split])}); move one of them out"
         )
+    shards = {split: _checked_shards(folder, split, paths) for split, paths in shards.items()}
     by_split = {**{s: [p] for s, p in whole.items()}, **shards}
     if not by_split:
         return {}
@@ -316,6 +317,30 @@ def split_files(folder: Path, note: bool = True) -> dict[str, list[Path]]:
     if "train" not in by_split:
         raise UserError(f"folder {str(folder)!r} has split files {sorted(by_split)} but no train file")
     return {s: by_split[s] for s in SPLITS if s in by_split}
+
+
+def _checked_shards(folder: Path, split: str, paths: list[Path]) -> list[Path]:
+    """A split's shards in number order (train_2 before train_10), refused when one is missing (a
+    gap in the numbers, or fewer than a `-of-N` name says) or empty: a download that did not finish
+    would otherwise be prepared, silently, as a smaller corpus."""
+    numbered = sorted((int(_SPLIT_FILE.match(p.name.lower()).group(2)), p) for p in paths)
+    numbers = [n for n, _ in numbered]
+    where = f"folder {str(folder)!r}, split {split!r}"
+    if len(set(numbers)) != len(numbers):
+        raise UserError(f"{where}: two shards share a number ({', '.join(p.name for p in paths)}); keep one of each")
+    missing = sorted(set(range(numbers[0], numbers[-1] + 1)) - set(numbers))
+    totals = {int(m.group(1)) for p in paths if (m := re.search(r"-of-(\d+)", p.name.lower()))}
+    if len(totals) == 1 and (total := totals.pop()) > len(numbers):
+        missing = missing or [f"{total - len(numbers)} of {total}"]
+    if missing:
+        raise UserError(
+            f"{where}: shard(s) {', '.join(map(str, missing))} missing (have {', '.join(p.name for _, p in numbered)}); "
+            "a corpus with a shard missing would be prepared short: restore it, or renumber the shards"
+        )
+    empty = [p.name for _, p in numbered if p.stat().st_size == 0]
+    if empty:
+        raise UserError(f"{where}: shard {empty[0]} is empty (a download that did not finish?); restore or remove it")
+    return [p for _, p in numbered]
 
 
 def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:

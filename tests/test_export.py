@@ -334,3 +334,18 @@ def test_a_second_export_into_a_folder_being_written_is_refused(lm_run, tmp_path
     assert [p.name for p in tmp_path.iterdir()] == []  # the lock file goes with its holder
     export_hf(lm_run, out)
     assert (out / MARKER).is_file() and [p.name for p in tmp_path.iterdir()] == ["x"]
+
+
+def test_export_resolves_the_checkpoint_once_and_reads_each_input_once(lm_run, tmp_path, monkeypatch):
+    """`oelm export` resolves its checkpoint once and reads the weights' metadata, config.yaml,
+    freeze_audit.json and results.json once each (issue 50). Before, it resolved the checkpoint
+    twice (itself for the tokenizer, then load_model) and read the metadata three times (itself,
+    load_model, then load_weights)."""
+    from oelm.training import checkpoint
+    from test_validate_once import count_calls, count_reads
+
+    counts = count_reads(monkeypatch, {"config.yaml", "freeze_audit.json", "results.json"})
+    count_calls(monkeypatch, checkpoint, {"resolve_checkpoint": "resolved", "read_metadata": "metadata"}, counts)
+    with one_thread():
+        assert main(["export", str(lm_run), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert counts == {"resolved": 1, "metadata": 1, "config.yaml": 1, "freeze_audit.json": 1, "results.json": 1}

@@ -29,6 +29,7 @@ from oelm.records.sweep import read_sweep_record
 from oelm.reports.aggregate import compare
 from oelm.utils.errors import UserError
 from test_sweep import TINY
+from test_validate_once import count_reads
 
 
 @given(
@@ -92,25 +93,6 @@ def test_the_sweep_record_round_trips_into_a_spec(tiny_sweep: Path) -> None:
     assert read_sweep_record(tiny_sweep / "runs") == record  # its runs/ folder names the same sweep
 
 
-def _count_reads(monkeypatch, names: set[str]):
-    """Every open-for-reading of a file with one of these names, counted by name."""
-    import builtins
-    import collections
-    import io
-
-    counts: collections.Counter = collections.Counter()
-    original = builtins.open
-
-    def counting(file, mode="r", *args, **kwargs):
-        if "r" in mode and Path(str(file)).name in names:
-            counts[Path(str(file)).name] += 1
-        return original(file, mode, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", counting)
-    monkeypatch.setattr(io, "open", counting)
-    return counts
-
-
 def test_report_and_a_resumed_sweep_read_each_input_once(tiny_sweep: Path, tmp_path: Path, monkeypatch) -> None:
     """`oelm report` reads the sweep record once and each run's results.json once; a resumed `oelm
     sweep` hands the record it wrote to its report in memory (read once, at the start)."""
@@ -118,7 +100,7 @@ def test_report_and_a_resumed_sweep_read_each_input_once(tiny_sweep: Path, tmp_p
     from oelm.reports.report import write_report
 
     forget_read_results()  # a fresh process: nothing read yet
-    counts = _count_reads(monkeypatch, {"sweep.yaml", "results.json"})
+    counts = count_reads(monkeypatch, {"sweep.yaml", "results.json"})
     write_report([tiny_sweep], tmp_path / "report")
     assert counts == {"sweep.yaml": 1, "results.json": 4}
     record = read_sweep_record(tiny_sweep)

@@ -1,13 +1,17 @@
 """Each input validated once per command (issue 50): `oelm train` validates its config and its method
 once; `oelm confirm report`, which trains nothing, validates the plan's config once, not once per
 planned run (tests/test_confirm.py counts it with count_validations; tests/test_records.py counts
-the reads of sweep.yaml and results.json)."""
+the reads of sweep.yaml and results.json with count_reads; tests/test_export.py the checkpoint
+resolutions and metadata reads of `oelm export` with count_calls)."""
 
 from __future__ import annotations
 
+import builtins
 import collections
+import io
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -41,6 +45,39 @@ class _CountingValidator:
         return counted
 
 
+def count_calls(
+    monkeypatch: pytest.MonkeyPatch, home: ModuleType, names: dict[str, str], counts: collections.Counter
+) -> collections.Counter:
+    """Count every call of the functions `home` defines, keyed by names[function name], wherever a
+    module of the package holds them (its own module included, for the calls made inside it)."""
+    for function, key in names.items():
+        original = getattr(home, function)
+
+        def counting(*args: Any, _original: Any = original, _key: str = key, **kwargs: Any) -> Any:
+            counts[_key] += 1
+            return _original(*args, **kwargs)
+
+        for name, module in list(sys.modules.items()):
+            if name.startswith("oelm") and getattr(module, function, None) is original:
+                monkeypatch.setattr(module, function, counting)
+    return counts
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch, names: set[str]) -> collections.Counter:
+    """Every open-for-reading of a file with one of these names, counted by name."""
+    counts: collections.Counter = collections.Counter()
+    original = builtins.open
+
+    def counting(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "r" in mode and Path(str(file)).name in names:
+            counts[Path(str(file)).name] += 1
+        return original(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    monkeypatch.setattr(io, "open", counting)
+    return counts
+
+
 def count_validations(monkeypatch: pytest.MonkeyPatch) -> collections.Counter:
     """Counts of TrainConfig validations ("config") and method-option validations ("method"), the
     latter wherever a module of the package holds validate_method_options."""
@@ -48,16 +85,7 @@ def count_validations(monkeypatch: pytest.MonkeyPatch) -> collections.Counter:
     monkeypatch.setattr(
         TrainConfig, "__pydantic_validator__", _CountingValidator(TrainConfig.__pydantic_validator__, counts)
     )
-    original = methods.validate_method_options
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        counts["method"] += 1
-        return original(*args, **kwargs)
-
-    for name, module in list(sys.modules.items()):
-        if name.startswith("oelm") and getattr(module, "validate_method_options", None) is original:
-            monkeypatch.setattr(module, "validate_method_options", counting)
-    return counts
+    return count_calls(monkeypatch, methods, {"validate_method_options": "method"}, counts)
 
 
 def test_train_validates_its_config_and_method_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,7 +34,7 @@ from oelm.hf.llama_export import to_llama
 from oelm.models.gpt import GPT, GPTClassifier
 from oelm.models.llama import Llama
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
-from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
+from oelm.training.runs import existing_run_dir, load_checkpoint, run_tokenizer_spec
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, follow_umask, read_json, read_yaml, write_error
 from oelm.utils.lock import clear_stale_temps, sibling_lock
@@ -218,10 +218,14 @@ def _export_locked(out: Path, run_dir: str | Path, which: str, tolerance: float,
     """export_hf's body, holding the output folder's lock."""
     check_target(out, Path(run_dir), overwrite)
     source = Path(run_dir).resolve()
-    checkpoint = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)
-    spec = run_tokenizer_spec(run_dir, read_metadata(checkpoint))
-    model = load_model(run_dir, which)
-    config = read_yaml(Path(run_dir) / "config.yaml", "run config")
+    # The checkpoint resolved once, its metadata and the run's config.yaml read once; the loader is
+    # handed all three rather than reading them again.
+    run = existing_run_dir(run_dir)
+    checkpoint = resolve_checkpoint(run, "last" if which == "latest" else which)
+    meta = read_metadata(checkpoint)
+    spec = run_tokenizer_spec(run, meta)
+    config = read_yaml(run / "config.yaml", "run config")
+    model = load_checkpoint(run, checkpoint, meta, config=config)
     context = int(config.get("seq_len") or model.config.block_size)  # the context it trained at
     tok, note = hf_tokenizer(spec)
     hf = to_hf(model, tok.eos_token_id if tok is not None else None, n_positions=context)

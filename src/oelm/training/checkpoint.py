@@ -287,9 +287,12 @@ def prune(ckpt_root: Path, keep_last: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def load_weights(model: torch.nn.Module, path: Path) -> dict[str, str]:
-    """Load safetensors weights into model (strict); return the file's metadata."""
-    meta = read_metadata(path)  # a damaged file is a UserError before load_model touches it
+def load_weights(model: torch.nn.Module, path: Path, meta: dict[str, str] | None = None) -> dict[str, str]:
+    """Load safetensors weights into model (strict); return the file's metadata. meta: that
+    metadata when the caller has read it already (read_metadata, so the file's header is known
+    readable): it is not read a second time."""
+    if meta is None:
+        meta = read_metadata(path)  # a damaged file is a UserError before load_model touches it
     missing, unexpected = load_model(model, str(path), strict=True, device="cpu")
     del missing, unexpected  # strict=True already raised on a mismatch
     return meta

@@ -37,15 +37,26 @@ def load_model(run_dir: str | Path, which: str = "best", device: str = "cpu") ->
     if which not in ("best", "latest", "last") and not str(which).isdigit():
         raise UserError(f"which={which!r}: use 'best', 'latest' or a step number")
     path = resolve_checkpoint(run_dir, "last" if which == "latest" else str(which))
-    meta = read_metadata(path)
-    method, options, seed = _run_method(run_dir, meta)
+    return load_checkpoint(run_dir, path, read_metadata(path), device)
+
+
+def load_checkpoint(
+    run_dir: Path, path: Path, meta: dict[str, str], device: str = "cpu", config: dict[str, Any] | None = None
+) -> nn.Module:
+    """load_model's body for a checkpoint already resolved (`path`, a weights file of `run_dir`) and
+    its metadata already read (`meta`, read_metadata of it): a command that needs them itself, such
+    as `oelm export`, resolves and reads each once and passes them here. config: the run's
+    config.yaml when the caller read it (None: read here if the metadata does not name the method).
+    """
+
+    method, options, seed = _run_method(run_dir, meta, config)
     torch.manual_seed(seed)  # as the run did before building
     model = model_from_meta(meta, path)
     state = apply_method(model, method, seed=seed, **options)
     start = audit_model(model)  # the run's start audit: building and applying are deterministic
     _skip_scheduled(model, state, start)
     _check_recorded_audit(run_dir, path, start, scheduled=bool(state.scheduled))
-    load_weights(model, path)
+    load_weights(model, path, meta)
     check = verify_audit(model, start)
     if not check.ok:
         raise UserError(f"{str(path)!r} does not match its method {method!r}: {'; '.join(check.problems[:5])}")
@@ -109,14 +120,17 @@ def existing_run_dir(run_dir: str | Path) -> Path:
     return path
 
 
-def _run_method(run_dir: Path, meta: dict[str, str]) -> tuple[str, dict[str, Any], int]:
-    """(method, method_options, seed) from the weights' metadata, else the run's config.yaml."""
+def _run_method(
+    run_dir: Path, meta: dict[str, str], config: dict[str, Any] | None = None
+) -> tuple[str, dict[str, Any], int]:
+    """(method, method_options, seed) from the weights' metadata, else the run's config.yaml
+    (`config` when the caller has read it, else read here)."""
 
     if meta.get("method") and "method_options" in meta:
         seed = meta.get("method_seed", meta.get("seed", "0"))
         return meta["method"], json.loads(meta["method_options"]), int(json.loads(seed))
-    cfg: dict[str, Any] = {}
-    if (run_dir / "config.yaml").is_file():
+    cfg: dict[str, Any] = {} if config is None else config
+    if config is None and (run_dir / "config.yaml").is_file():
         cfg = read_yaml_mapping(run_dir / "config.yaml")
     method = cfg.get("method") or meta.get("method")
     if not method:

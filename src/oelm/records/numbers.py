@@ -68,7 +68,7 @@ def check_recorded_numbers(data: Any, section: str, where: str) -> None:
         named = {data.get("primary_metric"), data.get("selection_metric")} - {None}
         for key, value in data.items():
             metric = key in named or (isinstance(key, str) and key.endswith(METRIC_SUFFIXES))
-            if metric and value is not None and not _is_number(value):
+            if metric and value is not None and not _is_number(value) and not _non_finite_text(value):
                 _refuse(where, key, value, "a number, or null where it was not measured")
         return
     for name, value in _numbers(data, ""):
@@ -106,6 +106,11 @@ def _audit_counts(totals: dict[str, Any]) -> list[tuple[str, Any]]:
             if isinstance(counts, dict):
                 out += [(f"by_role.{role}.{k}", v) for k, v in counts.items() if k in _AUDIT_COUNTS]
     return out
+
+
+def _non_finite_text(value: Any) -> bool:
+    """'nan', 'inf', '-inf': how a run writes the non-finite loss it stopped at (diverged_loss)."""
+    return isinstance(value, str) and value.strip().lower() in ("nan", "inf", "-inf", "+inf")
 
 
 def _is_number(value: Any) -> bool:

@@ -306,7 +306,10 @@ def test_a_leaderboard_of_records_shows_the_same_init_twin(tmp_path):
     from oelm.cli import main
 
     folder = _records(tmp_path / "records", {0: 4.20, 1: 4.31, 2: 4.15, 3: 4.25})
-    assert main(["report", "--view", "board", str(folder), "--out", str(tmp_path / "board"), "--baseline", "baseline"]) == 0
+    assert (
+        main(["report", "--view", "board", str(folder), "--out", str(tmp_path / "board"), "--baseline", "baseline"])
+        == 0
+    )
     md = (tmp_path / "board" / "leaderboard.md").read_text()
     assert (tmp_path / "board" / "pareto.png").is_file() and "Reference: **baseline**" in md
     assert "mean per-seed gap vs its same-init trainable twin" in md and "vs oelm-nofreeze: " in md

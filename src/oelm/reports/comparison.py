@@ -54,27 +54,10 @@ def _table(group: dict) -> str:
     return f"{group.get('dataset')} ({group.get('task')}, {group.get('model')})"
 
 
-def _report_rows(data: dict) -> Iterator[dict]:
-    for group in data.get("groups", []):
-        for arm in group.get("arms", []):
-            if arm.get("method") == group.get("reference"):
-                continue
-            yield _row(
-                _table(group),
-                arm["method"],
-                group.get("reference"),
-                group.get("primary_metric"),
-                PERCENT,
-                lr=arm.get("lr"),
-                verdict=arm.get("verdict"),
-                params=arm.get("trainable_params"),
-                **_paired(arm),
-            )
-
-
-def _board_rows(data: dict) -> Iterator[dict]:
-    for table in data.get("tables", []):
-        for arm in table.get("ranked", []):
+def _arm_rows(data: dict, tables: str, arms: str) -> Iterator[dict]:
+    """Rows of report.json (`groups`/`arms`) and leaderboard.json (`tables`/`ranked`): one shape."""
+    for table in data.get(tables, []):
+        for arm in table.get(arms, []):
             if arm.get("method") == table.get("reference"):
                 continue
             yield _row(
@@ -88,6 +71,14 @@ def _board_rows(data: dict) -> Iterator[dict]:
                 params=arm.get("trainable_params"),
                 **_paired(arm),
             )
+
+
+def _report_rows(data: dict) -> Iterator[dict]:
+    return _arm_rows(data, "groups", "arms")
+
+
+def _board_rows(data: dict) -> Iterator[dict]:
+    return _arm_rows(data, "tables", "ranked")
 
 
 def _finetune_rows(data: dict) -> Iterator[dict]:

@@ -17,13 +17,13 @@ SIZES = {"s1": 50_000, "s2": 200_000, "s3": 800_000}
 GAP = {"s1": 12.0, "s2": 12.0 - 4 * np.log10(4), "s3": 12.0 - 4 * np.log10(16)}
 
 
-def ladder_run(out: Path, method: str, seed: int, ppl: float, total: int, **results) -> Path:
+def ladder_run(out: Path, method: str, seed: int, ppl: float, total: int, lr: float = 1e-3, **results) -> Path:
     """One run of a rung of `total` parameters (a tenth frozen for oelm-freeze) at test perplexity `ppl`."""
     frozen = total // 10 if method == "oelm-freeze" else 0
     return make_run(
         out,
         method,
-        1e-3,
+        lr,
         seed,
         test_perplexity=ppl,
         best_val_loss=float(np.log(ppl)),
@@ -187,3 +187,27 @@ def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -
     assert sorted({s["budget"] for s in data["steps"]}) == [20, 80, 300]
     # Each budget's line has its own fit record, named by what it holds fixed (none fitted: < 5 rungs).
     assert sorted(p["held"] for p in data["pair_fits"]) == [f"{b} tokens per parameter" for b in (20, 300, 80)]
+
+
+def test_the_transfer_check_prices_keeping_the_rung_below_s_lr_on_validation(tmp_path: Path) -> None:
+    """The twin's best LR doubles from the small rung to the large one, where the small rung's LR
+    is 5% worse on validation: one move kept, one moved at a cost of +5.26%, above the 1% margin."""
+    for name, total in (("small", 50_000), ("large", 200_000)):
+        for seed in range(3):
+            ladder_run(tmp_path / name, "oelm-freeze", seed, 22.0 + 0.1 * seed, total)
+            ladder_run(tmp_path / name, "oelm-nofreeze", seed, 20.0 + 0.1 * seed, total)
+            if name == "large":  # the twin's grid widens at the large rung, and its new LR wins
+                ladder_run(tmp_path / name, "oelm-nofreeze", seed, (20.0 + 0.1 * seed) / 1.05, total, lr=2e-3)
+    _, ladder = write_ladder([tmp_path / "small", tmp_path / "large"], tmp_path / "out")
+    moves = {t.method: t for t in ladder.transfers}
+    assert set(moves) == {"oelm-freeze", "oelm-nofreeze"}
+    assert moves["oelm-freeze"].lr == moves["oelm-freeze"].lr_below == 1e-3 and moves["oelm-freeze"].cost == 0.0
+    twin = moves["oelm-nofreeze"]
+    assert (twin.lr_below, twin.lr, twin.moved) == (1e-3, 2e-3, 1.0)
+    # best_val_loss = log(ppl): the cost is the log-loss ratio at the old LR against the new one.
+    expected = 100 * np.mean([np.log(20 + 0.1 * s) / np.log((20 + 0.1 * s) / 1.05) - 1 for s in range(3)])
+    assert twin.cost == pytest.approx(expected, rel=0.05) and twin.cost > 1.0
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "stayed the choice in 1 of 2 moves" in md and "one LR per rung, carried over from the rung below, is not safe here" in md
+    stored = json.loads((tmp_path / "out" / "ladder.json").read_text())["transfers"]
+    assert {t["method"]: t["cost"] for t in stored} == pytest.approx({"oelm-freeze": 0.0, "oelm-nofreeze": twin.cost})

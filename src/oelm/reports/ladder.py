@@ -61,6 +61,11 @@ class Step:
     twin_seed_loss: dict[int, float] = field(default_factory=dict)
     tokens: int | None = None  # training tokens of the method's runs
     budget: float | None = None  # nominal tokens per parameter: rungs within 1.5x of each other share one
+    # Mean validation selection value per LR of the method and of its twin (the LR transfer check).
+    val_by_lr: dict[float, float] = field(default_factory=dict)
+    twin_lr: float | None = None
+    twin_val_by_lr: dict[float, float] = field(default_factory=dict)
+    higher_is_better: bool = False  # of the validation selection value
 
     @property
     def tokens_per_param(self) -> float | None:
@@ -96,8 +101,30 @@ class Trend:
 
 
 @dataclass
+class Transfer:
+    """One arm's move to the next larger rung at one budget: the LR the rung below chose (the
+    centre of this rung's grid) against the LR this rung chose, and what keeping the rung below's LR
+    without a grid would have cost on validation."""
+
+    architecture: str
+    method: str
+    params_below: int
+    params: int
+    lr_below: float
+    lr: float
+    cost: float | None  # % of the chosen LR's mean validation value (+ = worse); None: not run here
+    budget: float | None = None
+
+    @property
+    def moved(self) -> float:
+        """Grid steps (factors of 2) from the rung below's LR to this rung's choice (+ = larger)."""
+        return math.log2(self.lr / self.lr_below)
+
+
+@dataclass
 class Ladder:
     steps: list[Step] = field(default_factory=list)
+    transfers: list[Transfer] = field(default_factory=list)
     trends: list[Trend] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     arm_fits: list[scaling.ArmFit] = field(default_factory=list)
@@ -182,9 +209,53 @@ def rung(paths: Sequence[str | Path], warnings: list[str] | None = None) -> list
                     seed_loss=_seed_losses(arm, group.primary_metric),
                     twin_seed_loss=_seed_losses(twin, group.primary_metric),
                     tokens=_tokens(arm),
+                    val_by_lr=_val_by_lr(arm),
+                    twin_lr=twin.lr,
+                    twin_val_by_lr=_val_by_lr(twin),
+                    higher_is_better=group.higher_is_better,
                 )
             )
     return steps
+
+
+def _val_by_lr(arm: Arm) -> dict[float, float]:
+    """The arm's mean validation selection value at each LR of its grid (the first setting of an LR)."""
+    out: dict[float, float] = {}
+    for cell in arm.cells:
+        if cell.selection.mean is not None and math.isfinite(cell.selection.mean):
+            out.setdefault(cell.lr, float(cell.selection.mean))
+    return out
+
+
+def transfers(steps: Sequence[Step], data_axis: bool = False) -> list[Transfer]:
+    """Every arm's moves between consecutive rungs (each frozen method and each control once): the
+    check of the ladder's LR transfer rule, read on validation, never on held-out data. With a data
+    axis, only along an architecture's main budget (the one with the most sizes)."""
+    sizes_at: dict[tuple[str, float | None], set[int]] = {}
+    for s in steps:
+        if s.params is not None:
+            sizes_at.setdefault((s.architecture, s.budget if data_axis else None), set()).add(s.params)
+    main: dict[str, float | None] = {}
+    for architecture, budget in sorted(sizes_at, key=lambda key: -len(sizes_at[key])):
+        main.setdefault(architecture, budget)
+    series: dict[tuple[str, str], dict[int, tuple[float, dict[float, float], bool]]] = {}
+    for s in steps:
+        if s.params is None or main.get(s.architecture) != (s.budget if data_axis else None):
+            continue
+        for method, lr, vals in ((s.method, s.lr, s.val_by_lr), (s.twin, s.twin_lr, s.twin_val_by_lr)):
+            if lr is not None and lr in vals:
+                by_size = series.setdefault((s.architecture, method), {})
+                by_size.setdefault(s.params, (lr, vals, s.higher_is_better))
+    out: list[Transfer] = []
+    for (architecture, method), by_size in sorted(series.items()):
+        sizes = sorted(by_size)
+        for below, size in zip(sizes, sizes[1:]):
+            lr_below, (lr, vals, higher) = by_size[below][0], by_size[size]
+            cost = None
+            if lr_below in vals and vals[lr]:
+                cost = 100 * (vals[lr_below] - vals[lr]) / abs(vals[lr]) * (-1 if higher else 1)
+            out.append(Transfer(architecture, method, below, size, lr_below, lr, cost, main[architecture]))
+    return out
 
 
 def _x(p: Step, axis: str) -> float | None:
@@ -273,6 +344,7 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
     for step in ladder.steps:
         seen.setdefault((step.architecture, step.method, step.params), set()).add(step.budget)
     data_axis = any(len(b) > 1 for b in seen.values())
+    ladder.transfers = transfers(ladder.steps, data_axis)
     by_series: dict[tuple[str, str, float | None], list[Step]] = {}
     for step in ladder.steps:
         by_series.setdefault((step.architecture, step.method, step.budget if data_axis else None), []).append(step)
@@ -386,7 +458,7 @@ def render(ladder: Ladder, command: str, figure: str = "ladder.png") -> str:
             f"{at} | {_f(t.predicted)} [{_f(t.predicted_low)}, {_f(t.predicted_high)}] | {t.note} |"
         )
     lines += ["", f"![gap to the twin against parameters]({figure})", ""]
-    lines += _render_trend_test(ladder) + _render_fits(ladder)
+    lines += _render_trend_test(ladder) + _render_transfer(ladder) + _render_fits(ladder)
     if ladder.warnings:
         lines += ["Warnings:", "", *(f"- {w}" for w in ladder.warnings), ""]
     return "\n".join(lines)
@@ -461,6 +533,63 @@ def _render_trend_test(ladder: Ladder) -> list[str]:
             f"{t.held or 'n/a'} | {t.rungs} | "
             f"{_f(t.slope)} [{_f(t.slope_low)}, {_f(t.slope_high)}] | {_f(t.p_shrink, '.3g')} | "
             f"{_f(t.p_grow, '.3g')} | {t.verdict} |"
+        )
+    return [*lines, ""]
+
+
+def _transfer_summary(architecture: str, moves: list[Transfer]) -> str:
+    """One architecture's reading of the transfer check: kept, worst and median cost, safe or not."""
+    kept = sum(t.lr == t.lr_below for t in moves)
+    costs = [t for t in moves if t.cost is not None]
+    text = f"- {architecture}: the rung below's LR stayed the choice in {kept} of {len(moves)} moves"
+    if not costs:
+        return text + "; no move's cost is measurable (the rung below's LR was not run)."
+    worst = max(costs, key=lambda t: t.cost or 0.0)
+    median = float(np.median([t.cost for t in costs]))
+    text += (
+        f"; kept without a grid, it would have cost up to {worst.cost:+.2f}% ({worst.method}, "
+        f"{worst.params_below:,} to {worst.params:,} parameters), median {median:+.2f}%"
+    )
+    if len(costs) < len(moves):
+        missing = len(moves) - len(costs)
+        text += f" ({missing} move{'s' if missing > 1 else ''} not measurable: the rung below's LR was not run)"
+    if (worst.cost or 0.0) > stats.MARGIN:
+        return (
+            text
+            + f": above the {stats.MARGIN:g}% margin, so one LR per rung, carried over from the rung below, is not safe here: the rungs need their grids."
+        )
+    return text + f": within the {stats.MARGIN:g}% margin on these rungs."
+
+
+def _render_transfer(ladder: Ladder) -> list[str]:
+    """Is one LR per rung enough? The transfer rule checked on validation."""
+    if not ladder.transfers:
+        return []
+    lines = [
+        "## Is one LR per rung enough? (the transfer rule, checked on validation)",
+        "",
+        "Could each rung skip its grid and train every arm at the LR the rung below chose for it? Had "
+        "that LR been kept, each arm would have paid the cost below: its mean validation value at that "
+        "LR against the LR this rung chose, in % (+ = worse); 'not run' where this rung's grid did not "
+        f"hold it. Keeping it is safe where no move costs more than the {stats.MARGIN:g}% margin. Read "
+        "on validation only.",
+        "",
+    ]
+    by_arch: dict[str, list[Transfer]] = {}
+    for t in ladder.transfers:
+        by_arch.setdefault(t.architecture, []).append(t)
+    lines += [_transfer_summary(a, moves) for a, moves in by_arch.items()]
+    lines += [
+        "",
+        "| architecture | arm | parameters (rung below to this) | LR below | LR chosen | moved (steps of x2) "
+        "| validation cost of the LR below |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in ladder.transfers:
+        cost = "not run" if t.cost is None else f"{t.cost:+.2f}%"
+        lines.append(
+            f"| {t.architecture} | {t.method} | {t.params_below:,} to {t.params:,} | {t.lr_below:g} | {t.lr:g} | "
+            f"{t.moved:+g} | {cost} |"
         )
     return [*lines, ""]
 

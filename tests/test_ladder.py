@@ -187,6 +187,29 @@ def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -
     assert sorted({s["budget"] for s in data["steps"]}) == [20, 80, 300]
     # Each budget's line has its own fit record, named by what it holds fixed (none fitted: < 5 rungs).
     assert sorted(p["held"] for p in data["pair_fits"]) == [f"{b} tokens per parameter" for b in (20, 300, 80)]
+    # L(N, D) needs five sizes: three give a note, and the answer says there is no fit.
+    (fit,) = data["data_fits"]
+    assert fit["d_beta"] is None and fit["predicted"] == {} and fit["note"].startswith("3 size(s)")
+    assert "over size and data together: no L(N, D) fit (3 size(s)" in (tmp_path / "out" / "ladder.md").read_text()
+
+
+@pytest.mark.slow
+def test_five_sizes_with_a_data_axis_get_the_size_and_data_fit(tmp_path: Path) -> None:
+    """Five sizes at 20 tokens per parameter, the two smallest also at 80 and 300: each pair gets
+    L(N, D) per arm and the gap extrapolated to 124M parameters at 20 and at 300, on the page too."""
+    sizes = [4_000, 10_000, 25_000, 60_000, 150_000]
+    rungs = [law_rung(tmp_path, n, 12.0 - 3 * np.log10(n / sizes[0])) for n in sizes]
+    rungs += [law_rung(tmp_path, n, 12.0, ratio=r) for n in sizes[:2] for r in (80, 300)]
+    assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    (fit,) = json.loads((tmp_path / "out" / "ladder.json").read_text())["data_fits"]
+    assert (fit["cells"], fit["sizes"], fit["budgets"]) == (9, 5, 3)
+    assert fit["d_alpha"] is not None and fit["d_beta_low"] <= fit["d_beta"] <= fit["d_beta_high"]
+    assert set(fit["predicted"]) == {"20", "300"}
+    for value, low, high in fit["predicted"].values():
+        assert low <= value <= high
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "## Scaling fits over size and data: L(N, D) = E + A / N^alpha + B / D^beta per arm" in md
+    assert "(L(N, D) over 9 cells): extrapolated gap at 124M parameters" in md
 
 
 def test_the_transfer_check_prices_keeping_the_rung_below_s_lr_on_validation(tmp_path: Path) -> None:
@@ -208,6 +231,9 @@ def test_the_transfer_check_prices_keeping_the_rung_below_s_lr_on_validation(tmp
     expected = 100 * np.mean([np.log(20 + 0.1 * s) / np.log((20 + 0.1 * s) / 1.05) - 1 for s in range(3)])
     assert twin.cost == pytest.approx(expected, rel=0.05) and twin.cost > 1.0
     md = (tmp_path / "out" / "ladder.md").read_text()
-    assert "stayed the choice in 1 of 2 moves" in md and "one LR per rung, carried over from the rung below, is not safe here" in md
+    assert (
+        "stayed the choice in 1 of 2 moves" in md
+        and "one LR per rung, carried over from the rung below, is not safe here" in md
+    )
     stored = json.loads((tmp_path / "out" / "ladder.json").read_text())["transfers"]
     assert {t["method"]: t["cost"] for t in stored} == pytest.approx({"oelm-freeze": 0.0, "oelm-nofreeze": twin.cost})

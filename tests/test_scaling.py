@@ -7,7 +7,22 @@ import math
 import numpy as np
 import pytest
 
-from oelm.reports.scaling import FLOORLESS, MIN_RUNGS, PowerLaw, fit_pair, fit_power_law, gap_percent, reach, sig
+from oelm.reports.scaling import (
+    DATA_BUDGETS,
+    FLOORLESS,
+    MIN_RUNGS,
+    TARGET_PARAMS,
+    DataLaw,
+    PowerLaw,
+    data_gap,
+    fit_data_law,
+    fit_data_pair,
+    fit_pair,
+    fit_power_law,
+    gap_percent,
+    reach,
+    sig,
+)
 
 SIZES = [4_000, 9_000, 23_000, 50_000, 100_000, 220_000]
 
@@ -106,3 +121,49 @@ def test_a_curve_that_misses_its_rungs_says_so() -> None:
 
     f, c, pair = fit_pair("gpt", "f", "c", broken(0.02), broken(0.0), boot=10)
     assert c.misfit > 3 * c.seed_se and MISFIT in c.note and MISFIT in pair.note
+
+
+# ---- L(N, D) ----------------------------------------------------------------------------------------
+
+# A ladder at 20 tokens per parameter with its two smallest sizes also at 80 and 300.
+CELLS = [(n, 20 * n) for n in SIZES] + [(n, b * n) for n in SIZES[:2] for b in (80, 300)]
+
+
+def cells(law: DataLaw, noise: float, seed: int) -> dict[tuple[int, int], dict[int, float]]:
+    rng = np.random.default_rng(seed)
+    return {k: {s: law.loss(*k) * math.exp(rng.normal(0, noise)) for s in range(3)} for k in CELLS}
+
+
+def test_the_data_law_fit_recovers_a_known_surface() -> None:
+    """Exact points of L = 1.0 + 30 / N^0.35 + 60 / D^0.3: the exponents come back to 1e-3."""
+    law = DataLaw(1.0, 30.0, 0.35, 60.0, 0.3)
+    fit = fit_data_law([n for n, _ in CELLS], [d for _, d in CELLS], [law.loss(*k) for k in CELLS])
+    assert fit.alpha == pytest.approx(0.35, rel=1e-3) and fit.beta == pytest.approx(0.3, rel=1e-3)
+    assert fit.loss(1e6, 2e7) == pytest.approx(law.loss(1e6, 2e7), rel=1e-4)
+
+
+def test_a_frozen_arm_that_gains_less_from_data_is_read_so_and_the_gap_extrapolated_per_budget() -> None:
+    """The frozen arm's data exponent is 0.25 against the control's 0.3 (equal data terms at 2e5
+    tokens): the fit resolves the difference of betas below 0, and its extrapolated gap at 124M
+    parameters falls from 20 to 300 tokens per parameter, as the true surfaces' does. The point
+    values are not asserted: three seeds a cell leave an extrapolation over three decades loose."""
+    control = DataLaw(1.0, 30.0, 0.35, 60.0, 0.3)
+    frozen = DataLaw(1.0, 30.0, 0.35, 60.0 * 2e5**-0.05, 0.25)
+    truth = {b: data_gap(frozen, control, TARGET_PARAMS, b) for b in DATA_BUDGETS}
+    assert truth[20] > truth[300] > 0
+    fit = fit_data_pair(
+        "gpt", "oelm-freeze", "oelm-nofreeze", cells(frozen, 0.002, 1), cells(control, 0.002, 2), boot=40
+    )
+    assert (fit.cells, fit.sizes, fit.budgets) == (len(CELLS), len(SIZES), 3)
+    assert fit.d_beta_low <= fit.d_beta <= fit.d_beta_high < 0
+    for b in DATA_BUDGETS:
+        value, low, high = fit.predicted[b]
+        assert low <= value <= high
+    assert fit.predicted[300][0] < fit.predicted[20][0] and "extrapolation from 10 cells" in fit.note
+
+
+def test_no_data_law_without_five_sizes_and_a_size_at_two_budgets() -> None:
+    law = DataLaw(1.0, 30.0, 0.35, 60.0, 0.3)
+    only_size = {k: v for k, v in cells(law, 0.002, 1).items() if k[1] == 20 * k[0]}
+    fit = fit_data_pair("gpt", "oelm-freeze", "oelm-nofreeze", only_size, only_size, boot=5)
+    assert fit.d_beta is None and fit.predicted == {} and "no size trained at two budgets" in fit.note

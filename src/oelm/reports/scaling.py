@@ -312,3 +312,196 @@ def _fit_pair(
         pair.note += "; " + MISFIT
     pair.curves = {"fit": fits, "boot": boots}
     return arms[0], arms[1], pair
+
+
+# ---- L(N, D): size and data together, where the ladder has a data axis ----------------------------
+
+DATA_BUDGETS = (20, 300)  # tokens per parameter at which the L(N, D) fit predicts the gap at TARGET_PARAMS
+# Starting points: (log E, log A, alpha, log B, beta).
+_STARTS_ND = [
+    (e, a, al, b, be)
+    for e in (-1.0, 0.0, 1.0)
+    for a in (0.0, 3.0, 6.0)
+    for al in (0.2, 0.5)
+    for b in (0.0, 3.0, 6.0)
+    for be in (0.2, 0.5)
+]
+
+Cells = Mapping[tuple[int, int], Mapping[int, float]]  # (parameters, tokens) -> seed -> test loss
+
+
+@dataclass(frozen=True)
+class DataLaw:
+    """L(N, D) = E + A / N^alpha + B / D^beta (Chinchilla's approach 3)."""
+
+    E: float
+    A: float
+    alpha: float
+    B: float
+    beta: float
+
+    def loss(self, n: float, d: float) -> float:
+        """The fitted loss at N parameters trained on D tokens."""
+        return float(self.E + self.A * n**-self.alpha + self.B * d**-self.beta)
+
+
+def _objective_nd(theta: np.ndarray, x: np.ndarray, z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Huber loss of log L and its gradient in (log E, log A, alpha, log B, beta); x = log N, z = log D."""
+    e, a, alpha, b, beta = theta
+    terms = np.stack([np.full_like(x, e), a - alpha * x, b - beta * z])
+    pred = np.logaddexp.reduce(terms, axis=0)
+    w = np.exp(terms - pred)  # d pred / d each term's log
+    r = pred - y
+    huber = np.where(np.abs(r) <= HUBER_DELTA, 0.5 * r**2, HUBER_DELTA * (np.abs(r) - 0.5 * HUBER_DELTA))
+    dr = np.clip(r, -HUBER_DELTA, HUBER_DELTA)
+    grad = np.array(
+        [np.sum(dr * w[0]), np.sum(dr * w[1]), np.sum(-dr * w[1] * x), np.sum(dr * w[2]), np.sum(-dr * w[2] * z)]
+    )
+    return float(np.sum(huber)), grad
+
+
+def fit_data_law(
+    n: Sequence[float], d: Sequence[float], loss: Sequence[float], starts: Sequence[tuple] | None = None
+) -> DataLaw:
+    """The best of L-BFGS-B fits of L(N, D) = E + A / N^alpha + B / D^beta from a grid of starts."""
+    from scipy.optimize import minimize  # heavy optional dependency: imported on use
+
+    x, z = np.log(np.asarray(n, dtype=float)), np.log(np.asarray(d, dtype=float))
+    y = np.log(np.asarray(loss, dtype=float))
+    bounds = [(LOG_E_MIN, float(y.min())), (-20.0, 60.0), (0.0, 4.0), (-20.0, 60.0), (0.0, 4.0)]
+    best = None
+    for start in starts if starts is not None else _STARTS_ND:
+        res = minimize(
+            _objective_nd,
+            np.asarray(start, dtype=float),
+            args=(x, z, y),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000},
+        )
+        if best is None or res.fun < best.fun - 1e-15:
+            best = res
+    e, a, alpha, b, beta = best.x
+    return DataLaw(E=math.exp(e), A=math.exp(a), alpha=float(alpha), B=math.exp(b), beta=float(beta))
+
+
+def _cell_points(cells: Cells, seeds: Mapping[tuple[int, int], Sequence[int]] | None = None) -> tuple[list, list, list]:
+    """Every run as a point (N, D, loss); `seeds` picks (with repeats) which seeds of each cell enter."""
+    ns, ds, ls = [], [], []
+    for key, by_seed in sorted(cells.items()):
+        for s in seeds[key] if seeds is not None else sorted(by_seed):
+            ns.append(float(key[0]))
+            ds.append(float(key[1]))
+            ls.append(float(by_seed[s]))
+    return ns, ds, ls
+
+
+def data_gap(f: DataLaw, c: DataLaw, n: float, tokens_per_param: float) -> float:
+    """The predicted perplexity gap of f over c at N parameters and tokens_per_param x N tokens, in %."""
+    d = tokens_per_param * n
+    return 100.0 * math.expm1(f.loss(n, d) - c.loss(n, d))
+
+
+@dataclass
+class DataFit:
+    """A frozen arm against its control over size and data: L(N, D) per arm, the gap it predicts at
+    GPT-2 small's size at 20 and 300 tokens per parameter, paired bootstrap intervals."""
+
+    architecture: str
+    method: str
+    control: str
+    cells: int  # (size, tokens) cells both arms hold
+    sizes: int
+    budgets: int  # distinct tokens-per-parameter budgets among the cells
+    alpha: float | None = None  # the method's exponent in N
+    alpha_control: float | None = None
+    beta: float | None = None  # the method's exponent in D
+    beta_control: float | None = None
+    d_alpha: float | None = None
+    d_alpha_low: float | None = None
+    d_alpha_high: float | None = None
+    d_beta: float | None = None  # beta_method - beta_control (negative: it gains less from data)
+    d_beta_low: float | None = None
+    d_beta_high: float | None = None
+    target: int = TARGET_PARAMS
+    # tokens per parameter -> [predicted gap %, 2.5%, 97.5%] at `target` (an extrapolation)
+    predicted: dict[int, list[float | None]] = field(default_factory=dict)
+    misfit: float | None = None  # the largest |mean loss of a cell / fitted - 1| over both arms, %
+    seed_se: float | None = None  # the largest standard error of a cell's mean, %
+    note: str = ""
+
+
+def fit_data_pair(
+    architecture: str,
+    method: str,
+    control: str,
+    cells_f: Cells,
+    cells_c: Cells,
+    boot: int = BOOTSTRAP,
+    seed: int = BOOTSTRAP_SEED,
+) -> DataFit:
+    """Fit L(N, D) to both arms of a pair, then the paired bootstrap over seeds; numbers rounded by `sig`."""
+    from threadpoolctl import threadpool_limits  # heavy optional dependency: imported on use
+
+    with threadpool_limits(1):
+        return _fit_data_pair(architecture, method, control, cells_f, cells_c, boot, seed)
+
+
+def _fit_data_pair(
+    architecture: str, method: str, control: str, cells_f: Cells, cells_c: Cells, boot: int, seed: int
+) -> DataFit:
+    keys = sorted(k for k in set(cells_f) & set(cells_c) if len(set(cells_f[k]) & set(cells_c[k])) >= 2)
+    cells_f, cells_c = {k: cells_f[k] for k in keys}, {k: cells_c[k] for k in keys}
+    sizes = {n for n, _ in keys}
+    budgets = {float(f"{d / n:.1g}") for n, d in keys}  # 20.2 and 21.6 tokens per parameter are one budget
+    out = DataFit(architecture, method, control, len(keys), len(sizes), len(budgets))
+    by_size: dict[int, set[int]] = {}
+    for n, d in keys:
+        by_size.setdefault(n, set()).add(d)
+    if len(sizes) < MIN_RUNGS or not any(len(v) > 1 for v in by_size.values()):
+        out.note = (
+            f"{len(sizes)} size(s) and {'a' if any(len(v) > 1 for v in by_size.values()) else 'no'} size trained "
+            f"at two budgets: L(N, D) needs at least {MIN_RUNGS} sizes and one size at two budgets"
+        )
+        return out
+    fits = [fit_data_law(*_cell_points(c)) for c in (cells_f, cells_c)]
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(boot):
+        draw = {}
+        for k in keys:
+            common = sorted(set(cells_f[k]) & set(cells_c[k]))
+            draw[k] = [common[i] for i in rng.integers(0, len(common), len(common))]
+        boots.append(
+            [
+                fit_data_law(
+                    *_cell_points(c, draw), starts=[(math.log(p.E), math.log(p.A), p.alpha, math.log(p.B), p.beta)]
+                )
+                for c, p in zip((cells_f, cells_c), fits, strict=True)
+            ]
+        )
+    f, c = fits
+    out.alpha, out.alpha_control, out.beta, out.beta_control = sig(f.alpha), sig(c.alpha), sig(f.beta), sig(c.beta)
+    out.d_alpha = sig(f.alpha - c.alpha)
+    out.d_alpha_low, out.d_alpha_high = _interval([b[0].alpha - b[1].alpha for b in boots])
+    out.d_beta = sig(f.beta - c.beta)
+    out.d_beta_low, out.d_beta_high = _interval([b[0].beta - b[1].beta for b in boots])
+    for budget in DATA_BUDGETS:
+        low, high = _interval([data_gap(b[0], b[1], TARGET_PARAMS, budget) for b in boots])
+        out.predicted[budget] = [sig(data_gap(f, c, TARGET_PARAMS, budget)), low, high]
+    misses, ses = [], []
+    for cells, p in zip((cells_f, cells_c), fits, strict=True):
+        for (n, d), by_seed in cells.items():
+            values = list(by_seed.values())
+            mean = float(np.mean(values))
+            misses.append(abs(mean / p.loss(n, d) - 1))
+            ses.append(float(np.std(values, ddof=1) / math.sqrt(len(values))) / mean)
+    out.misfit, out.seed_se = sig(100 * max(misses)), sig(100 * max(ses))
+    notes = [f"extrapolation from {len(keys)} cells ({min(sizes):,}-{max(sizes):,} parameters, {len(budgets)} budgets)"]
+    if any(math.log(p.E) <= LOG_E_MIN + 1e-6 for p in fits):
+        notes.append(FLOORLESS)
+    if out.misfit > 3 * out.seed_se:
+        notes.append(MISFIT.replace("a rung's", "a cell's"))
+    out.note = "; ".join(notes)
+    return out

@@ -273,3 +273,29 @@ def test_bits_per_byte_follow_the_text_bytes_whatever_the_tokenizer(shared_data:
             n_docs = meta["splits"]["test"] - meta["split_bytes"]["test"]
             assert 0 < n_docs < 20  # one end-of-text per held-out document, nothing else
     assert sum(meta["split_bytes"].values()) == sum(len(d.encode()) for d in docs)
+
+
+def test_sample_resolves_the_checkpoint_once_and_reads_its_metadata_once(tmp_path, monkeypatch, capsys):
+    """`oelm sample` resolves its checkpoint and reads the weights' metadata once each (issue 50);
+    before, it resolved and read them itself for the tokenizer, then again through load_model."""
+    import collections
+
+    from oelm.cli import main
+    from oelm.data.lm import prepare_lm
+    from oelm.training import checkpoint
+    from test_validate_once import count_calls
+
+    src = tmp_path / "corpus.txt"
+    src.write_text("\n\n".join(f"Once upon a time there was a cat number {i}." for i in range(200)))
+    prepare_lm(src, "byte", tmp_path / "data", val_fraction=0.1, verbose=False)
+    with one_thread():
+        train(tiny_config(tmp_path / "data", tmp_path / "run", steps=3, warmup=0))
+    counts = count_calls(
+        monkeypatch, checkpoint, {"resolve_checkpoint": "resolved", "read_metadata": "metadata"}, collections.Counter()
+    )
+    capsys.readouterr()
+    with one_thread():
+        args = ["sample", str(tmp_path / "run"), "--prompt", "Once", "--tokens", "3", "--temperature", "0"]
+        assert main([*args, "--checkpoint", "last"]) == 0
+    assert counts == {"resolved": 1, "metadata": 1}
+    assert capsys.readouterr().out.startswith("Once")

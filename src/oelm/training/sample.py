@@ -14,7 +14,7 @@ from oelm.models.gpt import GPT
 from oelm.models.llama import Llama
 from oelm.training.checkpoint import read_metadata, resolve_checkpoint
 from oelm.training.distributed import resolve_device
-from oelm.training.runs import existing_run_dir, load_model, run_tokenizer_spec
+from oelm.training.runs import existing_run_dir, load_checkpoint, run_tokenizer_spec
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_yaml
 
@@ -27,8 +27,8 @@ def load_run_model(
     """(GPT or Llama in eval mode, tokenizer spec) of a language-model run, through the one run loader
     (`oelm.training.runs.load_model`: method re-applied, freeze audit verified). With text=False
     (the probe reports) a probe run's decoder loads too, with no tokenizer ("")."""
-    which = "latest" if checkpoint == "last" else checkpoint
-    path = resolve_checkpoint(existing_run_dir(run_dir), "last" if which == "latest" else which)
+    run = existing_run_dir(run_dir)
+    path = resolve_checkpoint(run, checkpoint)  # resolved and its metadata read once, then loaded from them
     meta = read_metadata(path)
     task = meta.get("task", "lm")
     if not text:
@@ -43,7 +43,7 @@ def load_run_model(
         spec = run_tokenizer_spec(run_dir, meta)
     if text and not spec:
         raise UserError(f"{str(run_dir)!r} records no tokenizer; sample needs an LM run trained on prepared text data")
-    model = load_model(run_dir, which=which, device=device)
+    model = load_checkpoint(run, path, meta, device)
     if not isinstance(model, (GPT, Llama)):
         raise UserError(
             f"{str(run_dir)!r} is not a language-model run ({type(model).__name__}); sample needs an LM run"

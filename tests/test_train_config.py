@@ -171,3 +171,22 @@ def test_flags_and_key_value_overrides_go_through_one_setter() -> None:
     ):
         with pytest.raises(UserError, match=r"'model' is not a section \(it holds 'gpt-tiny'\)"):
             bad()
+
+
+def test_a_mapping_of_fields_goes_through_the_one_dotted_setter():
+    """Scales, a sweep's overrides and grid values merge through set_dotted (issue 50 item 4: one
+    setter): nested sections merge field by field, an empty section is made only where none is, and
+    a section over a plain value is refused naming where it came from (before, it was replaced)."""
+    from oelm.training.config import apply_mapping
+
+    base = {"lr": 1e-3, "model_overrides": {"n_layer": 2, "d_model": 64}, "data": "d"}
+    out = apply_mapping(base, {"lr": 3e-3, "model_overrides": {"n_layer": 4}, "probe": {}}, "scale 'smoke'")
+    assert out == {"lr": 3e-3, "model_overrides": {"n_layer": 4, "d_model": 64}, "data": "d", "probe": {}}
+    assert base["model_overrides"] == {"n_layer": 2, "d_model": 64}  # a copy: the input is untouched
+    assert apply_mapping(base, {"model_overrides": {}}, "overrides")["model_overrides"] == base["model_overrides"]
+    # One syntax: a dotted key is the path the command line's model_overrides.n_layer=4 names.
+    assert apply_mapping(base, {"model_overrides.n_layer": 4}, "overrides") == apply_mapping(
+        base, {"model_overrides": {"n_layer": 4}}, "overrides"
+    )
+    with pytest.raises(UserError, match=r"^scale 'smoke': data\.path='x': 'data' is not a section"):
+        apply_mapping(base, {"data": {"path": "x"}}, "scale 'smoke'")

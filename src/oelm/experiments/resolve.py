@@ -8,7 +8,7 @@ Every run's config takes the same one-way path, through this module only:
     method options).
 
 Callers (cli.train, experiments.sweep, experiments.compare) ask here and nowhere below:
-experiments.study holds the pure data helpers (scales, merging, the study keys) and
+experiments.study holds the pure data helpers (scales, the study keys) and
 training.config the TrainConfig model; only this module calls them. Nothing else applies
 overrides.
 """
@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from oelm.experiments.study import META_KEYS, SCALES_KEY, apply_scale, deep_merge, split_study_config
-from oelm.training.config import TrainConfig, apply_dotted, apply_overrides, make_config
+from oelm.experiments.study import META_KEYS, SCALES_KEY, apply_scale, split_study_config
+from oelm.training.config import TrainConfig, apply_dotted, apply_mapping, apply_overrides, make_config
 from oelm.utils.errors import UserError
 from oelm.utils.io import read_yaml
 
@@ -73,7 +73,7 @@ def resolve_raw(
     raw, meta = _read_source(source, scale)
     raw = apply_dotted(raw, flags or {})
     if isinstance(overrides, dict):
-        raw = deep_merge(raw, overrides)
+        raw = apply_mapping(raw, overrides, "overrides")
     elif overrides:
         raw = apply_overrides(raw, list(overrides))
     return raw, meta
@@ -82,7 +82,7 @@ def resolve_raw(
 def run_raw(base: dict[str, Any], grid: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
     """One sweep run's config dict: the sweep's resolved base, its grid values merged in, then the
     per-run fields (method, lr, seed, out, resume; the arm's method_options) set as whole values."""
-    raw = deep_merge(base, grid)
+    raw = apply_mapping(base, grid, "grid")
     raw.update(copy.deepcopy(fields))
     return raw
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -323,6 +324,41 @@ def apply_dotted(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             set_dotted(out, dotted.split("."), value, f"{dotted}={value!r}")
     return out
+
+
+def apply_mapping(raw: dict[str, Any], mapping: dict[str, Any], given: str) -> dict[str, Any]:
+    """Return a copy of raw with a mapping of fields merged in (a study scale, a sweep's `overrides:`
+    or grid values), through the same setter and in the same syntax as `key=value` overrides: each
+    leaf sets its dotted path (nested or written with dots), so sections merge field by field. An
+    empty section only makes the section where none is. `given`: where the mapping came from."""
+    out = _deep_copy(raw)
+    for path, value in _leaves(mapping or {}, []):
+        where = f"{given}: {'.'.join(path)}={value!r}"
+        if value == {}:
+            node = out
+            for part in path:  # make the section where it is missing, keep one that is there
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+                if not isinstance(child, dict):
+                    raise UserError(
+                        f"{where}: {part!r} is not a section (it holds {child!r}); set {part} itself instead"
+                    )
+                node = child
+        else:
+            set_dotted(out, path, copy.deepcopy(value), where)
+    return out
+
+
+def _leaves(mapping: dict[str, Any], prefix: list[str]) -> Iterator[tuple[list[str], Any]]:
+    """(path, value) of every leaf of a nested mapping; an empty mapping is a leaf. A dotted key is
+    a path, as on the command line: `model_overrides.n_layer: 4` is `{model_overrides: {n_layer: 4}}`."""
+    for key, value in mapping.items():
+        path = [*prefix, *str(key).split(".")]
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, path)
+        else:
+            yield path, value
 
 
 def _deep_copy(raw: dict[str, Any]) -> dict[str, Any]:

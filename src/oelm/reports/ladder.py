@@ -492,13 +492,20 @@ def _answer_line(t: Trend, pair: scaling.PairFit | None, twin: str) -> str:
             f"{_g(pair.d_alpha_high, '+.3g')}]; the frozen arm needs {_g(pair.multiplier, '.3g')}x "
             f"[{_g(pair.multiplier_low, '.3g')}, {_g(pair.multiplier_high, '.3g')}] the parameters to match "
             f"at {pair.at:,}{never}; extrapolated gap at {pair.target / 1e6:g}M parameters "
-            f"{_g(pair.predicted_gap, '+.3g')}% [{_g(pair.predicted_low, '+.3g')}, {_g(pair.predicted_high, '+.3g')}], "
-            f"{_reach_text(pair)}."
+            f"{_g(pair.predicted_gap, '+.3g')}% [{_g(pair.predicted_low, '+.3g')}, {_g(pair.predicted_high, '+.3g')}]"
+            f"{_loo_text(pair.predicted_loo)}, {_reach_text(pair)}."
         )
         for caveat in (scaling.FLOORLESS, scaling.MISFIT):
             if caveat in pair.note:
                 text += " " + caveat[0].upper() + caveat[1:] + "."
     return text
+
+
+def _loo_text(span: list[float | None] | None) -> str:
+    """' (a to b leaving one rung out)': how far the extrapolation moves without any one size."""
+    if not span or span[0] is None:
+        return ""
+    return f" ({_g(span[0], '+.3g')}% to {_g(span[1], '+.3g')}% leaving one rung out)"
 
 
 def _reach_text(pair: scaling.PairFit) -> str:
@@ -648,9 +655,9 @@ def _render_fits(ladder: Ladder) -> list[str]:
         f"{scaling.REACH_GAP:g}% are extrapolations far beyond the rungs, at the ladder's tokens per parameter.",
         "",
         "| architecture | method vs control | held fixed | alpha difference [95% CI] | parameter multiplier at the "
-        "top rung [95% CI] | refits that never match | predicted gap at 124M, % [95% CI] | gap reaches 1% at N "
-        "[95% CI] | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "top rung [95% CI] | refits that never match | predicted gap at 124M, % [95% CI] | range leaving one rung "
+        "out, % | gap reaches 1% at N [95% CI] | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in ladder.pair_fits:
         at = "" if p.at is None else f" ({p.at:,})"
@@ -659,10 +666,14 @@ def _render_fits(ladder: Ladder) -> list[str]:
             f"| {p.architecture} | {p.method} vs {p.control} | {p.held or 'n/a'} | {_g(p.d_alpha, '+.4g')} [{_g(p.d_alpha_low, '+.4g')}, "
             f"{_g(p.d_alpha_high, '+.4g')}] | {_g(p.multiplier)}{at} [{_g(p.multiplier_low)}, "
             f"{_g(p.multiplier_high)}] | {never} | {_g(p.predicted_gap, '+.4g')} [{_g(p.predicted_low, '+.4g')}, "
-            f"{_g(p.predicted_high, '+.4g')}] | {_g(p.reach_1pct, '.3g')} [{_g(p.reach_low, '.3g')}, "
+            f"{_g(p.predicted_high, '+.4g')}] | {_span(p.predicted_loo)} | {_g(p.reach_1pct, '.3g')} [{_g(p.reach_low, '.3g')}, "
             f"{_g(p.reach_high, '.3g')}] | {p.note} |"
         )
     return [*lines, ""]
+
+
+def _span(span: list[float | None] | None) -> str:
+    return "n/a" if not span or span[0] is None else f"{_g(span[0], '+.3g')} to {_g(span[1], '+.3g')}"
 
 
 def _predicted(fit: scaling.DataFit, budget: int) -> str:
@@ -675,7 +686,10 @@ def _data_fit_line(fit: scaling.DataFit) -> str:
     head = f"- {fit.architecture}, {fit.method} vs {fit.control}, over size and data together"
     if fit.d_beta is None:
         return f"{head}: no L(N, D) fit ({fit.note})."
-    budgets = " and ".join(f"{_predicted(fit, b)} at {b} tokens per parameter" for b in scaling.DATA_BUDGETS)
+    budgets = " and ".join(
+        f"{_predicted(fit, b)}{_loo_text(fit.predicted_loo.get(b))} at {b} tokens per parameter"
+        for b in scaling.DATA_BUDGETS
+    )
     text = (
         f"{head} (L(N, D) over {fit.cells} cells): extrapolated gap at {fit.target / 1e6:g}M parameters "
         f"{budgets}; the frozen arm's exponent in data minus the control's {_g(fit.d_beta, '+.3g')} "
@@ -705,7 +719,10 @@ def _render_data_fits(ladder: Ladder) -> list[str]:
         "",
         "| architecture | method vs control | cells (sizes, budgets) | alpha, method / control | "
         "alpha difference [95% CI] | beta, method / control | beta difference [95% CI] | "
-        + " | ".join(f"predicted gap at 124M, {b} tokens per parameter, % [95% CI]" for b in scaling.DATA_BUDGETS)
+        + " | ".join(
+            f"predicted gap at 124M, {b} tokens per parameter, % [95% CI] (range leaving one size out)"
+            for b in scaling.DATA_BUDGETS
+        )
         + " | largest miss of a cell's mean, % | largest SE of a cell's mean, % | note |",
         "|---|---|---|---|---|---|---|" + "---|" * len(scaling.DATA_BUDGETS) + "---|---|---|",
     ]
@@ -715,7 +732,7 @@ def _render_data_fits(ladder: Ladder) -> list[str]:
             f"{_g(f.alpha)} / {_g(f.alpha_control)} | {_g(f.d_alpha, '+.4g')} [{_g(f.d_alpha_low, '+.4g')}, "
             f"{_g(f.d_alpha_high, '+.4g')}] | {_g(f.beta)} / {_g(f.beta_control)} | {_g(f.d_beta, '+.4g')} "
             f"[{_g(f.d_beta_low, '+.4g')}, {_g(f.d_beta_high, '+.4g')}] | "
-            + " | ".join(_predicted(f, b) for b in scaling.DATA_BUDGETS)
+            + " | ".join(f"{_predicted(f, b)} ({_span(f.predicted_loo.get(b))})" for b in scaling.DATA_BUDGETS)
             + f" | {_g(f.misfit, '.3g')} | {_g(f.seed_se, '.3g')} | {f.note} |"
         )
     return [*lines, ""]

@@ -209,6 +209,9 @@ class PairFit:
     predicted_gap: float | None = None  # % at `target` (an extrapolation)
     predicted_low: float | None = None
     predicted_high: float | None = None
+    # The predicted gap's range over refits that each leave one rung out: how far the extrapolation
+    # leans on any single size (the bootstrap over seeds cannot show that).
+    predicted_loo: list[float | None] = field(default_factory=list)
     reach_1pct: float | None = None  # parameters where the predicted gap falls to 1% (inf: not below 10^12)
     reach_low: float | None = None
     reach_high: float | None = None
@@ -303,6 +306,15 @@ def _fit_pair(
     pair.never = sig(sum(math.isinf(m) for m in mult) / len(mult))
     pair.predicted_gap = sig(gap_percent(f, c, TARGET_PARAMS))
     pair.predicted_low, pair.predicted_high = _interval([gap_percent(b[0], b[1], TARGET_PARAMS) for b in boots])
+    loo = []
+    for left in rungs:
+        kept = [{n: s[n] for n in rungs if n != left} for s in (series_f, series_c)]
+        refit = [
+            fit_power_law(*_points(k), starts=[(math.log(p.E), math.log(p.A), p.alpha), (0.0, 2.0, 0.3)])
+            for k, p in zip(kept, fits, strict=True)
+        ]
+        loo.append(gap_percent(refit[0], refit[1], TARGET_PARAMS))
+    pair.predicted_loo = [sig(min(loo)), sig(max(loo))]
     pair.reach_1pct = sig(reach(f, c, top))
     pair.reach_low, pair.reach_high = _interval([reach(b[0], b[1], top) for b in boots])
     pair.note = f"extrapolation from {len(rungs)} rungs ({int(min(rungs)):,}-{int(top):,} parameters)"
@@ -427,6 +439,8 @@ class DataFit:
     target: int = TARGET_PARAMS
     # tokens per parameter -> [predicted gap %, 2.5%, 97.5%] at `target` (an extrapolation)
     predicted: dict[int, list[float | None]] = field(default_factory=dict)
+    # tokens per parameter -> [min, max] of the predicted gap over refits that each leave one size out
+    predicted_loo: dict[int, list[float | None]] = field(default_factory=dict)
     misfit: float | None = None  # the largest |mean loss of a cell / fitted - 1| over both arms, %
     seed_se: float | None = None  # the largest standard error of a cell's mean, %
     note: str = ""
@@ -490,6 +504,20 @@ def _fit_data_pair(
     for budget in DATA_BUDGETS:
         low, high = _interval([data_gap(b[0], b[1], TARGET_PARAMS, budget) for b in boots])
         out.predicted[budget] = [sig(data_gap(f, c, TARGET_PARAMS, budget)), low, high]
+    loo: dict[int, list[float]] = {b: [] for b in DATA_BUDGETS}
+    for left in sorted(sizes):
+        if len({k for k in keys if k[0] != left and len(by_size[k[0]]) > 1}) == 0:
+            continue  # without a size at two budgets the data exponent is not identified: no refit
+        refit = [
+            fit_data_law(
+                *_cell_points({k: v for k, v in cells.items() if k[0] != left}),
+                starts=[(math.log(p.E), math.log(p.A), p.alpha, math.log(p.B), p.beta), _STARTS_ND[0]],
+            )
+            for cells, p in zip((cells_f, cells_c), fits, strict=True)
+        ]
+        for budget in DATA_BUDGETS:
+            loo[budget].append(data_gap(refit[0], refit[1], TARGET_PARAMS, budget))
+    out.predicted_loo = {b: [sig(min(v)), sig(max(v))] for b, v in loo.items() if v}
     misses, ses = [], []
     for cells, p in zip((cells_f, cells_c), fits, strict=True):
         for (n, d), by_seed in cells.items():

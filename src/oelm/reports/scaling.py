@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -79,25 +80,31 @@ def _objective(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, 
 
 def fit_power_law(n: Sequence[float], loss: Sequence[float], starts: Sequence[tuple] | None = None) -> PowerLaw:
     """The best of L-BFGS-B fits of L(N) = E + A / N^alpha from a grid of starts (Huber on log L)."""
-    from scipy.optimize import minimize  # heavy optional dependency: imported on use
-
     x = np.log(np.asarray(n, dtype=float))
     y = np.log(np.asarray(loss, dtype=float))
+    bounds = [(LOG_E_MIN, float(y.min())), (-20.0, 60.0), (0.0, 4.0)]
+    e, a, alpha = _best_fit(_objective, (x, y), starts if starts is not None else _STARTS, bounds)
+    return PowerLaw(E=float(math.exp(e)), A=float(math.exp(a)), alpha=float(alpha))
+
+
+def _best_fit(objective: Any, args: tuple, starts: Sequence[tuple], bounds: list[tuple[float, float]]) -> np.ndarray:
+    """The parameters of the best of L-BFGS-B minimizations of `objective` from each start."""
+    from scipy.optimize import minimize  # heavy optional dependency: imported on use
+
     best = None
-    for start in starts if starts is not None else _STARTS:
+    for start in starts:
         res = minimize(
-            _objective,
+            objective,
             np.asarray(start, dtype=float),
-            args=(x, y),
+            args=args,
             jac=True,
             method="L-BFGS-B",
-            bounds=[(LOG_E_MIN, float(y.min())), (-20.0, 60.0), (0.0, 4.0)],
+            bounds=bounds,
             options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000},
         )
         if best is None or res.fun < best.fun - 1e-15:
             best = res
-    e, a, alpha = best.x
-    return PowerLaw(E=float(math.exp(e)), A=float(math.exp(a)), alpha=float(alpha))
+    return best.x
 
 
 def _points(series: Series, seeds: Mapping[int, Sequence[int]] | None = None) -> tuple[list[float], list[float]]:
@@ -376,25 +383,11 @@ def fit_data_law(
     n: Sequence[float], d: Sequence[float], loss: Sequence[float], starts: Sequence[tuple] | None = None
 ) -> DataLaw:
     """The best of L-BFGS-B fits of L(N, D) = E + A / N^alpha + B / D^beta from a grid of starts."""
-    from scipy.optimize import minimize  # heavy optional dependency: imported on use
-
     x, z = np.log(np.asarray(n, dtype=float)), np.log(np.asarray(d, dtype=float))
     y = np.log(np.asarray(loss, dtype=float))
     bounds = [(LOG_E_MIN, float(y.min())), (-20.0, 60.0), (0.0, 4.0), (-20.0, 60.0), (0.0, 4.0)]
-    best = None
-    for start in starts if starts is not None else _STARTS_ND:
-        res = minimize(
-            _objective_nd,
-            np.asarray(start, dtype=float),
-            args=(x, z, y),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000},
-        )
-        if best is None or res.fun < best.fun - 1e-15:
-            best = res
-    e, a, alpha, b, beta = best.x
+    starts = starts if starts is not None else _STARTS_ND
+    e, a, alpha, b, beta = _best_fit(_objective_nd, (x, z, y), starts, bounds)
     return DataLaw(E=math.exp(e), A=math.exp(a), alpha=float(alpha), B=math.exp(b), beta=float(beta))
 
 
@@ -483,10 +476,7 @@ def _fit_data_pair(
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(boot):
-        draw = {}
-        for k in keys:
-            common = sorted(set(cells_f[k]) & set(cells_c[k]))
-            draw[k] = [common[i] for i in rng.integers(0, len(common), len(common))]
+        draw = _draws(cells_f, cells_c, rng)
         boots.append(
             [
                 fit_data_law(

@@ -83,7 +83,7 @@ def test_the_tiny_twin_trains_stores_and_lands_every_rung(gpu, prepared: Path, t
     spec = gpu.load_spec(ROOT / "configs/sweeps/scale-ladder/gpu.yaml", tiny=True)
     gpu.pack(prepared, tmp_path / "pack", 20_000, workers=1, wheels=False)
     stored = tmp_path / "stored"
-    shutil.copytree(STORED / "gpt-r5", stored / "gpt-r5")
+    shutil.copytree(STORED / "gpt-r6", stored / "gpt-r6")
     out = tmp_path / "OUT"
     summary = gpu.run(spec, out, 600, stored, tmp_path / "pack", tmp_path / "data", tmp_path / "work")
     assert summary["device"] == "cpu"

@@ -182,3 +182,16 @@ def test_leaving_one_rung_out_shows_what_the_seed_bootstrap_cannot_a_rung_the_cu
     assert pair.predicted_high - pair.predicted_low < 3 and pair.predicted_low > 3 * truth
     low, high = pair.predicted_loo
     assert low < 2 * truth and high >= pair.predicted_gap and high - low > 10
+
+
+def test_a_rung_with_one_paired_seed_enters_the_fit_as_a_fixed_point_and_is_named() -> None:
+    """The GPU rungs run one seed per LR: such a rung enters the fit (before, one such rung stopped
+    every fit of the ladder) as the same point in every bootstrap draw, and the note says so."""
+    control, frozen = PowerLaw(1.2, 40.0, 0.4), PowerLaw(1.2, 60.0, 0.4)
+    top = 1_200_000
+    sf, sc = series(frozen, 0.002, 1), series(control, 0.002, 2)
+    sf[top], sc[top] = {0: float(frozen.loss(top))}, {0: float(control.loss(top))}
+    f, c, pair = fit_pair("gpt", "oelm-freeze", "oelm-nofreeze", sf, sc, boot=40)
+    assert pair.rungs == len(SIZES) + 1 and pair.at == top and f.runs == 3 * len(SIZES) + 1
+    assert "one paired seed at 1,200,000" in pair.note and f.seed_se is not None
+    assert pair.multiplier_low <= 1.5 ** (1 / 0.4) <= pair.multiplier_high

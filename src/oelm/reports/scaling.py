@@ -26,7 +26,7 @@ same on every CPU (an optimizer's last bits are not).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +128,14 @@ MISFIT = (
     "the curve misses a rung's mean loss by more than three standard errors of that mean: the form "
     "does not describe these rungs, and its extrapolation is the shape of these points, not a law"
 )
+
+
+def single_seed_note(names: Iterable[str]) -> str:
+    """The caveat of points with one paired seed (the GPU rungs): fixed in every bootstrap draw."""
+    return (
+        f"one paired seed at {', '.join(names)}: the same point in every bootstrap draw, so the intervals "
+        "leave out its seed noise"
+    )
 
 
 def floorless(p: PowerLaw) -> bool:
@@ -256,7 +264,7 @@ def fit_pair(
 def _fit_pair(
     architecture: str, method: str, control: str, series_f: Series, series_c: Series, boot: int, seed: int
 ) -> tuple[ArmFit, ArmFit, PairFit]:
-    rungs = sorted(set(series_f) & set(series_c))
+    rungs = sorted(n for n in set(series_f) & set(series_c) if set(series_f[n]) & set(series_c[n]))
     series_f = {n: series_f[n] for n in rungs}
     series_c = {n: series_c[n] for n in rungs}
     arms = [
@@ -264,12 +272,12 @@ def _fit_pair(
         for m, s in ((method, series_f), (control, series_c))
     ]
     pair = PairFit(architecture, method, control, len(rungs))
-    thin = [n for n in rungs if len(set(series_f[n]) & set(series_c[n])) < 2]
-    if len(rungs) < MIN_RUNGS or thin:
+    single = [n for n in rungs if len(set(series_f[n]) & set(series_c[n])) < 2]
+    if len(rungs) < MIN_RUNGS or len(single) == len(rungs):
         why = (
             f"{len(rungs)} rung(s): a fit needs at least {MIN_RUNGS} sizes"
             if len(rungs) < MIN_RUNGS
-            else f"rungs {thin} have fewer than 2 paired seeds: no bootstrap"
+            else "every rung has one paired seed: no bootstrap"
         )
         for a in arms:
             a.note = why
@@ -297,10 +305,11 @@ def _fit_pair(
             float(np.std(list(series[n].values()), ddof=1) / math.sqrt(len(series[n])))
             / float(np.mean(list(series[n].values())))
             for n in rungs
+            if len(series[n]) > 1
         ]
-        arm.misfit, arm.seed_se = sig(100 * max(misses)), sig(100 * max(ses))
+        arm.misfit, arm.seed_se = sig(100 * max(misses)), sig(100 * max(ses)) if ses else None
         notes = [FLOORLESS] if floorless(p) else []
-        if arm.misfit > 3 * arm.seed_se:
+        if arm.seed_se is not None and arm.misfit > 3 * arm.seed_se:
             notes.append(MISFIT)
         arm.note = "; ".join(notes)
     f, c = fits
@@ -325,6 +334,8 @@ def _fit_pair(
     pair.reach_1pct = sig(reach(f, c, top))
     pair.reach_low, pair.reach_high = _interval([reach(b[0], b[1], top) for b in boots])
     pair.note = f"extrapolation from {len(rungs)} rungs ({int(min(rungs)):,}-{int(top):,} parameters)"
+    if single:
+        pair.note += "; " + single_seed_note(f"{n:,}" for n in single)
     if any(floorless(p) for p in fits):
         pair.note += "; " + FLOORLESS
     if any(MISFIT in a.note for a in arms):
@@ -458,7 +469,8 @@ def fit_data_pair(
 def _fit_data_pair(
     architecture: str, method: str, control: str, cells_f: Cells, cells_c: Cells, boot: int, seed: int
 ) -> DataFit:
-    keys = sorted(k for k in set(cells_f) & set(cells_c) if len(set(cells_f[k]) & set(cells_c[k])) >= 2)
+    keys = sorted(k for k in set(cells_f) & set(cells_c) if set(cells_f[k]) & set(cells_c[k]))
+    single = [k for k in keys if len(set(cells_f[k]) & set(cells_c[k])) < 2]
     cells_f, cells_c = {k: cells_f[k] for k in keys}, {k: cells_c[k] for k in keys}
     sizes = {n for n, _ in keys}
     budgets = {float(f"{d / n:.1g}") for n, d in keys}  # 20.2 and 21.6 tokens per parameter are one budget
@@ -514,12 +526,15 @@ def _fit_data_pair(
             values = list(by_seed.values())
             mean = float(np.mean(values))
             misses.append(abs(mean / p.loss(n, d) - 1))
-            ses.append(float(np.std(values, ddof=1) / math.sqrt(len(values))) / mean)
-    out.misfit, out.seed_se = sig(100 * max(misses)), sig(100 * max(ses))
+            if len(values) > 1:
+                ses.append(float(np.std(values, ddof=1) / math.sqrt(len(values))) / mean)
+    out.misfit, out.seed_se = sig(100 * max(misses)), sig(100 * max(ses)) if ses else None
     notes = [f"extrapolation from {len(keys)} cells ({min(sizes):,}-{max(sizes):,} parameters, {len(budgets)} budgets)"]
+    if single:
+        notes.append(single_seed_note(f"{n:,} x {d:,} tokens" for n, d in single))
     if any(math.log(p.E) <= LOG_E_MIN + 1e-6 for p in fits):
         notes.append(FLOORLESS)
-    if out.misfit > 3 * out.seed_se:
+    if out.seed_se is not None and out.misfit > 3 * out.seed_se:
         notes.append(MISFIT.replace("a rung's", "a cell's"))
     out.note = "; ".join(notes)
     return out

@@ -147,6 +147,10 @@ def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: P
     assert "## Does the cost shrink with size? (the declared trend test)" in md
     assert "| gpt | oelm-freeze vs oelm-nofreeze | parameters | 20 tokens per parameter | 5 |" in md
     assert "shrinks with size (resolved)" in md
+    assert (
+        "**Over size** (1 tested line of a frozen method against its control; gpt): the gap shrinks (resolved) on 1"
+        in md
+    )
     assert "## Scaling fits: L(N) = E + A / N^alpha per arm" in md
     assert (tmp_path / "out" / "scaling.png").stat().st_size > 0
 
@@ -190,7 +194,14 @@ def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -
     # L(N, D) needs five sizes: three give a note, and the answer says there is no fit.
     (fit,) = data["data_fits"]
     assert fit["d_beta"] is None and fit["predicted"] == {} and fit["note"].startswith("3 size(s)")
-    assert "over size and data together: no L(N, D) fit (3 size(s)" in (tmp_path / "out" / "ladder.md").read_text()
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "over size and data together: no L(N, D) fit (3 size(s)" in md
+    # The first lines tally the tested lines: two over data, both shrinking; one over size (20 tokens/param).
+    assert (
+        "**Over data** (2 tested lines of a frozen method against its control; gpt): the gap shrinks (resolved) on 2"
+        in md
+    )
+    assert "**Over size** (1 tested line of" in md
 
 
 @pytest.mark.slow

@@ -530,11 +530,33 @@ def _render_answer(ladder: Ladder) -> list[str]:
         f"{scaling.MIN_RUNGS} rungs; fitted extrapolations are far outside the rungs and say so.",
         "",
     ]
+    lines += _tally(ladder.trends)
     for t in sorted(ladder.trends, key=lambda t: (t.architecture, t.axis != SIZE, t.held, t.method)):
         pair = fits.get((t.architecture, t.method, t.held)) if t.axis == SIZE else None
         lines.append(_answer_line(t, pair, twins.get((t.architecture, t.method), "its control")))
     lines += [_data_fit_line(f) for f in ladder.data_fits]
     return [*lines, ""]
+
+
+def _tally(trends: Sequence[Trend]) -> list[str]:
+    """The answer in one line per axis: how many lines the declared test finds shrinking, growing
+    or unresolved, and how many slopes point each way."""
+    out = []
+    for axis, what in ((SIZE, "size"), (DATA, "data")):
+        lines = [t for t in trends if t.axis == axis and t.slope is not None]  # the tested lines
+        if not lines:
+            continue
+        shrink = sum(t.verdict.startswith("shrinks") for t in lines)
+        grow = sum(t.verdict.startswith("grows") for t in lines)
+        positive = sum(t.slope > 0 for t in lines)
+        archs = ", ".join(sorted({t.architecture for t in lines}))
+        out.append(
+            f"**Over {what}** ({len(lines)} tested line{'s' if len(lines) > 1 else ''} of a frozen method against "
+            f"its control; {archs}): the "
+            f"gap shrinks (resolved) on {shrink}, grows (resolved) on {grow}, is unresolved on "
+            f"{len(lines) - shrink - grow}; {positive} of {len(lines)} slopes are positive (the gap growing)."
+        )
+    return [*out, ""] if out else []
 
 
 def _render_trend_test(ladder: Ladder) -> list[str]:

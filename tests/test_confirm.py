@@ -365,7 +365,11 @@ def test_hashing_no_records_is_refused(tmp_path: Path) -> None:
         records_hash(tmp_path / "pilot", [])
 
 
-STORED_CONFIRMATIONS = sorted(p.parent for p in REPO.glob("docs/results/**/plan.json"))
+# Stored confirmations: a plan with its judged page. A plan alone is one committed before its runs
+# (the protocol's first step: its runs under way), with nothing judged yet to check.
+STORED_CONFIRMATIONS = sorted(
+    p.parent for p in REPO.glob("docs/results/**/plan.json") if (p.parent / "confirmation.json").is_file()
+)
 
 
 def test_stored_plans_without_a_pilot_link_are_listed_and_their_pages_say_so(monkeypatch) -> None:

@@ -10,6 +10,10 @@ starts only when the rung below has every run finished.
     python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --family gpt
     python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --family llama --rungs r1 r2
     python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --plan    # sizes and budgets only
+
+A choice still at a grid edge after the spec's declared extensions (`max_extend`) is extended
+further only by asking: `--max-extend 4 --rungs r4` (or with `--data-axis`) rewrites those rungs'
+specs with the higher limit and resumes them; their sweep records keep it.
 """
 
 from __future__ import annotations
@@ -127,7 +131,9 @@ def grid_from(spec: dict[str, Any], below: dict[str, float] | None) -> dict[str,
     return {arm: [float(f"{below[arm] * f:.4g}") for f in spec["lr"]["transfer"]] for arm in spec["arms"]}
 
 
-def run_family(spec: dict[str, Any], family: str, only: set[str] | None, parallel: int, plan: bool) -> int:
+def run_family(
+    spec: dict[str, Any], family: str, only: set[str] | None, parallel: int, plan: bool, max_extend: int | None = None
+) -> int:
     """Every rung of one family in order; returns the number of rungs finished."""
     out = Path(spec["out"])
     below: dict[str, float] | None = None
@@ -158,9 +164,7 @@ def run_family(spec: dict[str, Any], family: str, only: set[str] | None, paralle
         if only is not None and rung["name"] not in only:
             below = chosen_lrs(rung_dir) if (rung_dir / "runs").is_dir() else None
             continue
-        if not spec_path.is_file():
-            rung_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(spec_path, _dump(rs))
+        _write_spec(spec_path, rs, max_extend)
         code = oelm(
             ["sweep", spec_path.as_posix(), "--out", rung_dir.as_posix(), "--parallel", str(parallel), "--threads", "1"]
         )
@@ -172,7 +176,7 @@ def run_family(spec: dict[str, Any], family: str, only: set[str] | None, paralle
     return done
 
 
-def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool) -> None:
+def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool, max_extend: int | None = None) -> None:
     """The tokens-per-parameter axis: listed rungs again at larger budgets, each arm's grid centred on
     the LR the same rung chose at the ladder's budget (the same transfer rule)."""
     out = Path(spec["out"])
@@ -203,13 +207,26 @@ def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool) 
             print(f"{family} {rung['name']} at {ratio:g} tokens per parameter: {steps} steps", flush=True)
             if plan:
                 continue
-            if not spec_path.is_file():
-                rung_dir.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(spec_path, _dump(rs))
+            _write_spec(spec_path, rs, max_extend)
             cmd = ["sweep", spec_path.as_posix(), "--out", rung_dir.as_posix(), "--parallel", str(parallel)]
             if oelm([*cmd, "--threads", "1"]) != 0:
                 print(f"{rung_dir}: the sweep failed; rerun to resume", flush=True)
                 return
+
+
+def _write_spec(path: Path, rs: dict[str, Any], max_extend: int | None) -> None:
+    """Write a rung's spec the first time; rewrite it only to raise its extension limit when asked."""
+    if max_extend is not None and max_extend != rs.get("max_extend"):
+        if max_extend < int(rs.get("max_extend") or 0):
+            raise UserError(
+                f"{path}: --max-extend {max_extend} is below the rung's {rs['max_extend']}; it only raises it"
+            )
+        print(f"{path.parent.name}: grids may extend {max_extend} times per side (declared: {rs.get('max_extend')})")
+        rs["max_extend"] = max_extend
+    elif path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, _dump(rs))
 
 
 def _dump(raw: dict[str, Any]) -> str:
@@ -226,15 +243,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--plan", action="store_true", help="print each rung's size and budget; train nothing")
     p.add_argument("--data-axis", action="store_true", help="run the spec's tokens-per-parameter rungs instead")
+    p.add_argument(
+        "--max-extend",
+        type=int,
+        default=None,
+        help="raise the named rungs' grid-extension limit past the spec's declared one (kept in their records)",
+    )
     args = p.parse_args(argv)
     spec = load(args.spec)
     for family in args.family or list(spec["families"]):
         if family not in spec["families"]:
             raise SystemExit(f"unknown family {family!r}; the spec has {sorted(spec['families'])}")
         if args.data_axis:
-            run_data_axis(spec, family, args.parallel, args.plan)
+            run_data_axis(spec, family, args.parallel, args.plan, args.max_extend)
         else:
-            run_family(spec, family, set(args.rungs) if args.rungs else None, args.parallel, args.plan)
+            only = set(args.rungs) if args.rungs else None
+            run_family(spec, family, only, args.parallel, args.plan, args.max_extend)
     return 0
 
 

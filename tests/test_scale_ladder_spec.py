@@ -71,3 +71,26 @@ def test_a_later_session_resumes_above_the_committed_rungs(driver, tmp_path: Pat
     assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
     lrs = driver.chosen_lrs(stored / "gpt-r2")
     assert set(lrs) == set(spec["arms"]) and all(lr > 0 for lr in lrs.values())
+
+
+def test_max_extend_raises_a_written_rung_s_limit_and_resumes_it(driver, tmp_path: Path, monkeypatch) -> None:
+    """`--max-extend 4` rewrites the named rung's spec with the higher limit (its sweep record keeps
+    it) and runs the sweep on it; without the flag a written spec is never moved; a lower value is
+    refused."""
+    spec = driver.load(SPEC)
+    spec["out"] = str(tmp_path / "runs")
+    spec["rungs"] = spec["rungs"][:1]
+    rung_dir = tmp_path / "runs" / "gpt-r1"
+    (rung_dir / "runs").mkdir(parents=True)  # a rung under way here, not the stored one
+    written = driver.rung_spec(spec, "gpt", spec["rungs"][0], driver.grid_from(spec, None))
+    (rung_dir / "ladder-rung.yaml").write_text(yaml.safe_dump(written, sort_keys=False))
+    calls = []
+    monkeypatch.setattr(driver, "oelm", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(driver, "chosen_lrs", lambda path: {})
+    assert driver.run_family(spec, "gpt", {"r1"}, parallel=1, plan=False) == 1
+    assert yaml.safe_load((rung_dir / "ladder-rung.yaml").read_text())["max_extend"] == 2
+    assert driver.run_family(spec, "gpt", {"r1"}, parallel=1, plan=False, max_extend=4) == 1
+    assert yaml.safe_load((rung_dir / "ladder-rung.yaml").read_text())["max_extend"] == 4
+    assert calls[-1][:2] == ["sweep", (rung_dir / "ladder-rung.yaml").as_posix()] and len(calls) == 2
+    with pytest.raises(UserError, match="only raises it"):
+        driver.run_family(spec, "gpt", {"r1"}, parallel=1, plan=False, max_extend=3)

@@ -503,9 +503,7 @@ def _answer_line(t: Trend, pair: scaling.PairFit | None, twin: str) -> str:
 
 def _loo_text(span: list[float | None] | None) -> str:
     """' (a to b leaving one rung out)': how far the extrapolation moves without any one size."""
-    if not span or span[0] is None:
-        return ""
-    return f" ({_g(span[0], '+.3g')}% to {_g(span[1], '+.3g')}% leaving one rung out)"
+    return "" if not span or span[0] is None else f" ({_span(span, '%')} leaving one rung out)"
 
 
 def _reach_text(pair: scaling.PairFit) -> str:
@@ -694,8 +692,11 @@ def _render_fits(ladder: Ladder) -> list[str]:
     return [*lines, ""]
 
 
-def _span(span: list[float | None] | None) -> str:
-    return "n/a" if not span or span[0] is None else f"{_g(span[0], '+.3g')} to {_g(span[1], '+.3g')}"
+def _span(span: list[float | None] | None, unit: str = "") -> str:
+    """'a to b' of a [low, high] range ('n/a' without one)."""
+    if not span or span[0] is None:
+        return "n/a"
+    return f"{_g(span[0], '+.3g')}{unit} to {_g(span[1], '+.3g')}{unit}"
 
 
 def _predicted(fit: scaling.DataFit, budget: int) -> str:
@@ -717,7 +718,7 @@ def _data_fit_line(fit: scaling.DataFit) -> str:
         f"{budgets}; the frozen arm's exponent in data minus the control's {_g(fit.d_beta, '+.3g')} "
         f"[{_g(fit.d_beta_low, '+.3g')}, {_g(fit.d_beta_high, '+.3g')}]."
     )
-    for caveat in (scaling.FLOORLESS, scaling.MISFIT.replace("a rung's", "a cell's")):
+    for caveat in (scaling.FLOORLESS, scaling.MISFIT_CELL):
         if caveat in fit.note:
             text += " " + caveat[0].upper() + caveat[1:] + "."
     return text

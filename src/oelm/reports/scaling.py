@@ -128,6 +128,7 @@ MISFIT = (
     "the curve misses a rung's mean loss by more than three standard errors of that mean: the form "
     "does not describe these rungs, and its extrapolation is the shape of these points, not a law"
 )
+MISFIT_CELL = MISFIT.replace("a rung's", "a cell's")  # the same caveat of an L(N, D) surface
 
 
 def single_seed_note(names: Iterable[str]) -> str:
@@ -138,7 +139,7 @@ def single_seed_note(names: Iterable[str]) -> str:
     )
 
 
-def floorless(p: PowerLaw) -> bool:
+def floorless(p: PowerLaw | DataLaw) -> bool:
     """Whether the fitted floor E sits at the optimizer's lower bound (not identified by the rungs)."""
     return math.log(p.E) <= LOG_E_MIN + 1e-6
 
@@ -532,9 +533,9 @@ def _fit_data_pair(
     notes = [f"extrapolation from {len(keys)} cells ({min(sizes):,}-{max(sizes):,} parameters, {len(budgets)} budgets)"]
     if single:
         notes.append(single_seed_note(f"{n:,} x {d:,} tokens" for n, d in single))
-    if any(math.log(p.E) <= LOG_E_MIN + 1e-6 for p in fits):
+    if any(floorless(p) for p in fits):
         notes.append(FLOORLESS)
     if out.seed_se is not None and out.misfit > 3 * out.seed_se:
-        notes.append(MISFIT.replace("a rung's", "a cell's"))
+        notes.append(MISFIT_CELL)
     out.note = "; ".join(notes)
     return out

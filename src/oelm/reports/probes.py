@@ -1,119 +1,27 @@
 """The probe section of `oelm report`: per probe and method (at the LR chosen on validation),
 held-out answer accuracy, the steps each seed needed to reach the target validation accuracy, and
 what the best checkpoints' attention does (induction and previous-token scores, MQAR accuracy by
-query order). `oelm report` adds it to report.md whenever its runs hold probe tables (the data
-switch it on), from the same comparison as the rest of the page. A column the runs did not record
-(records rebuilt from a stored table keep only each seed's held-out value) is left out, never shown
-as a measurement. How to read it: docs/reading.md#probes.
+query order, as each run recorded them in results.json: training/probe.py), read from the records
+alone, never from weights. `oelm report` adds it to report.md whenever its runs hold probe tables
+(the data switch it on), from the same comparison as the rest of the page. A column the runs did
+not record (older runs, records rebuilt from a stored table) is left out, never shown as a
+measurement. How to read it: docs/reading.md#probes.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
-from oelm.data.synthetic import ProbeData, ProbeOptions
 from oelm.records.load import load_runs
-from oelm.records.run import read_results
 from oelm.reports.aggregate import Arm, Comparison, Group, compare
 from oelm.reports.plots import plt
 from oelm.reports.reading import how_to_read
 from oelm.reports.tables import fmt_fixed, fmt_lr, fmt_mean_pm, md_table
-from oelm.training.sample import load_run_model
 
 CURVE_STEPS = (100, 200, 400, 800)  # validation accuracy shown at these steps when logged
 EMPTY = "-"  # the summary's empty cell
-
-
-@contextmanager
-def captured_attention() -> Iterator[list[torch.Tensor]]:
-    """Record the attention weights [B, H, T, T] of every causal scaled_dot_product_attention call.
-
-    Patching the functional (not recomputing q/k from weights) sees exactly the q and k a method
-    feeds it, including variants that add a norm, a temperature or a low-rank update.
-    """
-    maps: list[torch.Tensor] = []
-    real = F.scaled_dot_product_attention
-
-    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
-        logits = (q @ k.transpose(-2, -1)).float() * (scale if scale is not None else q.shape[-1] ** -0.5)
-        t, s = logits.shape[-2:]
-        if is_causal:
-            logits = logits.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-        if attn_mask is not None:
-            logits = (
-                logits + attn_mask if attn_mask.dtype != torch.bool else logits.masked_fill(~attn_mask, float("-inf"))
-            )
-        maps.append(logits.softmax(-1))
-        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
-
-    F.scaled_dot_product_attention = spy
-    try:
-        yield maps
-    finally:
-        F.scaled_dot_product_attention = real
-
-
-def head_scores(maps: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, list[list[float]]]:
-    """Per layer and head: mean attention on the previous token (every t >= 1) and, at answer
-    positions, the induction score: attention mass on positions s whose previous token equals the
-    current token (where an induction head looks: the successors of earlier occurrences)."""
-    t = x.shape[1]
-    match = torch.zeros(x.shape[0], t, t, dtype=torch.bool)
-    match[:, :, 1:] = x[:, :, None] == x[:, None, :-1]  # match[b, i, s]: x[s - 1] == x[i]
-    match &= torch.ones(t, t, dtype=torch.bool).tril()
-    answers = (y != -100).float()
-    out: dict[str, list[list[float]]] = {"previous_token": [], "induction": []}
-    for att in maps:
-        prev = att[:, :, torch.arange(1, t), torch.arange(0, t - 1)].mean(dim=(0, 2))
-        mass = (att * match[:, None]).sum(-1)  # [B, H, T]
-        ind = (mass * answers[:, None]).sum(dim=(0, 2)) / answers.sum()
-        out["previous_token"].append(prev.tolist())
-        out["induction"].append(ind.tolist())
-    return out
-
-
-def run_head_scores(run_dir: Path, n: int = 128) -> dict[str, list[list[float]]] | None:
-    """head_scores of a finished induction run's best weights on its test set (None if n/a)."""
-
-    opts = (read_results(run_dir) or {}).get("probe_options")
-    if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "induction":
-        return None
-    model, _ = load_run_model(run_dir, text=False)  # re-applies the recorded method, so adapters load too
-    x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
-    with torch.no_grad(), captured_attention() as maps:
-        model(x[:n])
-    return head_scores(maps, x[:n], y[:n])
-
-
-def query_rank_accuracy(logits: torch.Tensor, y: torch.Tensor) -> list[float]:
-    """MQAR accuracy by query order: [first query of each row, second, ...].
-
-    The first query can only be answered by recall; the last one also by elimination (the one
-    value of the context not yet seen among the queries), so a model that counts without recalling
-    scores high on the last and near 1/pairs on the first.
-    """
-    asked = y != -100
-    rank = asked.long().cumsum(1) * asked  # 1..q at answer positions, 0 elsewhere
-    right = logits.argmax(-1) == y
-    return [right[rank == r].float().mean().item() for r in range(1, int(rank.max()) + 1)]
-
-
-def run_query_accuracy(run_dir: Path) -> list[float] | None:
-    """query_rank_accuracy of a finished MQAR run's best weights on its test set (None if n/a)."""
-
-    opts = (read_results(run_dir) or {}).get("probe_options")
-    if not (run_dir / "checkpoints" / "best").is_dir() or not opts or opts.get("kind") != "mqar":
-        return None
-    model, _ = load_run_model(run_dir, text=False)
-    x, y = ProbeData(ProbeOptions(**opts), train_seed=0).eval["test"]
-    with torch.no_grad():
-        return query_rank_accuracy(model(x)[0], y)
 
 
 def _ci(arm: Arm) -> str:
@@ -148,7 +56,7 @@ def _curve(arm: Arm, step: int) -> str:
 def _head_cells(arm: Arm) -> list[str]:
     """Best head's induction and previous-token scores: mean over seeds (per seed)."""
     runs = sorted(arm.runs, key=lambda r: r.seed or 0)
-    scores = [s for s in (run_head_scores(r.path) for r in runs) if s is not None]
+    scores = [s for s in (r.results.get("head_scores") for r in runs) if s]
     if not scores:
         return [EMPTY, EMPTY]
     cells = []
@@ -160,7 +68,7 @@ def _head_cells(arm: Arm) -> list[str]:
 
 def _query_cell(arm: Arm) -> str:
     """First- and last-query test accuracy, mean over seeds."""
-    ranks = [q for q in (run_query_accuracy(r.path) for r in arm.runs) if q]
+    ranks = [q for q in (r.results.get("accuracy_by_query") for r in arm.runs) if q]
     if not ranks:
         return EMPTY
     return f"{_mean([q[0] for q in ranks])} / {_mean([q[-1] for q in ranks])}"

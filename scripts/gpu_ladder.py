@@ -12,6 +12,16 @@ then stores every finished run as the same compact records the CPU rungs commit,
 tarball (what comes back from the device is at most 8 files). A rung already stored is skipped and
 carries its chosen LRs to the next, so a second call resumes. `--tiny` runs the same path on CPU
 with rungs of a few hundred parameters (tests/test_gpu_ladder.py).
+
+A stored rung (one seed per LR) is then confirmed on fresh seeds, under the confirmation protocol:
+
+    python scripts/gpu_ladder.py plan        # here: data/gpu-confirm/<rung>/plan.json, copied beside the records
+    git commit ...                           # the plans, before any of their runs
+    python scripts/gpu_ladder.py seal        # here: each plan's commit, checked where the history is
+    bash scripts/gpu_ladder.sh               # there (carry data/gpu-pack and data/gpu-confirm)
+    python scripts/gpu_ladder.py land DIR    # here: -> docs/results/scale-ladder/confirm-<rung>/records
+
+`run` trains the sealed plans after the rungs, within the same budget.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_ladder  # noqa: E402  (scripts/ is not a package)
 import store_records  # noqa: E402
 from oelm.data.lm import data_fingerprint, read_meta  # noqa: E402
+from oelm.records.compact import RECORDS_FILE  # noqa: E402
 from oelm.utils.errors import UserError  # noqa: E402
 from oelm.utils.io import atomic_write_json, atomic_write_text, load_yaml_text  # noqa: E402
 
@@ -44,6 +55,7 @@ SPEC = Path("configs/sweeps/scale-ladder/gpu.yaml")
 PACK = Path("data/gpu-pack")
 UNPACKED = Path("data/prepared/gutenberg-gpu")
 WORK = Path("runs/scale-ladder-gpu")
+CONFIRM = Path("data/gpu-confirm")  # the GPU rungs' confirmation plans and runs (ignored; carried)
 TARBALL = "gpu-ladder.tar.gz"
 CHUNK = 8_000_000  # tokens per compressed chunk (compressed and expanded in parallel)
 # What the GPU machine's image lacks of oelm's dependencies (/work/.library/device/KINDS.md).
@@ -235,10 +247,14 @@ def _grid(spec: dict[str, Any], below: dict[str, float]) -> dict[str, list[float
 
 
 def _sweep(spec_path: Path, out: Path, parallel: int, deadline: float) -> int | None:
-    """`oelm sweep` in its own process group; SIGTERM at the deadline (finished runs are kept).
-    Returns its exit code, or None when the deadline stopped it."""
+    """`oelm sweep` of one rung until the deadline (see _until)."""
     cmd = [sys.executable, "-m", "oelm", "sweep", str(spec_path), "--out", str(out), "--parallel", str(parallel)]
-    cmd += ["--threads", "1", "--no-report"]
+    return _until(cmd + ["--threads", "1", "--no-report"], deadline)
+
+
+def _until(cmd: list[str], deadline: float) -> int | None:
+    """`cmd` in its own process group; SIGTERM at the deadline (finished runs are kept). Returns its
+    exit code, or None when the deadline stopped it."""
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         return proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -260,9 +276,11 @@ def run(
     pack_dir: Path = PACK,
     data_dir: Path = UNPACKED,
     work: Path = WORK,
+    confirm: Path = CONFIRM,
 ) -> dict[str, Any]:
-    """Train every GPU rung not yet stored, within `budget_s`; write the records (tarball) and a
-    summary into `out`. Returns the summary."""
+    """Train every GPU rung not yet stored, then every sealed confirmation plan under `confirm` not
+    yet stored, within `budget_s`; write the records (tarball) and a summary into `out`. Returns
+    the summary."""
     start = time.monotonic()
     deadline = start + budget_s
     if not (pack_dir / "pack.json").is_file():
@@ -293,6 +311,8 @@ def run(
         if code != 0:
             break
         below = scale_ladder.chosen_lrs(rung_dir)
+    else:
+        summary["confirmations"] = _confirm_all(confirm, stored, spec["parallel"], deadline, records)
     summary["wall_s"] = round(time.monotonic() - start, 1)
     out.mkdir(parents=True, exist_ok=True)
     if records.is_dir():
@@ -300,6 +320,66 @@ def run(
             tar.add(records, arcname="records")
     atomic_write_json(out / "gpu-ladder-summary.json", summary)
     return summary
+
+
+def _confirm_all(confirm: Path, stored: Path, parallel: int, deadline: float, records: Path) -> dict[str, Any]:
+    """`oelm confirm run` on every sealed plan (plan-commit.json written here) whose confirmation is
+    not stored, one after another until the deadline; each one's finished runs as records."""
+    done: dict[str, Any] = {}
+    for folder in sorted(p.parent for p in confirm.glob("*/plan-commit.json")):
+        name = folder.name
+        if (confirm_home(stored, name) / RECORDS_FILE).is_file():
+            done[name] = {"state": "stored"}
+            continue
+        t0 = time.monotonic()
+        cmd = [sys.executable, "-m", "oelm", "confirm", "run", str(folder), "--parallel", str(parallel)]
+        code = _until(cmd + ["--threads", "1"], deadline)
+        n = store_records.store(folder, records / f"confirm-{name}") if (folder / "runs").is_dir() else 0
+        state = "finished" if code == 0 else ("stopped at the deadline" if code is None else f"exit {code}")
+        done[name] = {"state": state, "runs": n, "wall_s": round(time.monotonic() - t0, 1)}
+        print(f"confirm-{name}: {state}, {n} runs stored, {time.monotonic() - t0:.0f} s", flush=True)
+        if code != 0:
+            break
+    return done
+
+
+def confirm_home(stored: Path, name: str) -> Path:
+    """Where a GPU rung's confirmation is committed: beside the ladder's records, as the CPU rungs'."""
+    return stored.parent / f"confirm-{name}" / "records"
+
+
+def plan(spec: dict[str, Any], stored: Path, confirm: Path = CONFIRM, seeds: int = 3) -> list[Path]:
+    """Plan a fresh-seed confirmation of each stored GPU rung not yet planned: every arm at the LR
+    its rung chose, `seeds` fresh seeds, the spec's primary pairs (Holm over them). The plan goes to
+    CONFIRM/<rung>/ (it travels to the GPU) and is copied beside the rung's records, to be committed
+    before `seal`. Returns the copies written."""
+    written = []
+    for rung in spec["rungs"]:
+        name = f"{spec['family']}-{rung['name']}"
+        home = confirm_home(stored, name)
+        if not (stored / name / "sweep.yaml").is_file() or (home / "plan.json").is_file():
+            continue
+        args = ["confirm", "plan", str(stored / name), "--seeds", str(seeds), "--all"]
+        args += ["--baseline", spec["primary"][0][1], "--out", str(confirm / name)]
+        if scale_ladder.oelm(args) != 0:
+            raise UserError(f"{stored / name}: `oelm {' '.join(args)}` failed (its message is above)")
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(confirm / name / "plan.json", home / "plan.json")
+        written.append(home / "plan.json")
+    return written
+
+
+def seal(confirm: Path = CONFIRM) -> list[str]:
+    """Record each plan's commit (plan-commit.json) here, where the git history is: the GPU machine
+    gets the working tree without it. A plan in no commit is refused (commit the copies first)."""
+    from oelm.experiments.confirm import check_plan_commit
+    from oelm.records.plan import read_plan
+
+    sealed = []
+    for folder in sorted(p.parent for p in confirm.glob("*/plan.json")):
+        record = check_plan_commit(read_plan(folder), folder)
+        sealed.append(f"{folder.name}: commit {record.commit[:12]} ({record.date})")
+    return sealed
 
 
 def _stored_or_fail(stored: Path, name: str) -> Path:
@@ -344,6 +424,18 @@ def land(tarball: Path, stored: Path) -> list[str]:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(tar.extractfile(m).read())
             landed.append(name)
+        for name, info in summary.get("confirmations", {}).items():
+            if info.get("state") != "finished":
+                continue
+            dst = confirm_home(stored, name)
+            if (dst / RECORDS_FILE).is_file():
+                raise UserError(f"{dst}: already stored; move it away to land the new records")
+            prefix = f"records/confirm-{name}/"
+            for m in (m for m in members if m.name.startswith(prefix) and m.isfile()):
+                target = dst / m.name.removeprefix(prefix)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(m).read())
+            landed.append(f"confirm-{name}")
     return landed
 
 
@@ -359,16 +451,22 @@ def main(argv: list[str] | None = None) -> int:
     rn = sub.add_parser("run", help="there: train the rungs not yet stored, within the budget")
     rn.add_argument("--out", type=Path, required=True, help="where the tarball and summary go ($OUT)")
     rn.add_argument("--budget-s", type=float, default=420)
-    rn.add_argument("--stored", type=Path, default=scale_ladder.STORED)
     rn.add_argument("--pack", type=Path, default=PACK)
     rn.add_argument("--data", type=Path, default=UNPACKED, help="where the pack is expanded")
     rn.add_argument("--work", type=Path, default=WORK, help="the rungs' run directories")
+    pl = sub.add_parser("plan", help="here: plan each stored rung's fresh-seed confirmation (then commit)")
+    pl.add_argument("--seeds", type=int, default=3, help="fresh seeds per arm (default 3)")
+    sl = sub.add_parser("seal", help="here, after the commit: record each plan's commit for the device")
     ld = sub.add_parser("land", help="here: store the records a device call brought back")
     ld.add_argument("tarball", type=Path)
     ld.add_argument("--stored", type=Path, default=scale_ladder.STORED)
-    for q in (pk, rn):
+    for q in (pk, rn, pl):
         q.add_argument("--spec", type=Path, default=SPEC)
         q.add_argument("--tiny", action="store_true", help="the tiny CPU twin (CI)")
+    for q in (rn, pl):
+        q.add_argument("--stored", type=Path, default=scale_ladder.STORED)
+    for q in (rn, pl, sl):
+        q.add_argument("--confirm", type=Path, default=CONFIRM, help="the confirmation plans' folders")
     args = p.parse_args(argv)
     try:
         if args.verb == "pack":
@@ -380,8 +478,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.out}: {meta['splits']['train']:,} train tokens, {size / 2**20:.1f} MiB")
         elif args.verb == "run":
             spec = load_spec(args.spec, args.tiny)
-            summary = run(spec, args.out, args.budget_s, args.stored, args.pack, args.data, args.work)
+            summary = run(spec, args.out, args.budget_s, args.stored, args.pack, args.data, args.work, args.confirm)
             print(json.dumps(summary, indent=1))
+        elif args.verb == "plan":
+            written = plan(load_spec(args.spec, args.tiny), args.stored, args.confirm, args.seeds)
+            print("\n".join(f"planned: {w}" for w in written) or "nothing to plan (every stored rung has a plan)")
+            if written:
+                print("next: commit those plan.json files, then `python scripts/gpu_ladder.py seal`")
+        elif args.verb == "seal":
+            print("\n".join(seal(args.confirm)) or f"no plan under {args.confirm}")
         else:
             print("landed:", ", ".join(land(args.tarball, args.stored)) or "nothing (no finished rung)")
     except UserError as e:

@@ -2,7 +2,8 @@
 # The whole device command of the scale ladder's GPU rungs (issue 47, item 5): run it first when a
 # session is lent a GPU, as one call of the device tool that carries the pack built here:
 #     python scripts/gpu_ladder.py pack                                 # here, once (minutes)
-#     run(command="bash scripts/gpu_ladder.sh", carry=["data/gpu-pack"], timeout_s=540)
+#     python scripts/gpu_ladder.py plan; git commit; ... seal            # here: stored rungs' confirmations
+#     run(command="bash scripts/gpu_ladder.sh", carry=["data/gpu-pack", "data/gpu-confirm"], timeout_s=540)
 #     python scripts/gpu_ladder.py land <files_at>/gpu-ladder.tar.gz    # here, then commit
 # Budget: 7 minutes of training inside an 8-minute call (the wheels, the unpack and the records'
 # tarball take the rest); a rung the deadline stops comes back as partial records and is rerun

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +23,15 @@ def load_benchmark():
     """load_benchmark("vs_reference"): the module benchmarks.vs_reference (the repository root is on
     pytest's pythonpath, as it is on sys.path for `python -m benchmarks.vs_reference`)."""
     return lambda name: importlib.import_module(f"benchmarks.{name}")
+
+
+def git(repo: Path, *args: str) -> str:
+    """git in `repo` with a fixed identity, whatever repository the test itself runs in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env |= dict.fromkeys(("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"), "tester")
+    env |= dict.fromkeys(("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"), "tester@example.org")
+    done = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env)
+    return done.stdout.strip()
 
 
 def load_script(name: str) -> ModuleType:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import git
 from oelm.cli import main
 from oelm.experiments.confirm import (
     CONFIRMED,
@@ -420,15 +419,6 @@ def test_a_pilot_named_by_a_machine_path_is_refused_before_the_plan_is_written(t
 # --- a plan committed before its runs (issue 47, item 6) -------------------------------------------
 
 
-def _git(repo: Path, *args: str) -> str:
-    """git in `repo` with a fixed identity, whatever repository the test itself runs in."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env |= dict.fromkeys(("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"), "tester")
-    env |= dict.fromkeys(("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"), "tester@example.org")
-    done = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env)
-    return done.stdout.strip()
-
-
 def _fresh(out: Path) -> None:
     """The planned fresh runs of the default plan, finished (oelm-freeze ~10% worse)."""
     _fresh_at(out, [3, 4, 5])
@@ -450,10 +440,10 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         pytest.skip("needs git")
     root = tmp_path / "repo"
     root.mkdir()
-    _git(root, "init", "-q")
+    git(root, "init", "-q")
     (root / ".gitignore").write_text("runs/\n")
-    _git(root, "add", ".gitignore")
-    _git(root, "commit", "-q", "-m", "start")
+    git(root, "add", ".gitignore")
+    git(root, "commit", "-q", "-m", "start")
     monkeypatch.chdir(root)
     _pilot(root / "runs")
     return root
@@ -463,9 +453,9 @@ def _commit(repo: Path, plan: Path, to: str) -> tuple[str, str]:
     """Copy a plan into the repository and commit it: (commit, committer date)."""
     (repo / to).parent.mkdir(parents=True, exist_ok=True)
     (repo / to).write_bytes(plan.read_bytes())
-    _git(repo, "add", to)
-    _git(repo, "commit", "-q", "-m", "Fix the plan before its runs")
-    return _git(repo, "rev-parse", "HEAD"), _git(repo, "log", "-1", "--format=%cI")
+    git(repo, "add", to)
+    git(repo, "commit", "-q", "-m", "Fix the plan before its runs")
+    return git(repo, "rev-parse", "HEAD"), git(repo, "log", "-1", "--format=%cI")
 
 
 def test_confirm_run_refuses_a_plan_no_commit_holds_and_records_the_one_that_does(
@@ -482,8 +472,8 @@ def test_confirm_run_refuses_a_plan_no_commit_holds_and_records_the_one_that_doe
     # An edited copy committed is not the plan.
     edited = json.loads((out / PLAN_FILE).read_text())
     (repo / "edited.json").write_text(json.dumps({**edited, "margin": 2.0}))
-    _git(repo, "add", "edited.json")
-    _git(repo, "commit", "-q", "-m", "an edited copy")
+    git(repo, "add", "edited.json")
+    git(repo, "commit", "-q", "-m", "an edited copy")
     with pytest.raises(UserError, match="is in no git commit"):
         run_confirmation(out, progress=False)
 
@@ -497,7 +487,7 @@ def test_confirm_run_refuses_a_plan_no_commit_holds_and_records_the_one_that_doe
     page = (out / "confirmation.md").read_text()
     assert line in page and json.loads((out / "confirmation.json").read_text())["plan_commit"] == recorded
 
-    _git(repo, "commit", "-q", "--allow-empty", "-m", "later")  # a later commit moves nothing
+    git(repo, "commit", "-q", "--allow-empty", "-m", "later")  # a later commit moves nothing
     run_confirmation(out, progress=False)
     assert json.loads((out / PLAN_COMMIT_FILE).read_text()) == recorded
     assert report_confirmation(out, tmp_path / "again").plan_commit == PlanCommit(**recorded)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import load_script
+from conftest import git, load_script
 from oelm.data.lm import prepare_lm, read_meta
 from oelm.records.compact import read_records
 from oelm.utils.errors import UserError
@@ -76,7 +76,9 @@ def test_the_declared_gpu_rungs_sit_above_the_cpu_ladder_at_its_budget(gpu) -> N
 
 
 @pytest.mark.slow
-def test_the_tiny_twin_trains_stores_and_lands_every_rung(gpu, prepared: Path, tmp_path: Path) -> None:
+def test_the_tiny_twin_trains_stores_and_lands_every_rung(
+    gpu, prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One `run` on CPU: both tiny rungs train every arm at every LR, the records come back in one
     tarball beside a summary, `land` stores them where the ladder page reads, and a second `run`
     skips the stored rungs."""
@@ -98,5 +100,32 @@ def test_the_tiny_twin_trains_stores_and_lands_every_rung(gpu, prepared: Path, t
     assert set(lrs) == set(spec["arms"])
     with pytest.raises(UserError, match="already stored"):
         gpu.land(out / gpu.TARBALL, stored)
-    again = gpu.run(spec, tmp_path / "OUT2", 600, stored, tmp_path / "pack", tmp_path / "data", tmp_path / "work")
+    confirm = tmp_path / "confirm"
+    again = gpu.run(
+        spec, tmp_path / "OUT2", 600, stored, tmp_path / "pack", tmp_path / "data", tmp_path / "work", confirm
+    )
     assert [r["state"] for r in again["rungs"].values()] == ["stored", "stored"]
+    assert again["confirmations"] == {}  # nothing planned yet
+
+    # Then each stored rung is confirmed on fresh seeds: planned here, committed, sealed here (the
+    # device gets no git history), run there after the rungs, landed beside the ladder's records.
+    monkeypatch.chdir(tmp_path)  # plans name their pilot relative to where they are made
+    plans = gpu.plan(spec, stored, confirm, seeds=3)
+    assert [p.parent.parent.name for p in plans] == ["confirm-gpt-g1", "confirm-gpt-g2"]
+    with pytest.raises(UserError, match="is in no git commit"):
+        gpu.seal(confirm)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-f", *[str(p.relative_to(tmp_path)) for p in plans])
+    git(tmp_path, "commit", "-q", "-m", "Fix the GPU rungs' confirmation plans before their runs")
+    assert [line.split(":")[0] for line in gpu.seal(confirm)] == ["gpt-g1", "gpt-g2"]
+    shutil.rmtree(tmp_path / ".git")  # the device machine: the tree without its history
+    third = gpu.run(
+        spec, tmp_path / "OUT3", 600, stored, tmp_path / "pack", tmp_path / "data", tmp_path / "work", confirm
+    )
+    assert [c["state"] for c in third["confirmations"].values()] == ["finished", "finished"]
+    assert gpu.land(tmp_path / "OUT3" / gpu.TARBALL, stored) == ["confirm-gpt-g1", "confirm-gpt-g2"]
+    home = gpu.confirm_home(stored, "gpt-g2")
+    runs = read_records(home)
+    assert len(runs) == 3 * len(spec["arms"]) and {k.rsplit("seed", 1)[1] for k in runs} == {"1", "2", "3"}
+    assert json.loads((home / "plan-commit.json").read_text())["commit"]
+    assert gpu.plan(spec, stored, confirm) == []  # planned once

@@ -701,7 +701,12 @@ def find_plan_commit(plan: ConfirmationPlan, folder: str | Path) -> tuple[str, s
 def check_plan_commit(plan: ConfirmationPlan, out: Path, uncommitted: bool = False) -> PlanCommit:
     """The plan's commit before its runs: refused (one UserError) where no commit holds the plan,
     unless `uncommitted`; recorded in OUT/plan-commit.json the first time, kept by every later call
-    (a resumed confirmation keeps what was true when its first run began)."""
+    (a resumed confirmation keeps what was true when its first run began). A record that names a
+    commit is kept without asking git again: a copy of the tree without its history (a GPU machine
+    that gets the working tree, scripts/gpu_ladder.py) runs a plan checked where the history was."""
+    recorded = read_plan_commit(out, plan)
+    if recorded is not None and recorded.commit is not None:
+        return recorded
     found = find_plan_commit(plan, out)
     if found is None and not uncommitted:
         raise UserError(
@@ -711,7 +716,6 @@ def check_plan_commit(plan: ConfirmationPlan, out: Path, uncommitted: bool = Fal
             "docs/results/NAME/records/plan.json`), commit it, then run again; or pass --uncommitted-plan, "
             "and the page says the plan was not committed before the runs"
         )
-    recorded = read_plan_commit(out, plan)
     if recorded is not None:
         return recorded
     commit, date, path = found or (None, None, None)

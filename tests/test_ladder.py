@@ -156,13 +156,22 @@ def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: P
 
 
 def test_a_flat_gap_is_unresolved_with_the_slope_it_could_detect(tmp_path: Path) -> None:
-    """No trend in the gap: neither direction resolves, and the verdict names the detectable slope."""
+    """No trend in the gap: neither direction resolves, and the verdict names the detectable slope.
+    A rung of one seed (the GPU rungs) has no interval: the test leaves it out, and the answer says
+    which rung it left out and what its gap was."""
     rungs = [law_rung(tmp_path, n, 10.0) for n in (4_000, 10_000, 25_000)]
+    rungs.append(law_rung(tmp_path, 60_000, 3.0, seeds=1))
     assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
-    (trend,) = json.loads((tmp_path / "out" / "ladder.json").read_text())["trends"]
-    assert trend["verdict"].startswith("unresolved (smallest detectable slope ")
+    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    (trend,) = data["trends"]
+    assert trend["verdict"].startswith("unresolved (smallest detectable slope ") and trend["rungs"] == 3
     assert trend["p_shrink"] > 0.05 and trend["p_grow"] > 0.05
-    assert not (tmp_path / "out" / "scaling.png").exists()  # three rungs: no fit, no figure
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    answer = md[md.index("## The answer") : md.index("\n## ", md.index("## The answer") + 1)]
+    assert "**Not in the test** (gpt; 60,000 parameters; one paired seed" in answer
+    (top,) = [step for step in data["steps"] if step["params"] == 60_000]
+    assert top["n"] == 1 and f"oelm-freeze vs oelm-nofreeze {top['gap']:+.2f}%" in answer
+    assert not (tmp_path / "out" / "scaling.png").exists()  # three rungs with an interval: no fit
 
 
 def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -> None:

@@ -528,7 +528,7 @@ def _render_answer(ladder: Ladder) -> list[str]:
         f"{scaling.MIN_RUNGS} rungs; fitted extrapolations are far outside the rungs and say so.",
         "",
     ]
-    lines += _tally(ladder.trends)
+    lines += _tally(ladder.trends) + _untested(ladder.steps)
     for t in sorted(ladder.trends, key=lambda t: (t.architecture, t.axis != SIZE, t.held, t.method)):
         pair = fits.get((t.architecture, t.method, t.held)) if t.axis == SIZE else None
         lines.append(_answer_line(t, pair, twins.get((t.architecture, t.method), "its control")))
@@ -553,6 +553,27 @@ def _tally(trends: Sequence[Trend]) -> list[str]:
             f"its control; {archs}): the "
             f"gap shrinks (resolved) on {shrink}, grows (resolved) on {grow}, is unresolved on "
             f"{len(lines) - shrink - grow}; {positive} of {len(lines)} slopes are positive (the gap growing)."
+        )
+    return [*out, ""] if out else []
+
+
+def _untested(steps: Sequence[Step]) -> list[str]:
+    """The rungs the trend test leaves out (fewer than two paired seeds: no interval, so no weight),
+    with their gaps, one line per architecture: the answer names what it does not weigh."""
+    left = sorted(
+        (s for s in steps if s.gap is not None and (s.ci_low is None or s.n < 2)), key=lambda s: s.params or 0
+    )
+    out = []
+    for arch in sorted({s.architecture for s in left}):
+        mine = [s for s in left if s.architecture == arch]
+        sizes = ", ".join(f"{p:,}" for p in dict.fromkeys(s.params for s in mine if s.params))
+        gaps: dict[tuple[str, str], list[str]] = {}
+        for s in mine:
+            gaps.setdefault((s.method, s.twin), []).append(f"{s.gap:+.2f}%")
+        pairs = "; ".join(f"{m} vs {twin} {', '.join(g)}" for (m, twin), g in sorted(gaps.items()))
+        out.append(
+            f"**Not in the test** ({arch}; {sizes} parameters; one paired seed, so no interval to weigh): {pairs}. "
+            "Seeds enough for an interval there would enter the test."
         )
     return [*out, ""] if out else []
 

@@ -352,11 +352,17 @@ def plan(spec: dict[str, Any], stored: Path, confirm: Path = CONFIRM, seeds: int
     """Plan a fresh-seed confirmation of each stored GPU rung not yet planned: every arm at the LR
     its rung chose, `seeds` fresh seeds, the spec's primary pairs (Holm over them). The plan goes to
     CONFIRM/<rung>/ (it travels to the GPU) and is copied beside the rung's records, to be committed
-    before `seal`. Returns the copies written."""
+    before `seal`. A plan already committed there is copied back to CONFIRM where a fresh checkout
+    lacks it (CONFIRM is ignored), never planned again. Returns the copies written."""
     written = []
     for rung in spec["rungs"]:
         name = f"{spec['family']}-{rung['name']}"
         home = confirm_home(stored, name)
+        if (home / "plan.json").is_file() and not (home / RECORDS_FILE).is_file():
+            if not (confirm / name / "plan.json").is_file():
+                (confirm / name).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(home / "plan.json", confirm / name / "plan.json")
+            continue
         if not (stored / name / "sweep.yaml").is_file() or (home / "plan.json").is_file():
             continue
         args = ["confirm", "plan", str(stored / name), "--seeds", str(seeds), "--all"]

@@ -117,6 +117,8 @@ def test_the_tiny_twin_trains_stores_and_lands_every_rung(
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "-f", *[str(p.relative_to(tmp_path)) for p in plans])
     git(tmp_path, "commit", "-q", "-m", "Fix the GPU rungs' confirmation plans before their runs")
+    shutil.rmtree(confirm / "gpt-g1")  # a fresh checkout: the ignored folder is gone, the commit holds the plan
+    assert gpu.plan(spec, stored, confirm) == [] and (confirm / "gpt-g1" / "plan.json").is_file()
     assert [line.split(":")[0] for line in gpu.seal(confirm)] == ["gpt-g1", "gpt-g2"]
     shutil.rmtree(tmp_path / ".git")  # the device machine: the tree without its history
     third = gpu.run(

@@ -407,6 +407,15 @@ def _device_name(device: str) -> str:
 # -- land (here) ---------------------------------------------------------------------------------
 
 
+def _extract(tar: tarfile.TarFile, prefix: str, dst: Path) -> None:
+    """Write the archive's files under `prefix` into `dst`, keeping their relative paths."""
+    for m in tar.getmembers():
+        if m.name.startswith(prefix) and m.isfile():
+            target = dst / m.name.removeprefix(prefix)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tar.extractfile(m).read())
+
+
 def land(tarball: Path, stored: Path) -> list[str]:
     """Unpack the records a GPU call brought back into the stored ladder; refuse to replace a
     rung already stored, and keep only rungs whose sweep finished (every planned run)."""
@@ -414,35 +423,28 @@ def land(tarball: Path, stored: Path) -> list[str]:
         raise UserError(f"{tarball}: no such file; give the gpu-ladder.tar.gz the device call brought back")
     summary_path = tarball.with_name("gpu-ladder-summary.json")
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {"rungs": {}}
-    landed = []
+    # (label, archive prefix, destination, the file whose presence means "already stored")
+    wanted = [
+        (name, f"records/{name}/", stored / name, stored / name)
+        for name, info in summary["rungs"].items()
+        if info.get("state") == "finished"
+    ] + [
+        (
+            f"confirm-{name}",
+            f"records/confirm-{name}/",
+            confirm_home(stored, name),
+            confirm_home(stored, name) / RECORDS_FILE,
+        )
+        for name, info in summary.get("confirmations", {}).items()
+        if info.get("state") == "finished"
+    ]
+    for _label, _prefix, dst, marker in wanted:
+        if marker.exists():
+            raise UserError(f"{dst}: already stored; move it away to land the new records")
     with tarfile.open(tarball, "r:gz") as tar:
-        members = tar.getmembers()
-        for name, info in summary["rungs"].items():
-            if info.get("state") != "finished":
-                continue
-            dst = stored / name
-            if dst.exists():
-                raise UserError(f"{dst}: already stored; move it away to land the new records")
-            prefix = f"records/{name}/"
-            mine = [m for m in members if m.name.startswith(prefix) and m.isfile()]
-            for m in mine:
-                target = dst / m.name.removeprefix(prefix)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(tar.extractfile(m).read())
-            landed.append(name)
-        for name, info in summary.get("confirmations", {}).items():
-            if info.get("state") != "finished":
-                continue
-            dst = confirm_home(stored, name)
-            if (dst / RECORDS_FILE).is_file():
-                raise UserError(f"{dst}: already stored; move it away to land the new records")
-            prefix = f"records/confirm-{name}/"
-            for m in (m for m in members if m.name.startswith(prefix) and m.isfile()):
-                target = dst / m.name.removeprefix(prefix)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(tar.extractfile(m).read())
-            landed.append(f"confirm-{name}")
-    return landed
+        for _label, prefix, dst, _marker in wanted:
+            _extract(tar, prefix, dst)
+    return [label for label, *_ in wanted]
 
 
 def main(argv: list[str] | None = None) -> int:

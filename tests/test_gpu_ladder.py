@@ -98,8 +98,11 @@ def test_the_tiny_twin_trains_stores_and_lands_every_rung(
     assert sum(len(read_records(stored / n)) for n in ("gpt-g1", "gpt-g2")) == n_runs >= 2 * len(spec["arms"]) * 3
     lrs = gpu.scale_ladder.chosen_lrs(stored / "gpt-g2")
     assert set(lrs) == set(spec["arms"])
+    shutil.move(stored / "gpt-g1", tmp_path / "g1-aside")
     with pytest.raises(UserError, match="already stored"):
         gpu.land(out / gpu.TARBALL, stored)
+    assert not (stored / "gpt-g1").exists()  # refused (at gpt-g2) before anything was written
+    shutil.move(tmp_path / "g1-aside", stored / "gpt-g1")
     confirm = tmp_path / "confirm"
     again = gpu.run(
         spec, tmp_path / "OUT2", 600, stored, tmp_path / "pack", tmp_path / "data", tmp_path / "work", confirm

@@ -257,3 +257,47 @@ def test_the_transfer_check_prices_keeping_the_rung_below_s_lr_on_validation(tmp
     )
     stored = json.loads((tmp_path / "out" / "ladder.json").read_text())["transfers"]
     assert {t["method"]: t["cost"] for t in stored} == pytest.approx({"oelm-freeze": 0.0, "oelm-nofreeze": twin.cost})
+
+
+def test_a_confirmation_gives_a_one_seed_rung_its_interval_and_enters_the_test(tmp_path: Path, capsys) -> None:
+    """The GPU rungs' protocol: one seed per LR, then fresh seeds at the chosen LRs. Given with its
+    pilot, the confirmation's seeds become the rung's gap, so the rung enters the trend test (it
+    was 'not in the test'); beside a pilot with an interval they are only shown. A confirmation
+    without its pilot, or at another LR than the pilot chose, is refused."""
+    rungs = [law_rung(tmp_path, n, 10.0) for n in (4_000, 10_000, 25_000)]
+    top = law_rung(tmp_path, 60_000, 3.0, seeds=1)
+    fresh = tmp_path / "confirm-top"
+    rng = np.random.default_rng(7)
+    for seed in (3, 4, 5, 6):
+        twin = float(np.exp(1.2 + 40 * 60_000**-0.4 + rng.normal(0, 0.003)))
+        for method, value in {
+            "oelm-nofreeze": twin,
+            "oelm-freeze": twin * (1 + (4.0 + rng.normal(0, 0.2)) / 100),
+        }.items():
+            ladder_run(fresh, method, seed, value, 60_000, model="gpt-tiny", tokens_seen=20 * 60_000)
+    (fresh / "plan.json").write_text("{}")
+    out = tmp_path / "out"
+    assert main(["report", "--view", "ladder", *map(str, [*rungs, top, fresh]), "--out", str(out)]) == 0
+    data = json.loads((out / "ladder.json").read_text())
+    (step,) = [s for s in data["steps"] if s["params"] == 60_000]
+    assert step["n"] == 4 and step["fresh"] == "fresh seeds" and step["gap"] == pytest.approx(4.0, abs=0.5)
+    assert step["pilot_gap"] == pytest.approx(3.0, abs=0.6) and step["ci_low"] < step["gap"] < step["ci_high"]
+    assert data["trends"][0]["rungs"] == 4
+    md = (out / "ladder.md").read_text()
+    assert "Not in the test" not in md and "| 4 fresh |" in md and "the pilot's one seed +" in md
+
+    # Beside a pilot with an interval: shown, the pilot's gap kept.
+    again = law_rung(tmp_path / "b", 60_000, 3.0, seeds=3)
+    assert main(["report", "--view", "ladder", *map(str, [*rungs, again, fresh]), "--out", str(out)]) == 0
+    (step,) = [s for s in json.loads((out / "ladder.json").read_text())["steps"] if s["params"] == 60_000]
+    assert step["n"] == 3 and step["fresh"].startswith("+") and "on 4: worse (resolved)" in step["fresh"]
+    assert step["gap"] == pytest.approx(3.0, abs=0.5) and step["pilot_gap"] is None
+
+    capsys.readouterr()
+    assert main(["report", "--view", "ladder", *map(str, [*rungs, fresh]), "--out", str(tmp_path / "o2")]) == 2
+    assert "no rung given does: name its pilot rung too" in capsys.readouterr().err
+    other = tmp_path / "c"
+    for method in ("oelm-nofreeze", "oelm-freeze"):
+        ladder_run(other, method, 0, 20.0, 60_000, lr=2e-3, model="gpt-tiny", tokens_seen=20 * 60_000)
+    assert main(["report", "--view", "ladder", *map(str, [*rungs, other, fresh]), "--out", str(tmp_path / "o3")]) == 2
+    assert "where its pilot rung chose 0.002" in capsys.readouterr().err

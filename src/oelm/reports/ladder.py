@@ -17,6 +17,12 @@ With at least five rungs, each frozen method and its control also get the field'
 (oelm.reports.scaling: L(N) = E + A / N^alpha per arm, paired bootstrap over seeds): exponents,
 their difference, the parameter multiplier at the top rung and the extrapolated gap at GPT-2
 small's size.
+
+A confirmation directory (an `oelm confirm` plan.json beside its records) given with its pilot
+rung joins that rung: its fresh seeds, at the LRs the pilot chose, are shown beside the pilot's
+gap, and where the pilot ran one seed per LR (no interval: the GPU rungs' protocol) they become
+the rung's gap, so the rung enters the trend test and the fits. A pilot with seeds enough for
+an interval keeps its own gap: the declared test reads pilots.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import numpy as np
 
 from oelm.core.methods import get_method, twin_of
 from oelm.records.load import load_runs
+from oelm.records.plan import PLAN_FILE
 from oelm.reports import scaling, stats
 from oelm.reports.aggregate import BASELINE, Arm, compare, compare_pairs
 from oelm.reports.comparison import with_comparison
@@ -66,6 +73,10 @@ class Step:
     twin_lr: float | None = None
     twin_val_by_lr: dict[float, float] = field(default_factory=dict)
     higher_is_better: bool = False  # of the validation selection value
+    # A confirmation's fresh seeds at this rung: "" without one; "fresh seeds" where they replaced a
+    # one-seed pilot's gap; else the fresh reading shown beside the pilot's (one line of text).
+    fresh: str = ""
+    pilot_gap: float | None = None  # the pilot's own gap, where fresh seeds replaced it
 
     @property
     def tokens_per_param(self) -> float | None:
@@ -323,7 +334,8 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
     """The ladder of several rungs (each a list of paths: one sweep or its records)."""
     ladder = Ladder()
     first: dict[tuple, str] = {}  # (architecture, method, parameters, tokens) -> the rung that gave it
-    for paths in rungs:
+    confirmations = [paths for paths in rungs if any((Path(p) / PLAN_FILE).is_file() for p in paths)]
+    for paths in [r for r in rungs if r not in confirmations]:
         shown = ", ".join(Path(p).as_posix() for p in paths)
         for step in rung(paths, ladder.warnings):
             key = (step.architecture, step.method, step.params, step.tokens)
@@ -338,6 +350,8 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
             ladder.steps.append(step)
     if not ladder.steps:
         raise UserError("no frozen method with a twin in the given sweeps; a ladder rung needs both arms")
+    for paths in confirmations:
+        _join_confirmation(ladder, paths)
     _assign_budgets(ladder.steps)
     # Lines over size are drawn per budget only where the ladder has a data axis (a size trained at
     # two budgets); otherwise every rung of a method is one line, whatever its tokens per parameter.
@@ -368,6 +382,32 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
     judge_trends(ladder.trends)
     ladder.steps.sort(key=lambda s: (s.architecture, s.method, (s.budget or 0) if data_axis else 0, s.params or 0))
     return ladder
+
+
+def _join_confirmation(ladder: Ladder, paths: Sequence[str | Path]) -> None:
+    """Join a confirmation's fresh seeds to its pilot's steps (same architecture, method, size and
+    tokens, at the LR the pilot chose); refuse a confirmation whose pilot rung was not given."""
+    shown = ", ".join(Path(p).as_posix() for p in paths)
+    pilots = {(s.architecture, s.method, s.params, s.tokens): s for s in ladder.steps}
+    for fresh in rung(paths, ladder.warnings):
+        pilot = pilots.get((fresh.architecture, fresh.method, fresh.params, fresh.tokens))
+        if pilot is None:
+            raise UserError(
+                f"confirmation {shown} holds {fresh.architecture} {fresh.method} at {_count(fresh.params)} parameters "
+                f"and {_count(fresh.tokens)} tokens, and no rung given does: name its pilot rung too"
+            )
+        if (fresh.lr, fresh.twin_lr) != (pilot.lr, pilot.twin_lr):
+            raise UserError(
+                f"confirmation {shown} trained {fresh.method} at LR {fresh.lr:g} (its twin at {fresh.twin_lr:g}) "
+                f"where its pilot rung chose {pilot.lr:g} ({pilot.twin_lr:g}): it confirms another choice; "
+                "plan it from this pilot (`oelm confirm plan`)"
+            )
+        if pilot.n >= 2 and pilot.ci_low is not None:
+            pilot.fresh = f"{_f(fresh.gap)} [{_f(fresh.ci_low)}, {_f(fresh.ci_high)}] on {fresh.n}: {fresh.verdict}"
+            continue
+        pilot.pilot_gap, pilot.fresh = pilot.gap, "fresh seeds"
+        for name in ("n", "gap", "ci_low", "ci_high", "verdict", "unstable", "seed_loss", "twin_seed_loss"):
+            setattr(pilot, name, getattr(fresh, name))
 
 
 def _count(v: int | None) -> str:
@@ -453,10 +493,17 @@ def render(ladder: Ladder, command: str, figure: str = "ladder.png") -> str:
         params = "n/a" if s.params is None else f"{s.params:,}"
         lines.append(
             f"| {s.architecture} | {params} | {_f(s.tokens_per_param, '.1f')} | {s.method} | {s.twin} | "
-            f"{_f(s.lr, 'g')} | {s.n} | "
-            f"{_f(s.gap)} [{_f(s.ci_low)}, {_f(s.ci_high)}] | {s.verdict} | {s.unstable} | "
+            f"{_f(s.lr, 'g')} | {_seeds_text(s)} | "
+            f"{_f(s.gap)} [{_f(s.ci_low)}, {_f(s.ci_high)}] | {_verdict_text(s)} | {s.unstable} | "
             f"{'n/a' if s.saving is None else format(100 * s.saving, '.2f') + '%'} |"
         )
+    if any(s.fresh for s in ladder.steps):
+        lines += [
+            "",
+            "Seeds marked *fresh* are a confirmation's (`oelm confirm`, at the LRs the pilot chose): they give "
+            "the gap of a rung whose pilot ran one seed per LR; beside a pilot with an interval they are shown "
+            "after its verdict and leave the pilot's gap, the one the declared test reads.",
+        ]
     lines += [
         "",
         "## Trend (weighted least squares of the gap on log10 of the axis)",
@@ -477,6 +524,16 @@ def render(ladder: Ladder, command: str, figure: str = "ladder.png") -> str:
     if ladder.warnings:
         lines += ["Warnings:", "", *(f"- {w}" for w in ladder.warnings), ""]
     return "\n".join(lines)
+
+
+def _seeds_text(s: Step) -> str:
+    return f"{s.n} fresh" if s.fresh == "fresh seeds" else str(s.n)
+
+
+def _verdict_text(s: Step) -> str:
+    if s.fresh == "fresh seeds":
+        return f"{s.verdict}; the pilot's one seed {_f(s.pilot_gap)}%"
+    return f"{s.verdict}; fresh seeds {s.fresh}" if s.fresh else s.verdict
 
 
 def _answer_line(t: Trend, pair: scaling.PairFit | None, twin: str) -> str:

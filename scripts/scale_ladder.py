@@ -48,6 +48,11 @@ SPEC_KEYS = {
 }
 
 
+# A rung's shape, and optionally its own seeds (the top CPU rung runs one seed per LR, as the GPU
+# rungs do, and gets its interval from a fresh-seed confirmation at the chosen LRs).
+RUNG_KEYS = {"name", "n_layer", "d_model", "n_head", "seeds"}
+
+
 def load(path: Path) -> dict[str, Any]:
     """The ladder spec, checked before any run."""
     spec = load_yaml_text(path.read_text(encoding="utf-8"))
@@ -56,6 +61,12 @@ def load(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
     if "hypothesis" not in spec:
         raise UserError(f"{path}: declare the trend hypothesis and its test (`hypothesis:`) before the ladder runs")
+    for rung in spec["rungs"]:
+        extra = set(rung) - RUNG_KEYS
+        if extra:
+            raise UserError(
+                f"{path}: rung {rung.get('name')!r} has unknown key(s) {sorted(extra)}; known: {sorted(RUNG_KEYS)}"
+            )
     spec["base"] = (path.parent / spec["base"]).resolve()
     return spec
 
@@ -115,7 +126,7 @@ def rung_spec(
             "eval_every": max(1, steps // 4),
         },
         "methods": {arm: {"lr": lrs[arm]} for arm in spec["arms"]},
-        "seeds": spec["seeds"],
+        "seeds": rung.get("seeds", spec["seeds"]),
         "max_extend": spec["max_extend"],
         "primary": spec["primary"],
     }

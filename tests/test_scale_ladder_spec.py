@@ -33,6 +33,8 @@ def test_the_ladder_spans_two_decades_at_20_tokens_per_parameter_in_both_familie
             n = driver.total_params(o["model"], o["model_overrides"], driver.VOCAB)
             assert o["steps"] * 8 * 128 / n == pytest.approx(20, rel=0.02)
             assert rs["primary"] == spec["primary"] and set(rs["methods"]) == set(spec["arms"])
+            # three seeds at every LR of the small rungs; the top CPU rung one, confirmed on fresh seeds
+            assert rs["seeds"] == ([0] if rung["name"] == "r7" else [0, 1, 2])
             sizes.append(n)
         assert sizes == sorted(sizes) and len(sizes) >= 6 and sizes[-1] / sizes[0] >= 100
 
@@ -53,6 +55,11 @@ def test_a_spec_without_a_declared_hypothesis_is_refused(driver, tmp_path: Path)
     (tmp_path / "base.yaml").write_text((SPEC.parent / "base.yaml").read_text())
     (tmp_path / "ladder.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(UserError, match="declare the trend hypothesis"):
+        driver.load(tmp_path / "ladder.yaml")
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["rungs"][0]["seed"] = [0]  # a misspelt key would silently run the spec's seeds
+    (tmp_path / "ladder.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(UserError, match=r"rung 'r1' has unknown key\(s\) \['seed'\]"):
         driver.load(tmp_path / "ladder.yaml")
 
 

@@ -137,6 +137,8 @@ def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: P
     data = json.loads((tmp_path / "out" / "ladder.json").read_text())
     (trend,) = data["trends"]
     assert trend["verdict"] == "shrinks with size (resolved)" and trend["p_shrink"] < 0.05 < trend["p_grow"]
+    # Redone without each rung in turn, the verdict rests on no single one of them.
+    assert trend["loo_holds"] == "5 of 5" and trend["loo_slope"][0] <= trend["slope"] <= trend["loo_slope"][1] < 0
     assert {a["method"] for a in data["arm_fits"]} == {"oelm-freeze", "oelm-nofreeze"}
     twin = next(a for a in data["arm_fits"] if a["method"] == "oelm-nofreeze")
     assert twin["alpha_low"] < twin["alpha"] < twin["alpha_high"] and twin["rungs"] == 5 and twin["runs"] == 15
@@ -282,8 +284,10 @@ def test_a_confirmation_gives_a_one_seed_rung_its_interval_and_enters_the_test(t
     (step,) = [s for s in data["steps"] if s["params"] == 60_000]
     assert step["n"] == 4 and step["fresh"] == "fresh seeds" and step["gap"] == pytest.approx(4.0, abs=0.5)
     assert step["pilot_gap"] == pytest.approx(3.0, abs=0.6) and step["ci_low"] < step["gap"] < step["ci_high"]
-    assert data["trends"][0]["rungs"] == 4
+    (trend,) = data["trends"]
+    assert trend["rungs"] == 4 and trend["loo_slope"][0] <= trend["slope"] <= trend["loo_slope"][1]
     md = (out / "ladder.md").read_text()
+    assert f"{trend['loo_holds']} refits keep the verdict 'unresolved'" in md
     assert "Not in the test" not in md and "| 4 fresh |" in md and "the pilot's one seed +" in md
 
     # Beside a pilot with an interval: shown, the pilot's gap kept.

@@ -109,6 +109,10 @@ class Trend:
     detectable: float | None = None  # the slope (% per decade) the rungs detect at 80% power, one-sided
     axis: str = SIZE  # SIZE or DATA
     held: str = ""  # what is fixed along the line: "20 tokens per parameter" or "9,408 parameters"
+    # The declared test redone with each rung left out (lines of 4 or more rungs): the slope's range
+    # over those refits, and in how many of them the verdict stays what it is with every rung.
+    loo_slope: list[float] | None = None
+    loo_holds: str = ""
 
 
 @dataclass
@@ -360,6 +364,7 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
         seen.setdefault((step.architecture, step.method, step.params), set()).add(step.budget)
     data_axis = any(len(b) > 1 for b in seen.values())
     ladder.transfers = transfers(ladder.steps, data_axis)
+    lines: list[tuple[Trend, list[Step]]] = []  # every line with the rungs it was drawn through
     by_series: dict[tuple[str, str, float | None], list[Step]] = {}
     for step in ladder.steps:
         by_series.setdefault((step.architecture, step.method, step.budget if data_axis else None), []).append(step)
@@ -368,6 +373,7 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
         if len(points) < 2 and data_axis:
             continue  # a single rung at this budget: a point of the data axis, not a line over size
         trend = fit_trend(points)
+        lines.append((trend, points))
         budgets = {p.budget for p in points}
         trend.held = (
             f"{budget:g} tokens per parameter"
@@ -376,10 +382,11 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
         )
         ladder.trends.append(trend)
         _fit_scaling(ladder, points, trend.held)
-    _data_trends(ladder)
+    lines += _data_trends(ladder)
     if data_axis:
         _fit_data(ladder)
     judge_trends(ladder.trends)
+    _judge_without_each_rung(lines)
     ladder.steps.sort(key=lambda s: (s.architecture, s.method, (s.budget or 0) if data_axis else 0, s.params or 0))
     return ladder
 
@@ -429,8 +436,45 @@ def _assign_budgets(steps: list[Step]) -> None:
         s.budget = nominal.get(s.tokens_per_param) if s.tokens_per_param else None
 
 
-def _data_trends(ladder: Ladder) -> None:
+def _kind(verdict: str) -> str:
+    """A verdict's kind: 'shrinks with size', 'grows with data', 'unresolved', 'no test'."""
+    return verdict.split(" (")[0]
+
+
+def _judge_without_each_rung(lines: list[tuple[Trend, list[Step]]]) -> None:
+    """The declared test redone with each rung (one size, or one budget on a line over data) left
+    out of every line of a Holm family at once: each line's slope range over those refits and in
+    how many its verdict keeps its kind. A verdict resting on one rung shows it here."""
+    families: dict[tuple[str, str, str], list[tuple[Trend, list[Step]]]] = {}
+    for trend, points in lines:
+        families.setdefault((trend.architecture, trend.axis, trend.held), []).append((trend, points))
+    for (_, axis, _), family in families.items():
+
+        def rung_of(p: Step, axis: str = axis) -> float | None:
+            return p.params if axis == SIZE else p.budget
+
+        if max(t.rungs for t, _ in family) < 4:
+            continue  # without one of 3 rungs no line has an interval
+        refits: dict[int, list[Trend]] = {}
+        weighed = {rung_of(p) for _, points in family for p in points if p.n >= 2 and p.ci_low is not None}
+        for left in sorted(r for r in weighed if r is not None):  # only rungs the test weighs
+            redone = [fit_trend([p for p in points if rung_of(p) != left], axis=axis) for _, points in family]
+            for r, (t, _) in zip(redone, family):
+                r.held = t.held
+            judge_trends(redone)
+            for i, r in enumerate(redone):
+                refits.setdefault(i, []).append(r)
+        for i, (t, _) in enumerate(family):
+            slopes = [r.slope for r in refits.get(i, []) if r.slope is not None]
+            if t.rungs < 4 or not slopes:
+                continue
+            t.loo_slope = [min(slopes), max(slopes)]
+            t.loo_holds = f"{sum(_kind(r.verdict) == _kind(t.verdict) for r in refits[i])} of {len(refits[i])}"
+
+
+def _data_trends(ladder: Ladder) -> list[tuple[Trend, list[Step]]]:
     """At each size trained at two or more budgets: the gap's line against tokens per parameter."""
+    out = []
     by_size: dict[tuple[str, str, int], list[Step]] = {}
     for s in ladder.steps:
         if s.params and s.budget:
@@ -438,9 +482,12 @@ def _data_trends(ladder: Ladder) -> None:
     for (_, _, params), points in sorted(by_size.items()):
         if len({p.budget for p in points}) < 2:
             continue
-        trend = fit_trend(sorted(points, key=lambda p: p.budget), axis=DATA)
+        points = sorted(points, key=lambda p: p.budget)
+        trend = fit_trend(points, axis=DATA)
         trend.held = f"{params:,} parameters"
         ladder.trends.append(trend)
+        out.append((trend, points))
+    return out
 
 
 def _fit_scaling(ladder: Ladder, points: list[Step], held: str) -> None:
@@ -542,6 +589,11 @@ def _answer_line(t: Trend, pair: scaling.PairFit | None, twin: str) -> str:
     held = f" at {t.held}" if t.held else ""
     slope = "" if t.slope is None else f" (slope {t.slope:+.2f}% per decade [{t.slope_low:+.2f}, {t.slope_high:+.2f}])"
     text = f"- {t.architecture}, {t.method} vs {twin}, over {what}{held}, {t.rungs} rungs: {t.verdict}{slope}."
+    if t.loo_slope:
+        text += (
+            f" Leaving one rung out, the slope runs from {t.loo_slope[0]:+.2f}% to {t.loo_slope[1]:+.2f}% per decade;"
+            f" {t.loo_holds} refits keep the verdict '{_kind(t.verdict)}'."
+        )
     if pair is not None and pair.d_alpha is not None:
         never = f"; {100 * pair.never:.0f}% of refits never match" if pair.never else ""
         text += (

@@ -278,13 +278,18 @@ def _x(p: Step, axis: str) -> float | None:
     return float(p.params) if axis == SIZE and p.params else p.tokens_per_param if axis == DATA else None
 
 
+def _weighed(p: Step, axis: str) -> bool:
+    """Whether the trend test weighs this rung: a place on the axis and a gap with an interval."""
+    return bool(_x(p, axis)) and p.gap is not None and p.ci_low is not None and p.n >= 2
+
+
 def fit_trend(points: Sequence[Step], confidence: float = stats.CONFIDENCE, axis: str = SIZE) -> Trend:
     """WLS of gap on log10(params) (or log10(tokens per parameter)) over rungs with an interval; the
     prediction at 10x the largest."""
     import statsmodels.api as sm  # heavy optional dependency: imported on use
 
     first = points[0]
-    usable = [p for p in points if _x(p, axis) and p.gap is not None and p.ci_low is not None and p.n >= 2]
+    usable = [p for p in points if _weighed(p, axis)]
     trend = Trend(first.architecture, first.method, len(usable), None, None, None, None, None, None, None, axis=axis)
     if len(usable) < 3:
         trend.note = f"{len(usable)} rung(s) with an interval: a line needs at least 3 to have an interval"
@@ -405,8 +410,9 @@ def _join_confirmation(ladder: Ladder, paths: Sequence[str | Path]) -> None:
             )
         if (fresh.lr, fresh.twin_lr) != (pilot.lr, pilot.twin_lr):
             raise UserError(
-                f"confirmation {shown} trained {fresh.method} at LR {fresh.lr:g} (its twin at {fresh.twin_lr:g}) "
-                f"where its pilot rung chose {pilot.lr:g} ({pilot.twin_lr:g}): it confirms another choice; "
+                f"confirmation {shown} trained {fresh.method} at LR {_f(fresh.lr, 'g')} (its twin at "
+                f"{_f(fresh.twin_lr, 'g')}) where its pilot rung chose {_f(pilot.lr, 'g')} ({_f(pilot.twin_lr, 'g')}): "
+                "it confirms another choice; "
                 "plan it from this pilot (`oelm confirm plan`)"
             )
         if pilot.n >= 2 and pilot.ci_low is not None:
@@ -449,16 +455,11 @@ def _judge_without_each_rung(lines: list[tuple[Trend, list[Step]]]) -> None:
     for trend, points in lines:
         families.setdefault((trend.architecture, trend.axis, trend.held), []).append((trend, points))
     for (_, axis, _), family in families.items():
-
-        def rung_of(p: Step, axis: str = axis) -> float | None:
-            return p.params if axis == SIZE else p.budget
-
         if max(t.rungs for t, _ in family) < 4:
             continue  # without one of 3 rungs no line has an interval
         refits: dict[int, list[Trend]] = {}
-        weighed = {rung_of(p) for _, points in family for p in points if p.n >= 2 and p.ci_low is not None}
-        for left in sorted(r for r in weighed if r is not None):  # only rungs the test weighs
-            redone = [fit_trend([p for p in points if rung_of(p) != left], axis=axis) for _, points in family]
+        for left in sorted({_x(p, axis) for _, points in family for p in points if _weighed(p, axis)}):
+            redone = [fit_trend([p for p in points if _x(p, axis) != left], axis=axis) for _, points in family]
             for r, (t, _) in zip(redone, family):
                 r.held = t.held
             judge_trends(redone)

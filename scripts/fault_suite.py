@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the shared fixtures and generated bad inputs
 
 from bad_input_cases import all_cases, run_case  # noqa: E402
+from oelm.reports.comparison import page_sections  # noqa: E402
 from oelm.training import checkpoint as ckpt  # noqa: E402
 from test_train_ddp import torchrun_with_rank1_hook  # noqa: E402
 from train_utils import synthetic_lm_dir  # noqa: E402
@@ -235,7 +236,7 @@ def _report(out: Path) -> object:
             return STEP_TIME.sub("its mean step time was <measured>)", x.replace(str(out), "SWEEP"))
         return x
 
-    return clean(json.loads((out / "report" / "report.json").read_text()))
+    return clean(page_sections(out / "report" / "report.json"))
 
 
 def sweep_kills(work: Path, kills: int, rng: random.Random) -> dict:

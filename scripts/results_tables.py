@@ -45,7 +45,6 @@ records (scripts/regenerate_results.py rebuilds those JSON files first).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -54,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oelm.reports.aggregate import Arm, Group, Noise, Versus
+from oelm.reports.comparison import read_page
 from oelm.reports.stats import MARGIN, Decision, ItemsInterval, PairedTest, Power, Summary, summary_upper_bound
 from oelm.reports.tables import (
     NA,
@@ -71,6 +71,7 @@ from oelm.reports.tables import (
     pct_scale,
     verdict_text,
 )
+from oelm.utils.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILES = (
@@ -180,7 +181,8 @@ class Record:
     path: Path
     kind: str  # "report" or "leaderboard"
     tables: list[Table]
-    raw: dict
+    raw: dict  # the page's sections
+    command: str  # the command that wrote it ("" where a run wrote it)
 
     def table(self, dataset: str | None, where: str) -> Table:
         """The table of `dataset` (None: the only table)."""
@@ -197,8 +199,14 @@ class Record:
 
 def load_record(path: Path) -> Record:
     """Read a report.json or leaderboard.json into oelm's own report objects."""
-    raw = json.loads(path.read_text())
-    leaderboard = "tables" in raw
+    try:
+        page = read_page(path)
+    except UserError as e:
+        raise DocError(str(e)) from e
+    if page["view"] not in ("report", "board"):
+        raise DocError(f"{path}: a {page['view']!r} page; a block reads a report.json or a leaderboard.json")
+    raw = page["sections"]
+    leaderboard = page["view"] == "board"
     tables = []
     for g in raw["tables"] if leaderboard else raw["groups"]:
         entries = g["ranked"] + g["incomplete"] if leaderboard else g["arms"]
@@ -220,7 +228,7 @@ def load_record(path: Path) -> Record:
             **fields,
         )
         tables.append(Table(group, g, {e["method"]: e for e in entries}))
-    return Record(path, "leaderboard" if leaderboard else "report", tables, raw)
+    return Record(path, "leaderboard" if leaderboard else "report", tables, raw, page["command"] or "")
 
 
 class Records:
@@ -485,7 +493,7 @@ def board_block(spec: str, records: Records, where: str) -> str:
             rank = "incomplete" if e.get("incomplete") else str(e.get("rank", ""))
             cells = [FIELDS["metric"](a, t), fmt_gap(a, g), fmt_p(a, g), fmt_verdict(a, g), _share(a, t), misses]
             rows.append([rank, a.method, *cells])
-        command = record.raw.get("command", "")
+        command = record.command
         out += [f"**{g.title}**, {g.primary_metric} (from [{link}]({link}); `{command}`), {_reference(t)}:", ""]
         out += [*md_table(_header(BOARD_HEADER, g), rows), "", str(t.raw.get("verdict", "")).strip(), ""]
     return "\n".join(out).rstrip()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from oelm.experiments.presets import PRESET_DIR, preset_names
 from oelm.experiments.resolve import resolve_config
 from oelm.experiments.sweep import load_spec, spec_from_dict
 from oelm.records.load import load_runs
+from oelm.reports.comparison import page_sections
 from oelm.utils.errors import UserError
 
 # What the removed ComparePreset + compare_spec built for `oelm compare --preset quick` (default flags),
@@ -152,7 +152,7 @@ def test_compare_cli_tiny(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     assert last.startswith("In plain words:") and "oelm-freeze reached test_perplexity" in last
     assert "indicative only" in last and "theoretical saving" in last and "Test-set noise" in last
     assert (out / "data" / "meta.json").is_file()
-    report = json.loads((out / "report" / "report.json").read_text())
+    report = page_sections(out / "report" / "report.json")
     arms = {a["method"]: a for a in report["groups"][0]["arms"]}
     assert set(arms) == {"baseline", "oelm-freeze"} and arms["oelm-freeze"]["frozen_params"] > 0
     assert arms["baseline"]["noise"]["test_se"] > 0 and arms["oelm-freeze"]["power"]["n"] == 3

@@ -40,6 +40,7 @@ from oelm.records.plan import (
     read_plan,
     write_plan_file,
 )
+from oelm.reports.comparison import page_sections
 from oelm.reports.leaderboard import write_leaderboard
 from oelm.reports.report import write_report
 from oelm.training.config import dump_config
@@ -137,7 +138,7 @@ def test_a_stored_plan_reads_back_to_the_same_bytes_and_hash(path: Path, tmp_pat
     assert (tmp_path / PLAN_FILE).read_text(encoding="utf-8") == text
     assert write_plan_file(path.parent, plan) == path  # the same plan again: a no-op
     # confirmation.json, written from the same plan, carries its pilot and claims unchanged.
-    done = json.loads((path.parent / "confirmation.json").read_text(encoding="utf-8"))
+    done = page_sections(path.parent / "confirmation.json")
     assert done["plan_sha256"] == plan.sha256 and done["pilot"] == plan.pilot.to_dict()
     assert [c["claim"] for c in done["claims"]] == [c.to_dict() for c in plan.claims]
     assert [c["lr"] for c in done["claims"]] == [plan.arms[c.method].lr for c in plan.claims]
@@ -197,7 +198,7 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
     printed = capsys.readouterr().out
     assert "1 of 2 claim(s) confirmed" in printed and "not confirmed" in printed
 
-    result = json.loads((out / "confirmation.json").read_text())
+    result = page_sections(out / "confirmation.json")
     by = {c["method"]: c for c in result["claims"]}
     assert by["oelm-freeze"]["result"] == CONFIRMED and by["oelm-random"]["result"] == NOT_CONFIRMED
     assert by["oelm-freeze"]["fresh"]["seeds"] == [3, 4, 5] and by["oelm-random"]["fresh"]["seeds"] == [3, 4, 5]
@@ -213,7 +214,7 @@ def test_claims_confirmed_or_not_on_fresh_seeds_only(tmp_path: Path, capsys: pyt
     again = tmp_path / "again"
     assert main(["confirm", "report", str(out), "--out", str(again)]) == 0
     assert (again / "confirmation.md").read_text() == md
-    assert json.loads((again / "confirmation.json").read_text()) == result
+    assert page_sections(again / "confirmation.json") == result
 
     # A missing fresh run: the claim cannot be confirmed on fewer than the planned seeds.
     for run in (out / "runs" / "oelm-freeze").glob("*/seed5"):
@@ -379,7 +380,7 @@ def test_stored_plans_without_a_pilot_link_are_listed_and_their_pages_say_so(mon
     for folder in STORED_CONFIRMATIONS:
         plan = read_plan(folder)
         page = (folder / "confirmation.md").read_text(encoding="utf-8")
-        done = json.loads((folder / "confirmation.json").read_text(encoding="utf-8"))
+        done = page_sections(folder / "confirmation.json")
         if plan.pilot.records_sha256 != EMPTY_SHA256:
             assert pilot_link(plan) is None and "pilot link is missing" not in page and done["pilot_link"] is None
             continue
@@ -485,7 +486,7 @@ def test_confirm_run_refuses_a_plan_no_commit_holds_and_records_the_one_that_doe
     assert recorded["path"] == "docs/results/x/records/plan.json" and recorded["plan_sha256"] == edited["sha256"]
     line = f"Plan committed before the runs: `docs/results/x/records/plan.json` in commit `{commit}` ({date})"
     page = (out / "confirmation.md").read_text()
-    assert line in page and json.loads((out / "confirmation.json").read_text())["plan_commit"] == recorded
+    assert line in page and page_sections(out / "confirmation.json")["plan_commit"] == recorded
 
     git(repo, "commit", "-q", "--allow-empty", "-m", "later")  # a later commit moves nothing
     run_confirmation(out, progress=False)
@@ -506,7 +507,7 @@ def test_an_uncommitted_plan_runs_only_by_the_flag_and_the_page_says_so(repo: Pa
     _commit(repo, out / PLAN_FILE, "docs/results/y/records/plan.json")
     conf = run_confirmation(out, progress=False)
     assert conf.plan_commit is not None and not conf.plan_commit.committed
-    assert json.loads((out / "confirmation.json").read_text())["plan_commit"]["commit"] is None
+    assert page_sections(out / "confirmation.json")["plan_commit"]["commit"] is None
 
 
 def test_stored_confirmations_say_their_plan_commit_was_not_recorded() -> None:
@@ -609,7 +610,7 @@ def test_an_arm_whose_fresh_seeds_scatter_or_spike_is_flagged_on_the_page_and_in
     conf = run_confirmation(out, uncommitted_plan=True, progress=False)
     assert set(conf.flagged) == {"oelm-freeze"}
     assert conf.flagged["oelm-freeze"].flag == "seeds scatter (24.0% > 10%)"
-    done = json.loads((out / "confirmation.json").read_text())
+    done = page_sections(out / "confirmation.json")
     stability = {e["method"]: e for e in done["stability"]}
     assert set(stability) == {"baseline", "oelm-freeze", "oelm-random"}
     assert stability["oelm-freeze"]["flag"] == "seeds scatter (24.0% > 10%)" and stability["oelm-freeze"]["checked"]
@@ -646,7 +647,7 @@ def test_the_decisive_twin_boards_page_flags_oelm_freezes_fresh_scatter() -> Non
     page = (REPO / "docs/results/twin-decisive/records/confirmation.md").read_text(encoding="utf-8")
     assert "- **Stability flag:** oelm-freeze at lr0.012, on 8 fresh seeds: seeds scatter (18.0% > 10%)." in page
     assert "median +11.48%, mean +18.56%" in page
-    done = json.loads((REPO / "docs/results/twin-decisive/records/confirmation.json").read_text(encoding="utf-8"))
+    done = page_sections(REPO / "docs/results/twin-decisive/records/confirmation.json")
     assert [e["method"] for e in done["stability"] if e["flag"]] == ["oelm-freeze"]
 
 
@@ -665,9 +666,7 @@ def test_the_page_prints_the_mean_per_seed_gap_beside_its_paired_interval(tmp_pa
         make_run(out, "oelm-random", 3e-3, seed, test_perplexity=ppl * 1.05, best_val_loss=1.6)
     _as_planned(out)
     run_confirmation(out, uncommitted_plan=True, progress=False)
-    fresh = next(
-        c for c in json.loads((out / "confirmation.json").read_text())["claims"] if c["method"] == "oelm-freeze"
-    )["fresh"]
+    fresh = next(c for c in page_sections(out / "confirmation.json")["claims"] if c["method"] == "oelm-freeze")["fresh"]
     assert fresh["gap_percent"] == pytest.approx(15.0) and fresh["mean_seed_gap_percent"] == pytest.approx(10.0)
     assert fresh["gap_paired"]["mean"] == fresh["mean_seed_gap_percent"]
     page = (out / "confirmation.md").read_text()
@@ -694,7 +693,7 @@ def test_a_board_over_a_confirmation_uses_its_plans_margin_and_refuses_another(t
     wide = _confirmed(tmp_path, "wide", 3.0)
     path, boards = write_leaderboard([wide], tmp_path / "board")
     assert boards[0].group.margin == 3.0 and "equivalence margin ±3%" in path.read_text()
-    assert json.loads((tmp_path / "board" / "leaderboard.json").read_text())["tables"][0]["margin_percent"] == 3.0
+    assert page_sections(tmp_path / "board" / "leaderboard.json")["tables"][0]["margin_percent"] == 3.0
     assert write_leaderboard([wide], tmp_path / "same", margin=3.0)[1][0].group.margin == 3.0
     with pytest.raises(UserError, match=r"--margin 1: the confirmation plan of this board fixed ±3% .*drop --margin"):
         write_leaderboard([wide], tmp_path / "other", margin=1.0)
@@ -713,7 +712,7 @@ def test_every_stored_board_over_a_confirmation_uses_its_plans_margin() -> None:
         records = REPO / "docs/results" / str(page["records"])
         if page["command"] != "report --view board" or not (records / PLAN_FILE).is_file():
             continue
-        board = json.loads((REPO / "docs/results" / page["out"] / "leaderboard.json").read_text(encoding="utf-8"))
+        board = page_sections(REPO / "docs/results" / page["out"] / "leaderboard.json")
         assert {t["margin_percent"] for t in board["tables"]} == {read_plan(records).margin}, page["out"]
         checked += 1
     assert checked >= 6  # the twin board, three scale boards, the decisive board, the Llama 124k rung

@@ -12,6 +12,7 @@ import yaml
 from oelm.cli import main
 from oelm.records import run as records
 from oelm.reports import stats
+from oelm.reports.comparison import page_sections
 from oelm.reports.finetune import write_board
 
 N = 400  # held-out examples
@@ -96,7 +97,7 @@ def test_board_reads_points_decides_holm_and_marks_dominated(board_dir: Path, tm
     assert main(["report", "--view", "finetune", str(board_dir), "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "freeze-qk: -10.00 points worse (resolved)" in printed
-    board = json.loads((tmp_path / "out" / "board.json").read_text())["boards"][0]
+    board = page_sections(tmp_path / "out" / "board.json")["boards"][0]
     rows = {r["method"]: r for r in board["rows"]}
     assert rows["baseline"]["verdict"] == "reference"
     assert rows["freeze-qk"]["diff"] == pytest.approx(-10.0)
@@ -119,8 +120,8 @@ def test_board_reads_points_decides_holm_and_marks_dominated(board_dir: Path, tm
     assert "Exploratory family" in md and "(pareto.png)" in md and (tmp_path / "out" / "pareto.png").stat().st_size
     # Regenerating from the same records gives the same page.
     write_board([board_dir], tmp_path / "again")
-    again = json.loads((tmp_path / "again" / "board.json").read_text())
-    assert again["boards"] == json.loads((tmp_path / "out" / "board.json").read_text())["boards"]
+    again = page_sections(tmp_path / "again" / "board.json")
+    assert again["boards"] == page_sections(tmp_path / "out" / "board.json")["boards"]
 
 
 def test_interval_includes_test_noise_even_when_seeds_agree(tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_a_seed_at_chance_stays_in_the_mean_and_is_counted(tmp_path: Path) -> No
         mine = (np.arange(N) % 3 == 0).astype(int) if at_chance else base.copy()
         cls_run(root, "oelm-freeze", seed, mine, 900, 0.9, collapsed=at_chance)
     write_board([root], tmp_path / "out")
-    board = json.loads((tmp_path / "out" / "board.json").read_text())["boards"][0]
+    board = page_sections(tmp_path / "out" / "board.json")["boards"][0]
     row = next(r for r in board["rows"] if r["method"] == "oelm-freeze")
     assert row["seeds"] == [0, 1, 2, 3, 4] and row["at_chance"] == 2 and row["no_result"] == 0
     # Three seeds equal to the baseline's, two at a third: the mean and the paired gap include both.
@@ -226,9 +227,7 @@ def test_every_view_counts_a_seed_at_chance_the_same_way(tmp_path: Path) -> None
     assert sorted(arm.by_seed) == [0, 1, 2, 3, 4] and arm.primary.n == 5
     write_board([root], tmp_path / "board")
     row = next(
-        r
-        for r in json.loads((tmp_path / "board" / "board.json").read_text())["boards"][0]["rows"]
-        if r["method"] == "oelm-freeze"
+        r for r in page_sections(tmp_path / "board" / "board.json")["boards"][0]["rows"] if r["method"] == "oelm-freeze"
     )
     assert row["seeds"] == sorted(arm.by_seed) and row["at_chance"] == 1
     assert row["accuracy"] == pytest.approx(arm.primary.mean * 100)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from oelm.cli import main
+from oelm.reports.comparison import page_sections
 from oelm.reports.ladder import architecture_of, write_ladder
 from test_report import make_run
 
@@ -54,7 +55,7 @@ def rung(root: Path, name: str, model: str = "gpt-tiny") -> Path:
 def test_ladder_compares_each_frozen_method_with_its_twin_and_fits_the_trend(tmp_path: Path, capsys) -> None:
     rungs = [rung(tmp_path, n) for n in SIZES]
     assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
-    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    data = page_sections(tmp_path / "out" / "ladder.json")
     steps = data["steps"]
     assert [s["params"] for s in steps] == sorted(SIZES.values())
     assert {s["method"] for s in steps} == {"oelm-freeze"} and {s["twin"] for s in steps} == {"oelm-nofreeze"}
@@ -134,7 +135,7 @@ def test_five_rungs_get_the_declared_trend_test_and_the_scaling_fits(tmp_path: P
     sizes = [4_000, 10_000, 25_000, 60_000, 150_000]
     rungs = [law_rung(tmp_path, n, 12.0 - 3 * np.log10(n / sizes[0])) for n in sizes]
     assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
-    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    data = page_sections(tmp_path / "out" / "ladder.json")
     (trend,) = data["trends"]
     assert trend["verdict"] == "shrinks with size (resolved)" and trend["p_shrink"] < 0.05 < trend["p_grow"]
     # Redone without each rung in turn, the verdict rests on no single one of them.
@@ -164,7 +165,7 @@ def test_a_flat_gap_is_unresolved_with_the_slope_it_could_detect(tmp_path: Path)
     rungs = [law_rung(tmp_path, n, 10.0) for n in (4_000, 10_000, 25_000)]
     rungs.append(law_rung(tmp_path, 60_000, 3.0, seeds=1))
     assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
-    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    data = page_sections(tmp_path / "out" / "ladder.json")
     (trend,) = data["trends"]
     assert trend["verdict"].startswith("unresolved (smallest detectable slope ") and trend["rungs"] == 3
     assert trend["p_shrink"] > 0.05 and trend["p_grow"] > 0.05
@@ -185,7 +186,7 @@ def test_a_size_trained_at_three_budgets_gets_a_line_over_data(tmp_path: Path) -
     ]
     rungs.append(law_rung(tmp_path, 25_000, 12.0))
     assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
-    data = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    data = page_sections(tmp_path / "out" / "ladder.json")
     by = {(t["axis"], t["held"]): t for t in data["trends"]}
     assert set(by) == {
         ("parameters", "20 tokens per parameter"),
@@ -223,7 +224,7 @@ def test_five_sizes_with_a_data_axis_get_the_size_and_data_fit(tmp_path: Path) -
     rungs = [law_rung(tmp_path, n, 12.0 - 3 * np.log10(n / sizes[0])) for n in sizes]
     rungs += [law_rung(tmp_path, n, 12.0, ratio=r) for n in sizes[:2] for r in (80, 300)]
     assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
-    (fit,) = json.loads((tmp_path / "out" / "ladder.json").read_text())["data_fits"]
+    (fit,) = page_sections(tmp_path / "out" / "ladder.json")["data_fits"]
     assert (fit["cells"], fit["sizes"], fit["budgets"]) == (9, 5, 3)
     assert fit["d_alpha"] is not None and fit["d_beta_low"] <= fit["d_beta"] <= fit["d_beta_high"]
     assert set(fit["predicted"]) == {"20", "300"}
@@ -257,7 +258,7 @@ def test_the_transfer_check_prices_keeping_the_rung_below_s_lr_on_validation(tmp
         "stayed the choice in 1 of 2 moves" in md
         and "one LR per rung, carried over from the rung below, is not safe here" in md
     )
-    stored = json.loads((tmp_path / "out" / "ladder.json").read_text())["transfers"]
+    stored = page_sections(tmp_path / "out" / "ladder.json")["transfers"]
     assert {t["method"]: t["cost"] for t in stored} == pytest.approx({"oelm-freeze": 0.0, "oelm-nofreeze": twin.cost})
 
 
@@ -280,7 +281,7 @@ def test_a_confirmation_gives_a_one_seed_rung_its_interval_and_enters_the_test(t
     (fresh / "plan.json").write_text("{}")
     out = tmp_path / "out"
     assert main(["report", "--view", "ladder", *map(str, [*rungs, top, fresh]), "--out", str(out)]) == 0
-    data = json.loads((out / "ladder.json").read_text())
+    data = page_sections(out / "ladder.json")
     (step,) = [s for s in data["steps"] if s["params"] == 60_000]
     assert step["n"] == 4 and step["fresh"] == "fresh seeds" and step["gap"] == pytest.approx(4.0, abs=0.5)
     assert step["pilot_gap"] == pytest.approx(3.0, abs=0.6) and step["ci_low"] < step["gap"] < step["ci_high"]
@@ -293,7 +294,7 @@ def test_a_confirmation_gives_a_one_seed_rung_its_interval_and_enters_the_test(t
     # Beside a pilot with an interval: shown, the pilot's gap kept.
     again = law_rung(tmp_path / "b", 60_000, 3.0, seeds=3)
     assert main(["report", "--view", "ladder", *map(str, [*rungs, again, fresh]), "--out", str(out)]) == 0
-    (step,) = [s for s in json.loads((out / "ladder.json").read_text())["steps"] if s["params"] == 60_000]
+    (step,) = [s for s in page_sections(out / "ladder.json")["steps"] if s["params"] == 60_000]
     assert step["n"] == 3 and step["fresh"].startswith("+") and "on 4: worse (resolved)" in step["fresh"]
     assert step["gap"] == pytest.approx(3.0, abs=0.5) and step["pilot_gap"] is None
 

@@ -12,6 +12,7 @@ import yaml
 
 from oelm.cli import main
 from oelm.reports.board import pareto_front
+from oelm.reports.comparison import page_sections
 from oelm.reports.leaderboard import write_leaderboard
 from oelm.utils.errors import UserError
 from test_report import READING, make_run, reading_sections
@@ -48,7 +49,7 @@ def _sweep(root: Path, arms: dict = ARMS) -> Path:
 
 
 def _read(out: Path) -> dict:
-    return json.loads((out / "leaderboard.json").read_text())
+    return page_sections(out / "leaderboard.json")
 
 
 def test_ranking_numbers_and_passing_verdict(tmp_path: Path) -> None:

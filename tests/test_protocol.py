@@ -17,6 +17,7 @@ from oelm.records.stability import DIVERGED_KIND, SPIKED, instability
 from oelm.records.sweep import BEST_MEAN, ROBUST
 from oelm.reports import stats
 from oelm.reports.aggregate import compare
+from oelm.reports.comparison import page_sections
 from oelm.reports.report import write_report
 from oelm.utils.errors import UserError
 from test_report import make_run
@@ -86,7 +87,7 @@ def test_flagged_runs_are_kept_counted_per_lr_and_stated_in_the_report(tmp_path:
     assert "| 1 of 2 (1 diverged) |" in text  # the LR table's row of lr 0.002
     assert "Stability rule:" in text and "enters every mean" in text  # the rule and the policy, stated
     assert "oelm-freeze: the stability check judged seed scatter at lr0.002 on fewer than 3 seeds" in text
-    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    data = page_sections(tmp_path / "report" / "report.json")
     cells = data["groups"][0]["arms"][1]["lr_sweep"]
     assert [len(c["unstable"]) for c in cells] == [1, 1]
 

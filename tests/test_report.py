@@ -16,6 +16,7 @@ from oelm.records import run as records
 from oelm.records.load import load_run, load_runs
 from oelm.reports import stats
 from oelm.reports.aggregate import compare, compare_to, rebase
+from oelm.reports.comparison import page_sections
 from oelm.reports.report import summary_table, write_report
 from oelm.utils.errors import UserError
 
@@ -137,7 +138,7 @@ def test_report_names_its_reading_guide_which_says_what_the_numbers_mean(lm_swee
 
 def test_report_numbers_equal_those_from_records(lm_sweep: Path) -> None:
     md_path, comp = write_report([lm_sweep], lm_sweep / "out")
-    report = json.loads((lm_sweep / "out" / "report.json").read_text())
+    report = page_sections(lm_sweep / "out" / "report.json")
     base, oelm = _arm(report, "baseline"), _arm(report, "oelm-freeze")
     assert base["lr"] == 1e-3 and oelm["lr"] == 3e-3  # best mean best_val_loss per method
     b = np.array([LM[("baseline", 1e-3)][s][0] for s in range(3)])
@@ -166,7 +167,7 @@ def test_report_numbers_equal_those_from_records(lm_sweep: Path) -> None:
 
 def test_collapsed_and_incomplete_runs_are_listed_not_averaged(lm_sweep: Path) -> None:
     md_path, comp = write_report([lm_sweep], lm_sweep / "out")
-    report = json.loads((lm_sweep / "out" / "report.json").read_text())
+    report = page_sections(lm_sweep / "out" / "report.json")
     rnd = _arm(report, "oelm-random")
     # lr 1e-2 has the best validation loss but a diverged seed: the collapse-free LR is chosen.
     assert rnd["lr"] == 1e-3 and rnd["primary"]["n"] == 1 and rnd["primary"]["mean"] == 6.0
@@ -245,11 +246,11 @@ def test_budget_warning_compares_arms_seed_by_seed(tmp_path: Path) -> None:
         for seed, tokens in ((0, 1000), (1, 1010)):
             make_run(tmp_path, method, 1e-3, seed, test_perplexity=5.0, best_val_loss=1.6, tokens_seen=tokens)
     _, comp = write_report([tmp_path], tmp_path / "fair")
-    report = json.loads((tmp_path / "fair" / "report.json").read_text())
+    report = page_sections(tmp_path / "fair" / "report.json")
     assert not any("unequal budgets" in w for w in report["groups"][0]["warnings"])
     make_run(tmp_path, "oelm-random", 1e-3, 0, test_perplexity=5.0, best_val_loss=1.6, tokens_seen=900)
     write_report([tmp_path], tmp_path / "unfair")
-    report = json.loads((tmp_path / "unfair" / "report.json").read_text())
+    report = page_sections(tmp_path / "unfair" / "report.json")
     warning = next(w for w in report["groups"][0]["warnings"] if "unequal budgets" in w)
     assert "seed 0" in warning and "seed 1" not in warning
 
@@ -300,7 +301,7 @@ def test_report_states_power_and_flags_an_underpowered_gap(tmp_path: Path) -> No
     assert "no difference" not in md.replace("not evidence of no difference", "").replace(
         "never means 'no difference'", ""
     )
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    report = page_sections(tmp_path / "report" / "report.json")
     assert _arm(report, "oelm-freeze")["power"]["underpowered"] is True
 
 
@@ -327,7 +328,7 @@ def test_table_verdict_and_reading_print_one_gap_the_mean_per_seed_one(tmp_path:
     assert f"{shown} [" in terminal and "mean per-seed gap" in terminal
     for text in (md, terminal):
         assert means not in text and f"{abs(of_means):.1f}%" not in text
-    stored = _arm(json.loads((tmp_path / "report" / "report.json").read_text()), "oelm-freeze")
+    stored = _arm(page_sections(tmp_path / "report" / "report.json"), "oelm-freeze")
     assert stored["mean_seed_gap_percent"] == pytest.approx(per_seed.mean())
     assert stored["gap_percent"] == pytest.approx(of_means)  # kept, under its own name
     vs = group.versus_of("oelm-freeze")
@@ -618,7 +619,7 @@ def test_four_verdicts_holm_and_the_vocabulary(tmp_path: Path, capsys: pytest.Ca
         gaps = [(a.by_seed[s] / group.arms[0].by_seed[s] - 1) * 100 for s in sorted(a.by_seed)]
         assert d.p == pytest.approx(sps.ttest_1samp(gaps, 0.0).pvalue)
 
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = page_sections(tmp_path / "out" / "report.json")
     g = report["groups"][0]
     assert report["margin_percent"] == 1.0 and g["margin_percent"] == 1.0 and g["comparisons"] == 4
     assert g["reference"] == "baseline" and g["baseline"] == "baseline"  # the old key is kept
@@ -670,7 +671,7 @@ def test_a_comparison_is_a_new_value_and_rebase_changes_nothing_shared(tmp_path:
 def test_cli_report_takes_a_margin(tmp_path: Path) -> None:
     _family_sweep(tmp_path)
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "o"), "--margin", "0.5"]) == 0
-    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    report = page_sections(tmp_path / "o" / "report.json")
     assert report["groups"][0]["margin_percent"] == 0.5
     assert _arm(report, "oelm-freeze-q")["verdict"] == "equivalent within ±0.5%"
 
@@ -774,7 +775,7 @@ def test_classifier_gap_interval_includes_test_set_noise(tmp_path: Path) -> None
     assert vs.gap_paired.ci_low == pytest.approx(vs.gap_paired.ci_high)
     md = md_path.read_text()
     assert f"[{boot.ci_low:+.2f}, {boot.ci_high:+.2f}] (seeds + test examples)" in md
-    report = json.loads((tmp_path / "boot" / "report" / "report.json").read_text())
+    report = page_sections(tmp_path / "boot" / "report" / "report.json")
     assert _arm(report, "oelm-freeze")["gap_seeds_items"]["method"].startswith("Student t, seeds x test items")
     # Records without per-example data keep the seeds-only interval, labelled as such.
     for seed in range(3):
@@ -817,10 +818,10 @@ def test_lm_tables_show_bits_per_byte_where_the_runs_recorded_it(tmp_path: Path)
     assert head in old and old.count("| n/a (not recorded) |") == 2  # one per arm, no crash
     text = md_b.read_text()
     assert head in text and "| 1.260 ± " in text and "| n/a (not recorded) |" not in text
-    arms = {a["method"]: a for a in json.loads((tmp_path / "rb" / "report.json").read_text())["groups"][0]["arms"]}
+    arms = {a["method"]: a for a in page_sections(tmp_path / "rb" / "report.json")["groups"][0]["arms"]}
     assert arms["oelm-freeze"]["bits_per_byte"]["mean"] == pytest.approx(1.26)
     assert arms["oelm-freeze"]["bits_per_byte"]["key"] == "test_bits_per_byte"
-    old_arms = json.loads((tmp_path / "ra" / "report.json").read_text())["groups"][0]["arms"]
+    old_arms = page_sections(tmp_path / "ra" / "report.json")["groups"][0]["arms"]
     assert {a["bits_per_byte"]["n"] for a in old_arms} == {0}
 
 

@@ -3,11 +3,11 @@ perplexity beside ours only for the same tokenizer."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from oelm.reports.comparison import page_sections
 from oelm.reports.report import print_summary, write_report
 from test_report import make_run
 
@@ -61,7 +61,7 @@ def test_a_byte_level_sweep_shows_the_studys_gap_not_its_perplexity(tmp_path: Pa
     # the main table no longer places the study's perplexity in a column of ours
     main = text.split("### Beside the original study")[0]
     assert "4.27" not in main and "study (reported)" not in main
-    data = json.loads((md.parent / "report.json").read_text())["groups"][0]["study"]
+    data = page_sections(md.parent / "report.json")["groups"][0]["study"]
     assert [r["study_id"] for r in data] == ["GPT-01", "GPT-02"]
     assert data[1]["study_gap"] == pytest.approx((4.69 / 4.27 - 1) * 100) and data[1]["comparable"] is False
 

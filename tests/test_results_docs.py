@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_script
+from oelm.reports.comparison import page_sections
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -43,7 +44,7 @@ def test_check_detects_a_stale_table(results_tables, tmp_path, capsys):
     end = original.index("<!-- /generated -->", start)
     body = original[start:end]
     # The quickstart's oelm-freeze test perplexity as its report.json stores it, edited by hand.
-    stored = json.loads((RESULTS / "quickstart" / "report.json").read_text())
+    stored = page_sections(RESULTS / "quickstart" / "report.json")
     arm = next(a for g in stored["groups"] for a in g["arms"] if a["method"] == "oelm-freeze")
     shown = f"{arm['primary']['mean']:.3f}"
     assert shown in body
@@ -263,7 +264,7 @@ def _report(tmp_path: Path, by_seed_freeze: dict[int, float], *extra: str) -> di
 
     folder = _records(tmp_path / "records", by_seed_freeze)
     assert main(["report", str(folder), "--out", str(tmp_path / "out"), *extra]) == 0
-    return json.loads((tmp_path / "out" / "report.json").read_text())
+    return page_sections(tmp_path / "out" / "report.json")
 
 
 def _verdicts(report: dict) -> dict[str, str]:
@@ -313,7 +314,7 @@ def test_a_leaderboard_of_records_shows_the_same_init_twin(tmp_path):
     md = (tmp_path / "board" / "leaderboard.md").read_text()
     assert (tmp_path / "board" / "pareto.png").is_file() and "Reference: **baseline**" in md
     assert "mean per-seed gap vs its same-init trainable twin" in md and "vs oelm-nofreeze: " in md
-    table = json.loads((tmp_path / "board" / "leaderboard.json").read_text())["tables"][0]
+    table = page_sections(tmp_path / "board" / "leaderboard.json")["tables"][0]
     freeze = next(e for e in table["ranked"] if e["method"] == "oelm-freeze")
     assert freeze["verdict"] == "worse (resolved)" and freeze["twin"] == "oelm-nofreeze"
     assert freeze["twin_verdict"] is not None
@@ -323,7 +324,7 @@ def test_the_pair_field_is_the_declared_primary_comparison_recomputed(results_ta
     """{{RECORD METHOD pair}}: a method's declared primary comparison, against its own control (not
     the table's reference), recomputed from the per-seed values with Holm over the primary family."""
     records = results_tables.Records(RESULTS)
-    board = json.loads((RESULTS / "ladder/llama-d64-confirm/leaderboard.json").read_text())["tables"][0]
+    board = page_sections(RESULTS / "ladder/llama-d64-confirm/leaderboard.json")["tables"][0]
     by_seed = {e["method"]: e["by_seed"] for e in board["ranked"]}
     gaps = [100 * (by_seed["identity-q"][s] / by_seed["baseline"][s] - 1) for s in by_seed["baseline"]]
     text = results_tables.fill("{{ladder/llama-d64-confirm/leaderboard.json identity-q pair}}", records, "test")

@@ -13,6 +13,7 @@ from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import spec_from_dict
 from oelm.records import run as records
 from oelm.records.load import load_run, load_runs
+from oelm.reports.comparison import page_sections
 from oelm.reports.report import write_report
 from test_report import make_run
 from test_sweep import TINY
@@ -85,7 +86,7 @@ def test_failed_freeze_check_dominates_collapse_and_is_visible(tmp_path: Path) -
     rec = load_run(bad)
     assert rec.status == records.INVALID and "freeze check failed" in rec.reason
     assert _chosen(tmp_path)["oelm-freeze"] == "lr0.0001"  # an invalid run makes its LR ineligible
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    report = page_sections(tmp_path / "report" / "report.json")
     assert any("failed their freeze check" in w and "seed 2" in w for w in report["groups"][0]["warnings"])
 
 

@@ -18,6 +18,7 @@ import yaml
 from oelm.experiments.runner import run_sweep
 from oelm.experiments.sweep import load_spec, spec_from_dict
 from oelm.records.load import load_runs
+from oelm.reports.comparison import page_sections
 from oelm.utils.errors import UserError
 
 TINY = {
@@ -67,7 +68,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert {r["tokens_seen"] for r in results} == {6 * 2 * 32}
 
     # The report's numbers are those of the records: LR chosen on mean best_val_loss.
-    report = json.loads((tmp_path / "sweep" / "report" / "report.json").read_text())
+    report = page_sections(tmp_path / "sweep" / "report" / "report.json")
     records = load_runs([tmp_path / "sweep" / "runs"])
     for arm in report["groups"][0]["arms"]:
         mine = [r for r in records if r.method == arm["method"]]
@@ -240,7 +241,7 @@ def test_grid_extends_beyond_the_edge_where_validation_chooses_until_the_cap(tmp
         (9e-5, "up", 3e-5),
         (2.7e-4, "up", 9e-5),
     ]
-    report = json.loads((tmp_path / "sweep" / "report" / "report.json").read_text())
+    report = page_sections(tmp_path / "sweep" / "report" / "report.json")
     assert report["groups"][0]["arms"][0]["lr"] == 2.7e-4
     assert any("still the largest of its grid" in w and "max_extend 2" in w for w in report["groups"][0]["warnings"])
     # The same command again replays the extensions on finished runs: nothing trains.

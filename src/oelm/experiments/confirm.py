@@ -53,7 +53,7 @@ from oelm.records.sweep import SWEEP_FILE, check_primary, read_sweep_record
 from oelm.reports import stats
 from oelm.reports.aggregate import MAX_SPREAD, Arm, Group, Versus, compare, gap_by_seed, stability_check
 from oelm.reports.board import Entry, build
-from oelm.reports.comparison import with_comparison
+from oelm.reports.comparison import page_json
 from oelm.reports.tables import (
     family_lines,
     fmt_gap,
@@ -746,7 +746,7 @@ def run_confirmation(
     group, results = judge(plan, fresh)
     confirmation = Confirmation(plan, group, results, outcome, committed)
     atomic_write_text(out / "confirmation.md", "\n".join(render(confirmation)) + "\n")
-    atomic_write_json(out / "confirmation.json", with_comparison("confirmation", to_json(confirmation)))
+    atomic_write_json(out / "confirmation.json", page_json("confirmation", to_json(confirmation)))
     return confirmation
 
 
@@ -835,7 +835,7 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
     target = Path(out) if out is not None else folder
     target.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / "confirmation.md", "\n".join(render(confirmation)) + "\n")
-    atomic_write_json(target / "confirmation.json", with_comparison("confirmation", to_json(confirmation)))
+    atomic_write_json(target / "confirmation.json", page_json("confirmation", to_json(confirmation)))
     return confirmation
 
 

@@ -1,29 +1,36 @@
-"""One JSON format for every comparison page: the `comparison` block.
+"""One JSON format for every comparison page: the page envelope.
 
 Every page the toolkit writes compares arms with a control (report.json, leaderboard.json,
-board.json, ladder.json, confirmation.json). Each keeps its own sections (LR sweeps, ranks, costs,
-fits, pilot claims), and each also carries this block, built by one function from what the page
-stored: one row per arm against its control, in one shape, so a reader (or a script) meets one
-format for "this arm against that control" whatever page it opens.
+board.json, ladder.json, confirmation.json), and every one of them is written as this one envelope,
+the same top-level keys whatever the view:
 
-    {"format": "oelm comparison", "version": 1, "view": "board",
+    {"format": "oelm comparison", "version": 2, "view": "board", "command": "oelm report ...",
      "rows": [{"table", "arm", "control", "metric", "unit", "seeds", "lr",
-               "gap", "low", "high", "holm_p", "verdict", "family", "params", "tokens_per_param"}]}
+               "gap", "low", "high", "holm_p", "verdict", "family", "params", "tokens_per_param"}],
+     "sections": {...}}
 
-`gap` is signed so that + means the arm is worse; `low`/`high` are its paired 95% interval; `unit`
-says what the gap is measured in (per-seed % of the control's metric, or accuracy points).
+`rows` is one row per arm against its control, in one shape, built by one function from what the
+page stored, so a reader (or a script) meets one format for "this arm against that control" whatever
+page it opens. `gap` is signed so that + means the arm is worse; `low`/`high` are its paired 95%
+interval; `unit` says what the gap is measured in (per-seed % of the control's metric, or accuracy
+points). `sections` holds what the data switched on for this view (LR sweeps, ranks, costs, fits,
+a pilot's claims): the numbers the markdown page prints. `command` is the command that wrote the
+page (null where it was written by a run, not by a command). `read_page` reads one back, refusing a
+file that is not this format and version.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from oelm.utils.errors import UserError
 from oelm.utils.io import clean_json
 
 FORMAT = "oelm comparison"
-VERSION = 1
+VERSION = 2
 PERCENT = "% of the control's metric (mean per-seed gap, + = worse)"
 POINTS = "accuracy points (control - arm, + = worse)"
 
@@ -153,12 +160,43 @@ VIEWS = {
 }
 
 
-def comparison_block(view: str, data: dict) -> dict:
-    """The `comparison` block of a page's JSON (`data`: what the page stores, as JSON)."""
-    return {"format": FORMAT, "version": VERSION, "view": view, "rows": list(VIEWS[view](data))}
+def comparison_rows(view: str, sections: dict) -> list[dict]:
+    """The envelope's `rows` (`sections`: what the page stores, as JSON)."""
+    return list(VIEWS[view](sections))
 
 
-def with_comparison(view: str, data: dict) -> dict:
-    """`data` as JSON values, with its `comparison` block added (the page's own keys first, unchanged)."""
-    plain = json.loads(json.dumps(clean_json(data), default=str))
-    return {**plain, "comparison": comparison_block(view, plain)}
+def page_json(view: str, data: dict) -> dict:
+    """`data` (a page's sections, and its `command` if it has one) as the one page envelope."""
+    sections = json.loads(json.dumps(clean_json(data), default=str))
+    command = sections.pop("command", None)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "view": view,
+        "command": command,
+        "rows": comparison_rows(view, sections),
+        "sections": sections,
+    }
+
+
+def read_page(path: str | Path, view: str | None = None) -> dict:
+    """A page's JSON envelope as written by `page_json`; an older or foreign file is refused in one line."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a readable page JSON ({e}); rerun the command that wrote it") from e
+    found = (data.get("format"), data.get("version")) if isinstance(data, dict) else (None, None)
+    if found != (FORMAT, VERSION):
+        raise UserError(
+            f"{path}: not an {FORMAT!r} page of version {VERSION} (found {found[0]!r} version {found[1]!r}); "
+            "rerun the command that wrote it (stored pages: python scripts/regenerate_results.py)"
+        )
+    if view is not None and data.get("view") != view:
+        raise UserError(f"{path}: a {data.get('view')!r} page, not a {view!r} page; pass the {view} page's JSON")
+    return data
+
+
+def page_sections(path: str | Path, view: str | None = None) -> dict:
+    """The `sections` of a page's JSON envelope (see `read_page`)."""
+    return read_page(path, view)["sections"]

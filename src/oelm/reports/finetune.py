@@ -42,7 +42,7 @@ from oelm.records.load import load_runs
 from oelm.records.run import COLLAPSED, RunRecord
 from oelm.reports import stats
 from oelm.reports.aggregate import ITEMS_METRIC, Arm, Group, compare, step_time_ratio
-from oelm.reports.comparison import with_comparison
+from oelm.reports.comparison import page_json
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 
@@ -673,6 +673,6 @@ def write_board(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     plot(boards, out_dir / "pareto.png")
-    atomic_write_json(out_dir / "board.json", with_comparison("finetune", to_json(boards, command)))
+    atomic_write_json(out_dir / "board.json", page_json("finetune", to_json(boards, command)))
     atomic_write_text(out_dir / "board.md", render(boards, command))
     return out_dir / "board.md", boards

@@ -40,7 +40,7 @@ from oelm.records.load import load_runs
 from oelm.records.plan import PLAN_FILE
 from oelm.reports import scaling, stats
 from oelm.reports.aggregate import BASELINE, Arm, compare, compare_pairs
-from oelm.reports.comparison import with_comparison
+from oelm.reports.comparison import page_json
 from oelm.reports.tables import saving_fraction, verdict_text
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
@@ -1022,6 +1022,6 @@ def write_ladder(rungs: Sequence[str | Path], out: str | Path) -> tuple[Path, La
     stored = asdict(ladder)
     for p in stored["pair_fits"]:
         p.pop("curves")  # the bootstrap refits: the plot's band, not a stored number
-    atomic_write_json(out_dir / "ladder.json", with_comparison("ladder", {"command": command, **stored}))
+    atomic_write_json(out_dir / "ladder.json", page_json("ladder", {"command": command, **stored}))
     atomic_write_text(out_dir / "ladder.md", render(ladder, command))
     return out_dir / "ladder.md", ladder

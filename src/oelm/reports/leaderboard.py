@@ -19,7 +19,7 @@ from oelm.records.sweep import confirmation_plan, declared_margin
 from oelm.reports import stats
 from oelm.reports.aggregate import BASELINE, require_arm
 from oelm.reports.board import REFERENCE, TARGET, Board, Entry, Target, build
-from oelm.reports.comparison import with_comparison
+from oelm.reports.comparison import page_json
 from oelm.reports.reading import READING_PAGE, how_to_read
 from oelm.reports.tables import (
     CONFIRM_PLAN,
@@ -465,9 +465,7 @@ def write_leaderboard(
     command = command_line(paths, out_dir, baseline, seeds, margin)
     writable_dir(out_dir, "leaderboard folder", "pass --out with a writable folder (sweeps are only read)")
     plot(boards, out_dir / "pareto.png", target)
-    atomic_write_json(
-        out_dir / "leaderboard.json", with_comparison("board", to_json(boards, not_started, command, target))
-    )
+    atomic_write_json(out_dir / "leaderboard.json", page_json("board", to_json(boards, not_started, command, target)))
     sweep = Path(paths[0]).as_posix()
     confirm = f"oelm confirm plan {sweep} --seeds {{seeds}} --out {sweep}-confirm" + (
         f" --baseline {baseline}" if baseline else ""

@@ -35,7 +35,7 @@ from oelm.reports.aggregate import (
     require_arm,
     split_text,
 )
-from oelm.reports.comparison import with_comparison
+from oelm.reports.comparison import page_json
 from oelm.reports.probes import probe_section
 from oelm.reports.reading import budget, how_to_read, noise_text, reading, reading_lines
 from oelm.reports.stats import MARGIN
@@ -449,7 +449,7 @@ def write_report(
     provenance = {"n_runs": comparison.n_runs, "sources": [Path(p).as_posix() for p in paths]}
     _write_atomic(
         out_dir / "report.json",
-        json.dumps(with_comparison("report", to_json(comparison, provenance)), indent=2, default=str),
+        json.dumps(page_json("report", to_json(comparison, provenance)), indent=2, default=str),
     )
     return out_dir / "report.md", comparison
 

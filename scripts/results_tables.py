@@ -22,6 +22,8 @@ KIND is one of
     board RECORD     the ranking of a leaderboard.json, with its verdict
     reading RECORD   the plain-language paragraph(s) stored in a report.json
     records          an index of every report.json / leaderboard*.json under the file's folder
+    ladder RECORD    the declared trend test of a ladder.json, a row per tested line, with the
+                     scaling fit over size where the line has one
 
 RECORD is a path relative to the markdown file's folder: a folder (meaning its report.json) or a
 .json file, optionally with #DATASET to pick one table of a record holding several. FIELD, for a
@@ -527,6 +529,71 @@ def records_block(records: Records) -> str:
     return "\n".join(md_table(["record", "to read", "table", "methods", "seeds (baseline)"], rows))
 
 
+LADDER_HEADER = [
+    "family",
+    "method vs control",
+    "over",
+    "rungs",
+    "slope, % per decade [95% CI]",
+    "verdict (Holm)",
+    "refits without one rung keeping it",
+    "parameters to match at the top rung [95% CI]",
+    "fitted gap at 124M parameters [95% CI]",
+    "fitted gap falls to 1% at",
+]
+
+
+def _num(v: float | None, spec: str) -> str:
+    return NA if v is None else format(v, spec)
+
+
+def _fit_cells(fit: dict | None) -> list[str]:
+    """The fit's multiplier, extrapolated gap and where that gap falls to 1%, as ladder.md prints them
+    (3 significant digits; a fit stores no crossing (JSON null for inf) when none is below 10^12)."""
+    if fit is None or fit.get("multiplier") is None:
+        return [NA, NA, NA]
+
+    def g(key: str, spec: str = ".3g") -> str:
+        return _num(fit.get(key), spec)
+
+    return [
+        f"{g('multiplier')}x [{g('multiplier_low')}, {g('multiplier_high')}] at {fit['at']:,}",
+        f"{g('predicted_gap', '+.3g')}% [{g('predicted_low', '+.3g')}, {g('predicted_high', '+.3g')}]",
+        "not below 10^12 parameters" if fit.get("reach_1pct") is None else f"{g('reach_1pct')} parameters",
+    ]
+
+
+def ladder_block(spec: str, records: Records, where: str) -> str:
+    """The declared trend test of a ladder.json: one row per tested line (a slope with an interval),
+    each size line beside its scaling fit. Every number is the one ladder.md prints."""
+    path = records.base / spec
+    path = path / "ladder.json" if path.is_dir() else path
+    try:
+        page = read_page(path, "ladder")
+    except UserError as e:
+        raise DocError(f"{where}: {e}") from e
+    data = page["sections"]
+    twins = {(s["architecture"], s["method"]): s["twin"] for s in data["steps"]}
+    fits = {(f["architecture"], f["method"], f["held"]): f for f in data["pair_fits"]}
+    rows = []
+    for t in sorted(
+        data["trends"], key=lambda t: (t["architecture"], t["axis"] != "parameters", t["held"], t["method"])
+    ):
+        if t.get("slope") is None:
+            continue  # too few weighed rungs: no test
+        size = t["axis"] == "parameters"
+        over = f"{'size' if size else 'data'} at {t['held']}"
+        slope = f"{t['slope']:+.2f} [{t['slope_low']:+.2f}, {t['slope_high']:+.2f}]"
+        keeps = t.get("loo_holds") or NA
+        fit = fits.get((t["architecture"], t["method"], t["held"])) if size else None
+        twin = twins.get((t["architecture"], t["method"]), NA)
+        row = [t["architecture"], f"{t['method']} vs {twin}", over, str(t["rungs"]), slope, t["verdict"], keeps]
+        rows.append(row + _fit_cells(fit))
+    if not rows:
+        raise DocError(f"{where}: {spec} holds no tested trend line")
+    return "\n".join(md_table(LADDER_HEADER, rows))
+
+
 def render_block(m: re.Match, records: Records, where: str) -> str:
     """The generated text of one block."""
     kind, _, args = m.group("head").strip().partition(" ")
@@ -539,14 +606,14 @@ def render_block(m: re.Match, records: Records, where: str) -> str:
         return fill(template, records, where)
     if template is not None:
         raise DocError(f"{where}: only a template block has a body inside its comment")
-    blocks = {"arms": arms_block, "board": board_block, "reading": reading_block}
+    blocks = {"arms": arms_block, "board": board_block, "reading": reading_block, "ladder": ladder_block}
     if kind in blocks:
         if not args:
             raise DocError(f"{where}: name the record (a folder or .json file)")
         return blocks[kind](args, records, where)
     if kind == "records":
         return records_block(records)
-    raise DocError(f"{where}: unknown block kind {kind!r} (template, arms, board, reading, records)")
+    raise DocError(f"{where}: unknown block kind {kind!r} (template, arms, board, reading, records, ladder)")
 
 
 def render_text(text: str, base: Path, where: str = "file") -> tuple[str, list[str]]:

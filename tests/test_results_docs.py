@@ -68,6 +68,28 @@ def test_unknown_method_is_an_error_naming_it(results_tables, tmp_path, capsys):
     assert "oelm-nope" in capsys.readouterr().err
 
 
+def test_the_ladder_block_is_the_pages_trend_test_row_by_row(results_tables, tmp_path, capsys):
+    """A ladder block prints one row per tested line of ladder.json, with its slope, verdict and
+    fit as ladder.md prints them; another view's page is refused in one line (exit 2)."""
+    page = page_sections(RESULTS / "scale-ladder" / "ladder.json")
+    tested = [t for t in page["trends"] if t["slope"] is not None]
+    table = results_tables.ladder_block("scale-ladder", results_tables.Records(RESULTS), "here")
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(tested)
+    ladder_md = (RESULTS / "scale-ladder" / "ladder.md").read_text()
+    for t in tested:
+        slope = f"{t['slope']:+.2f} [{t['slope_low']:+.2f}, {t['slope_high']:+.2f}]"
+        (row,) = [r for r in rows if slope in r]
+        assert t["verdict"] in row and f"slope {slope.replace(' [', '% per decade [')}" in ladder_md
+    fit = next(f for f in page["pair_fits"] if f["multiplier"] is not None)
+    (row,) = [r for r in rows if f"| {fit['architecture']} | {fit['method']} vs" in r and "size at" in r]
+    assert f"{fit['multiplier']:.3g}x [" in row and f"{fit['predicted_gap']:+.3g}% [" in row
+    doc = tmp_path / "README.md"
+    doc.write_text("<!-- generated: ladder quickstart/report.json -->\n<!-- /generated -->\n")
+    assert results_tables.main(["--check", "--records", str(RESULTS), str(doc)]) == 2
+    assert "a 'report' page, not a 'ladder' page" in capsys.readouterr().err
+
+
 def test_the_bound_field_is_the_one_sided_upper_bound_of_the_per_seed_gaps(results_tables):
     """{{RECORD METHOD bound}}: "the cost is below X%" for a claim its seeds could not power, from
     the same per-seed gaps the interval uses (one-sided 95%: inside the two-sided interval's top)."""

@@ -64,6 +64,9 @@ def spec(name: str, prep: dict, steps: int, grids: dict, seeds=(0, 1, 2), **kw) 
         "config": cfg,
         "methods": {m: {"lr": g} for m, g in grids.items()},
         "seeds": list(seeds),
+        # As the regimes were first measured: each arm's grid as written, an edge choice a warning,
+        # not a reason to extend (a one-LR direction check stays one LR).
+        "max_extend": 0,
     }
 
 

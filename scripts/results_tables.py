@@ -85,6 +85,7 @@ DEFAULT_FILES = (
     "docs/results/scale/README.md",
     "docs/results/scale-ladder/README.md",
     "docs/results/claims-ledger.md",
+    "docs/results/regime-search/README.md",
 )
 CLOSE = "<!-- /generated -->"
 BLOCK = re.compile(

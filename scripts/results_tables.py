@@ -65,6 +65,7 @@ from oelm.reports.tables import (
     fmt_p,
     fmt_paired_mean,
     fmt_saving,
+    fmt_spec,
     fmt_summary,
     fmt_tost,
     fmt_verdict,
@@ -544,10 +545,6 @@ LADDER_HEADER = [
 ]
 
 
-def _num(v: float | None, spec: str) -> str:
-    return NA if v is None else format(v, spec)
-
-
 def _fit_cells(fit: dict | None) -> list[str]:
     """The fit's multiplier, extrapolated gap and where that gap falls to 1%, as ladder.md prints them
     (3 significant digits; a fit stores no crossing (JSON null for inf) when none is below 10^12)."""
@@ -555,7 +552,7 @@ def _fit_cells(fit: dict | None) -> list[str]:
         return [NA, NA, NA]
 
     def g(key: str, spec: str = ".3g") -> str:
-        return _num(fit.get(key), spec)
+        return fmt_spec(fit.get(key), spec)
 
     return [
         f"{g('multiplier')}x [{g('multiplier_low')}, {g('multiplier_high')}] at {fit['at']:,}",

@@ -41,7 +41,7 @@ from oelm.records.plan import PLAN_FILE
 from oelm.reports import scaling, stats
 from oelm.reports.aggregate import BASELINE, Arm, compare, compare_pairs
 from oelm.reports.comparison import page_json
-from oelm.reports.tables import saving_fraction, verdict_text
+from oelm.reports.tables import fmt_spec, saving_fraction, verdict_text
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_json, atomic_write_text
 
@@ -769,9 +769,7 @@ def _render_transfer(ladder: Ladder) -> list[str]:
 
 
 def _g(v: float | None, spec: str = ".4g") -> str:
-    if v is None:
-        return "n/a"
-    return "never" if math.isinf(v) else format(v, spec)
+    return fmt_spec(v, spec)
 
 
 def _render_fits(ladder: Ladder) -> list[str]:

@@ -89,6 +89,14 @@ def fmt_num(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def fmt_spec(x: float | None, spec: str) -> str:
+    """A number formatted by the format spec `spec` ('+.3g'), n/a for None, 'never' for inf (a
+    fitted crossing that does not come)."""
+    if x is None:
+        return NA
+    return "never" if math.isinf(x) else format(x, spec)
+
+
 def fmt_fixed(x: float | None, digits: int = 3, missing: str = NA) -> str:
     """A number with `digits` decimals ('0.984'), or `missing` (None or not finite)."""
     if x is None or not math.isfinite(x):

@@ -298,7 +298,7 @@ def run(
             summary["rungs"][name] = {"state": "stored"}
             continue
         rung_dir = work / name
-        spec_path = rung_dir / "ladder-rung.yaml"
+        spec_path = rung_dir / scale_ladder.RUNG_SPEC
         if not spec_path.is_file():  # a grid once written is never moved by a rerun
             rung_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(spec_path, scale_ladder._dump(rung_spec(spec, rung, _grid(spec, below), data)))

@@ -11,6 +11,13 @@ starts only when the rung below has every run finished.
     python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --family llama --rungs r1 r2
     python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --plan    # sizes and budgets only
 
+A rung too long for one session moves on from committed records: `--save-progress` stores every
+finished run of each rung under way as docs/results/scale-ladder/under-way/<rung> (records and the
+rung's spec; commit them), and a later session on a fresh machine restores them before it resumes
+the rung, so only the runs not yet stored train. A rung's folder there goes once the rung is stored.
+
+    python scripts/scale_ladder.py configs/sweeps/scale-ladder/ladder.yaml --save-progress
+
 A choice still at a grid edge after the spec's declared extensions (`max_extend`) is extended
 further only by asking: `--max-extend 4 --rungs r4` (or with `--data-axis`) rewrites those rungs'
 specs with the higher limit and resumes them; their sweep records keep it.
@@ -24,12 +31,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from oelm.cli import main as oelm
-from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, load_yaml_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import store_records  # noqa: E402  (scripts/ is not a package)
+from oelm.cli import main as oelm  # noqa: E402
+from oelm.records.compact import RECORDS_FILE  # noqa: E402
+from oelm.utils.errors import UserError  # noqa: E402
+from oelm.utils.io import atomic_write_text, load_yaml_text  # noqa: E402
 
 # Where finished rungs are committed (scripts/store_records.py): a later session resumes above them.
 STORED = Path("docs/results/scale-ladder/records")
+# Where a rung under way keeps its finished runs between sessions (--save-progress).
+PROGRESS = Path("docs/results/scale-ladder/under-way")
+RUNG_SPEC = "ladder-rung.yaml"
 VOCAB = 257  # the byte tokenizer's vocabulary (256 bytes and end of text)
 SPEC_KEYS = {
     "name",
@@ -151,8 +164,10 @@ def run_family(
     done = 0
     for rung in spec["rungs"]:
         rung_dir = out / f"{family}-{rung['name']}"
-        spec_path = rung_dir / "ladder-rung.yaml"
+        spec_path = rung_dir / RUNG_SPEC
         stored = STORED / f"{family}-{rung['name']}"
+        if not plan and (only is None or rung["name"] in only):
+            resume_progress(rung_dir)
         if not (rung_dir / "runs").is_dir() and (stored / "sweep.yaml").is_file():
             # Finished in an earlier session and committed: its records carry the transfer on.
             print(f"{family} {rung['name']}: stored in {stored.as_posix()}", flush=True)
@@ -196,7 +211,9 @@ def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool, 
         rung = rungs[entry["rung"]]
         for ratio in entry["tokens_per_param"]:
             rung_dir = out / f"{family}-{rung['name']}-t{ratio:g}"
-            spec_path = rung_dir / "ladder-rung.yaml"
+            spec_path = rung_dir / RUNG_SPEC
+            if not plan:
+                resume_progress(rung_dir)
             if not (rung_dir / "runs").is_dir() and (STORED / rung_dir.name / "sweep.yaml").is_file():
                 print(f"{rung_dir.name}: stored in {(STORED / rung_dir.name).as_posix()}", flush=True)
                 continue
@@ -223,6 +240,35 @@ def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool, 
             if oelm([*cmd, "--threads", "1"]) != 0:
                 print(f"{rung_dir}: the sweep failed; rerun to resume", flush=True)
                 return
+
+
+def resume_progress(rung_dir: Path) -> int:
+    """Restore a rung's runs stored under way in an earlier session (PROGRESS/<rung>) into its folder,
+    with the rung's spec as first written, where the folder holds no runs yet; returns the runs restored."""
+    saved = PROGRESS / rung_dir.name
+    if (rung_dir / "runs").is_dir() or not (saved / RECORDS_FILE).is_file():
+        return 0
+    if (STORED / rung_dir.name / "sweep.yaml").is_file():
+        raise UserError(
+            f"{rung_dir.name} is stored in {STORED.as_posix()} and under way in {saved.as_posix()}: remove {saved.as_posix()}"
+        )
+    n = store_records.restore(saved, rung_dir)
+    atomic_write_text(rung_dir / RUNG_SPEC, (saved / RUNG_SPEC).read_text(encoding="utf-8"))
+    print(f"{rung_dir.name}: {n} finished runs restored from {saved.as_posix()}", flush=True)
+    return n
+
+
+def save_progress(out: Path) -> list[str]:
+    """Store the finished runs of every rung under way in OUT (not yet stored whole in STORED) as
+    PROGRESS/<rung>, with the rung's spec; returns a line per rung saved."""
+    lines = []
+    for rung_dir in sorted(p for p in out.glob("*") if (p / "runs").is_dir() and (p / RUNG_SPEC).is_file()):
+        if (STORED / rung_dir.name / "sweep.yaml").is_file():
+            continue
+        n = store_records.store(rung_dir, PROGRESS / rung_dir.name)
+        atomic_write_text(PROGRESS / rung_dir.name / RUNG_SPEC, (rung_dir / RUNG_SPEC).read_text(encoding="utf-8"))
+        lines.append(f"{rung_dir.name}: {n} finished runs -> {(PROGRESS / rung_dir.name).as_posix()}")
+    return lines
 
 
 def _write_spec(path: Path, rs: dict[str, Any], max_extend: int | None) -> None:
@@ -260,8 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="raise the named rungs' grid-extension limit past the spec's declared one (kept in their records)",
     )
+    p.add_argument(
+        "--save-progress",
+        action="store_true",
+        help="store the finished runs of the rungs under way for a later session to resume from; train nothing",
+    )
     args = p.parse_args(argv)
     spec = load(args.spec)
+    if args.save_progress:
+        print("\n".join(save_progress(Path(spec["out"]))) or "no rung under way", flush=True)
+        return 0
     for family in args.family or list(spec["families"]):
         if family not in spec["families"]:
             raise SystemExit(f"unknown family {family!r}; the spec has {sorted(spec['families'])}")

@@ -7,6 +7,13 @@ Runs already stored in DST are kept (a place stored twice must hold the same rec
 DST` and `oelm report --view board DST` rebuild the report or board from the committed records alone.
 
     python scripts/store_records.py runs/sweeps/twin-board docs/results/twin-board/records/pilot
+
+A sweep too long for one machine's session moves on from its committed records: store its finished
+runs as it goes, and on the next machine `--restore` writes each stored run back as
+SWEEP/<place>/record.json, which `oelm sweep` reads as finished and
+skips; storing the sweep again later gives those runs the same records, to the byte.
+
+    python scripts/store_records.py --restore docs/results/NAME/records/pilot runs/sweeps/NAME
 """
 
 from __future__ import annotations
@@ -18,11 +25,18 @@ import re
 import sys
 from pathlib import Path
 
-from oelm.records.compact import RECORDS_FILE, dump_record, read_records, write_raw_records
+from oelm.records.compact import (
+    RECORDS_FILE,
+    RUN_RECORD_FILE,
+    dump_record,
+    read_records,
+    record_text,
+    write_raw_records,
+)
 from oelm.records.layout import RUNS
 from oelm.records.load import load_runs
 from oelm.utils.errors import UserError
-from oelm.utils.io import load_yaml_text
+from oelm.utils.io import atomic_write_text, load_yaml_text
 
 TOP_FILES = ("sweep.yaml", "plan.json", "plan-commit.json", "confirmation.md", "confirmation.json")
 
@@ -79,12 +93,40 @@ def store(src: Path, dst: Path) -> int:
     return len(runs)
 
 
+def restore(stored: Path, dst: Path) -> int:
+    """Write each run STORED holds as DST/<place>/record.json; returns the number of runs written.
+    The sweep's own files are not written: `oelm sweep` writes its sweep.yaml from the spec it is
+    given, and plans its grid extensions from the finished runs. A place DST already holds (a run directory,
+    finished or not) is left as it is; one whose record differs from the stored one is refused, and
+    everything is checked before anything is written."""
+    if not (stored / RECORDS_FILE).is_file():
+        raise UserError(f"{stored} holds no {RECORDS_FILE}: give a folder this script stored records into")
+    records = read_records(stored)
+    here = {at for at in records if (dst / at).exists()}
+    clash = sorted(
+        at
+        for at in here
+        if (dst / at / RUN_RECORD_FILE).is_file()
+        and (dst / at / RUN_RECORD_FILE).read_text(encoding="utf-8") != record_text(records[at])
+    )
+    if clash:
+        raise UserError(f"{dst}: {len(clash)} run(s) hold another record than {stored} ({clash[0]}); restore elsewhere")
+    for at in sorted(set(records) - here):
+        (dst / at).mkdir(parents=True)
+        atomic_write_text(dst / at / RUN_RECORD_FILE, record_text(records[at]))
+    return len(records) - len(here)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("src", type=Path, help="the sweep or confirmation directory")
+    p.add_argument("src", type=Path, help="the sweep or confirmation directory (with --restore: the stored records)")
     p.add_argument("dst", type=Path, help="where the records go (e.g. docs/results/NAME/records/pilot)")
+    p.add_argument("--restore", action="store_true", help="write stored records back into a sweep directory")
     args = p.parse_args(argv)
     try:
+        if args.restore:
+            print(f"{restore(args.src, args.dst)} run records restored -> {args.dst}")
+            return 0
         print(f"{store(args.src, args.dst)} run records -> {args.dst}")
     except UserError as err:
         print(f"store_records: error: {err}", file=sys.stderr)

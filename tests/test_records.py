@@ -199,6 +199,86 @@ def test_storing_into_another_sweeps_records_is_refused_before_anything_is_writt
     assert {p.name: p.read_bytes() for p in board.iterdir()} == before
 
 
+def test_a_sweep_moves_to_a_fresh_machine_through_its_stored_records(tiny_sweep: Path, tmp_path: Path) -> None:
+    """A sweep stopped half-way is stored; on a fresh machine `--restore` writes its finished runs
+    back as record.json alone, the resumed sweep trains only the others (a restored run counts as
+    finished, and its planned config is checked against its record), and storing it again gives
+    the restored runs the same records, to the byte."""
+    store = load_script("store_records")
+    half = tmp_path / "machine-a"
+    shutil.copytree(tiny_sweep, half)
+    gone = sorted((half / "runs").glob("*/*/seed1"))
+    for run in gone:  # the runs still to train when the session ended
+        shutil.rmtree(run)
+    saved = tmp_path / "under-way"
+    assert store.store(half, saved) == 2
+    fresh = tmp_path / "machine-b" / "sweep"
+    assert store.main(["--restore", str(saved), str(fresh)]) == 0
+    assert sorted(p.name for p in (fresh / "runs").rglob("*") if p.is_file()) == [RUN_RECORD_FILE] * 2
+    spec = SweepSpec.from_record(read_sweep_record(tiny_sweep))
+    spec.out = fresh
+    spec.base = {**spec.base, "data": str(tiny_sweep.parent / "data")}
+    outcome = run_sweep(spec, progress=False)
+    assert len(outcome.skipped) == 2 and len(outcome.trained) == 2 and not outcome.failed
+    assert sorted(r.run_dir.relative_to(fresh) for r in outcome.trained) == sorted(r.relative_to(half) for r in gone)
+    again = tmp_path / "again"
+    assert store.store(fresh, again) == 4
+    before, after = read_records(saved), read_records(again)
+    assert all(after[at] == before[at] for at in before) and len(after) == 4
+    assert store.restore(saved, fresh) == 0  # every place there already: nothing written
+    (fresh / next(iter(before)) / RUN_RECORD_FILE).write_text("{}\n")
+    with pytest.raises(UserError, match="hold another record"):
+        store.restore(saved, fresh)
+
+
+def test_a_ladder_rung_under_way_resumes_from_its_saved_progress(
+    tiny_sweep: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """scripts/scale_ladder.py --save-progress stores each rung under way (records and its spec); a
+    later session with no run folders restores them before it resumes the rung with that spec, and
+    a rung both stored whole and under way is one clear error."""
+    ladder = load_script("scale_ladder")
+    monkeypatch.setattr(ladder, "PROGRESS", tmp_path / "under-way")
+    monkeypatch.setattr(ladder, "STORED", tmp_path / "stored")
+    out = tmp_path / "runs"
+    shutil.copytree(tiny_sweep, out / "gpt-r1")
+    (out / "gpt-r1" / ladder.RUNG_SPEC).write_text("name: the rung as first written\n")
+    assert ladder.save_progress(out) == [f"gpt-r1: 4 finished runs -> {(tmp_path / 'under-way' / 'gpt-r1').as_posix()}"]
+    shutil.rmtree(out)  # a fresh machine
+    calls = []
+    monkeypatch.setattr(ladder, "oelm", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(ladder, "chosen_lrs", lambda path: {})
+    monkeypatch.setattr(ladder, "total_params", lambda *a, **k: 1000)
+    monkeypatch.setattr(
+        ladder, "load_yaml_text", lambda text: {"overrides": {"model": "m", "model_overrides": {}, "steps": 20}}
+    )
+    spec = {"out": str(out), "rungs": [{"name": "r1"}], "arms": []}
+    assert ladder.run_family(spec, "gpt", None, parallel=1, plan=False) == 1
+    assert "gpt-r1: 4 finished runs restored" in capsys.readouterr().out
+    assert len(list((out / "gpt-r1" / "runs").rglob(RUN_RECORD_FILE))) == 4
+    assert (out / "gpt-r1" / ladder.RUNG_SPEC).read_text() == "name: the rung as first written\n"
+    assert calls[0][:2] == ["sweep", (out / "gpt-r1" / ladder.RUNG_SPEC).as_posix()]
+    shutil.rmtree(out)
+    (tmp_path / "stored" / "gpt-r1").mkdir(parents=True)
+    (tmp_path / "stored" / "gpt-r1" / "sweep.yaml").write_text("name: x\n")
+    with pytest.raises(UserError, match="remove .*under-way/gpt-r1"):
+        ladder.run_family(spec, "gpt", None, parallel=1, plan=False)
+
+
+def test_a_restored_run_trained_otherwise_is_refused_not_skipped(tiny_sweep: Path, tmp_path: Path) -> None:
+    """A record restored into a sweep that now plans other settings for that run is named, not
+    counted as the plan's finished run."""
+    store = load_script("store_records")
+    store.store(tiny_sweep, tmp_path / "saved")
+    fresh = tmp_path / "sweep"
+    store.restore(tmp_path / "saved", fresh)
+    spec = SweepSpec.from_record(read_sweep_record(tiny_sweep))
+    spec.out = fresh
+    spec.base = {**spec.base, "data": str(tiny_sweep.parent / "data"), "steps": spec.base["steps"] + 1}
+    with pytest.raises(UserError, match="steps"):
+        run_sweep(spec, progress=False)
+
+
 @pytest.mark.parametrize(
     "damage",
     [

@@ -14,6 +14,7 @@ from typing import Any
 from oelm.core.methods import get_method, validate_method_options
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
 from oelm.records.comparable import config_differences
+from oelm.records.layout import RUN_RECORD_FILE
 from oelm.records.load import load_run
 from oelm.records.run import read_results, read_run_config, run_finished
 from oelm.records.sweep import BEST_MEAN, PlannedRun, SweepRecord, check_primary, sweep_policy
@@ -76,13 +77,23 @@ class RunSpec:
         field the stored config lacks (written before the field existed)."""
         path = self.run_dir / "config.yaml"
         if not path.is_file():
+            if (self.run_dir / RUN_RECORD_FILE).is_file():  # restored from committed records
+                return self.differences_from(load_run(self.run_dir).config, recorded=True)
             return []
         return self.differences_from(read_run_config(path))  # an unreadable file is refused, naming it
 
-    def differences_from(self, config: dict[str, Any]) -> list[str]:
+    def differences_from(self, config: dict[str, Any], recorded: bool = False) -> list[str]:
         """The fields (dotted) in which a run trained with `config` (a run record's) differs from
-        this run as planned; the rules of stored_differences."""
-        return config_differences(resolve_config(self.config).identity(), config)
+        this run as planned; the rules of stored_differences. A compact record (`recorded`) keeps
+        the paths under its sweep directory relative to it: the plan is read the same way."""
+        planned = resolve_config(self.config).identity()
+        if recorded:
+            sweep_dir = self.run_dir.parents[3]  # SWEEP/runs/<method>/<setting>/seed<N>
+            text = json.dumps(planned, default=str)
+            for root in {sweep_dir.as_posix(), sweep_dir.resolve().as_posix()}:
+                text = text.replace(json.dumps(root + "/")[1:-1], "")
+            planned = json.loads(text)
+        return config_differences(planned, config)
 
 
 @dataclass

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from oelm.records.artifacts import AuditSummary, TimingStats
+from oelm.records.layout import RUN_RECORD_FILE
 from oelm.records.numbers import SECTIONS, check_eval_step, check_recorded_numbers
 from oelm.records.run import RunRecord, RunResults, classify, normalize_results
 from oelm.utils.errors import UserError
 from oelm.utils.io import atomic_write_bytes, atomic_write_text, clean_json, read_json_object
 
-RUN_RECORD_FILE = "record.json"
 RECORD_FORMAT = "oelm run record"
 RECORD_VERSION = 1
 RECORDS_FILE = "runs.jsonl.gz"  # a stored board: every run's record, one per line

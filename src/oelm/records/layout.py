@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 RUNS = "runs"  # SWEEP/runs/: the folder the run directories sit under
+# A run directory's compact record (records.compact); a directory holding only this file is a
+# finished run restored from committed records (scripts/store_records.py --restore).
+RUN_RECORD_FILE = "record.json"
 _SEED = re.compile(r"^seed(?P<seed>-?\d+)$")
 _SETTING_LR = re.compile(r"^lr(?P<lr>[0-9.eE+-]+?)(?:_|$)")
 

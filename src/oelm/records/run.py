@@ -18,7 +18,7 @@ from typing import Any, TypedDict, cast
 import yaml
 
 from oelm.records.artifacts import AuditSummary, TimingStats
-from oelm.records.layout import parse_run_path
+from oelm.records.layout import RUN_RECORD_FILE, parse_run_path
 from oelm.records.numbers import check_eval_step, check_recorded_numbers
 from oelm.utils.errors import UserError
 from oelm.utils.io import load_yaml_text, read_json
@@ -284,14 +284,20 @@ def read_results(run_dir: str | Path) -> RunResults | None:
 
     Each version of the file is read once per process (a sweep asks whether a run is finished,
     plans its extensions and reports it; results.json is written by an atomic rename, so a new
-    version has a new inode and modification time): every caller gets its own copy."""
-    path = Path(run_dir) / RESULTS_FILE
-    try:
-        st = path.stat()
-    except (FileNotFoundError, NotADirectoryError):  # no run yet (or a file where its folder goes)
-        return None
-    raw = _read_results_file(str(path), st.st_ino, st.st_mtime_ns, st.st_size)
-    return normalize_results(copy.deepcopy(raw))
+    version has a new inode and modification time): every caller gets its own copy.
+
+    A directory holding only a compact record (RUN/record.json, restored from committed records by
+    scripts/store_records.py --restore) is read as that record's results: a run finished on another
+    machine, which a sweep skips and reports as finished."""
+    for name, record in ((RESULTS_FILE, False), (RUN_RECORD_FILE, True)):
+        path = Path(run_dir) / name
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):  # not there (or a file where the folder goes)
+            continue
+        raw = _read_results_file(str(path), st.st_ino, st.st_mtime_ns, st.st_size, record)
+        return normalize_results(copy.deepcopy(raw))
+    return None
 
 
 def forget_read_results() -> None:
@@ -300,9 +306,13 @@ def forget_read_results() -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _read_results_file(path: str, _ino: int, _mtime_ns: int, _size: int) -> dict[str, Any]:
+def _read_results_file(path: str, _ino: int, _mtime_ns: int, _size: int, record: bool = False) -> dict[str, Any]:
     fix = "oelm train writes it when a run ends: restore it, or remove the run directory to train it again"
     raw = read_json(path, fix)
+    if record:  # a compact record: its results section (records.compact checks the rest on loading)
+        if not isinstance(raw, dict) or not isinstance(raw.get("results"), dict):
+            raise UserError(f"{path!r} is not an oelm run record with results; {fix}")
+        raw = raw["results"]
     if not isinstance(raw, dict):
         raise UserError(f"{path!r} holds a JSON {type(raw).__name__}, not an object; {fix}")
     check_recorded_numbers(raw, "results", repr(path))

@@ -598,11 +598,11 @@ def _answer_line(t: Trend, pair: scaling.PairFit | None, twin: str) -> str:
     if pair is not None and pair.d_alpha is not None:
         never = f"; {100 * pair.never:.0f}% of refits never match" if pair.never else ""
         text += (
-            f" Fit: exponent difference {_g(pair.d_alpha, '+.3g')} [{_g(pair.d_alpha_low, '+.3g')}, "
-            f"{_g(pair.d_alpha_high, '+.3g')}]; the frozen arm needs {_g(pair.multiplier, '.3g')}x "
-            f"[{_g(pair.multiplier_low, '.3g')}, {_g(pair.multiplier_high, '.3g')}] the parameters to match "
+            f" Fit: exponent difference {fmt_spec(pair.d_alpha, '+.3g')} [{fmt_spec(pair.d_alpha_low, '+.3g')}, "
+            f"{fmt_spec(pair.d_alpha_high, '+.3g')}]; the frozen arm needs {fmt_spec(pair.multiplier, '.3g')}x "
+            f"[{fmt_spec(pair.multiplier_low, '.3g')}, {fmt_spec(pair.multiplier_high, '.3g')}] the parameters to match "
             f"at {pair.at:,}{never}; extrapolated gap at {pair.target / 1e6:g}M parameters "
-            f"{_g(pair.predicted_gap, '+.3g')}% [{_g(pair.predicted_low, '+.3g')}, {_g(pair.predicted_high, '+.3g')}]"
+            f"{fmt_spec(pair.predicted_gap, '+.3g')}% [{fmt_spec(pair.predicted_low, '+.3g')}, {fmt_spec(pair.predicted_high, '+.3g')}]"
             f"{_loo_text(pair.predicted_loo)}, {_reach_text(pair)}."
         )
         for caveat in (scaling.FLOORLESS, scaling.MISFIT):
@@ -618,10 +618,10 @@ def _loo_text(span: list[float | None] | None) -> str:
 
 def _reach_text(pair: scaling.PairFit) -> str:
     """Where the fitted gap falls to 1%, in words ('never': not below 10^12 parameters)."""
-    interval = f"[{_g(pair.reach_low, '.3g')}, {_g(pair.reach_high, '.3g')}]"
+    interval = f"[{fmt_spec(pair.reach_low, '.3g')}, {fmt_spec(pair.reach_high, '.3g')}]"
     if pair.reach_1pct is not None and math.isinf(pair.reach_1pct):
         return f"the fitted gap does not fall to {scaling.REACH_GAP:g}% below 10^12 parameters (bootstrap: {interval})"
-    return f"it falls to {scaling.REACH_GAP:g}% at {_g(pair.reach_1pct, '.3g')} parameters {interval}"
+    return f"it falls to {scaling.REACH_GAP:g}% at {fmt_spec(pair.reach_1pct, '.3g')} parameters {interval}"
 
 
 def _render_answer(ladder: Ladder) -> list[str]:
@@ -768,10 +768,6 @@ def _render_transfer(ladder: Ladder) -> list[str]:
     return [*lines, ""]
 
 
-def _g(v: float | None, spec: str = ".4g") -> str:
-    return fmt_spec(v, spec)
-
-
 def _render_fits(ladder: Ladder) -> list[str]:
     """The scaling fits: each arm's curve, then each frozen method against its control."""
     if not any(p.d_alpha is not None for p in ladder.pair_fits):
@@ -791,9 +787,9 @@ def _render_fits(ladder: Ladder) -> list[str]:
     ]
     for a in sorted(ladder.arm_fits, key=lambda a: (a.architecture, a.method, a.held)):
         lines.append(
-            f"| {a.architecture} | {a.method} | {a.held or 'n/a'} | {a.rungs} | {a.runs} | {_g(a.alpha)} [{_g(a.alpha_low)}, "
-            f"{_g(a.alpha_high)}] | {_g(a.E)} [{_g(a.E_low)}, {_g(a.E_high)}] | {_g(a.A)} | {_g(a.misfit, '.3g')} | "
-            f"{_g(a.seed_se, '.3g')} | {a.note} |"
+            f"| {a.architecture} | {a.method} | {a.held or 'n/a'} | {a.rungs} | {a.runs} | {fmt_spec(a.alpha)} [{fmt_spec(a.alpha_low)}, "
+            f"{fmt_spec(a.alpha_high)}] | {fmt_spec(a.E)} [{fmt_spec(a.E_low)}, {fmt_spec(a.E_high)}] | {fmt_spec(a.A)} | {fmt_spec(a.misfit, '.3g')} | "
+            f"{fmt_spec(a.seed_se, '.3g')} | {a.note} |"
         )
     lines += [
         "",
@@ -812,11 +808,11 @@ def _render_fits(ladder: Ladder) -> list[str]:
         at = "" if p.at is None else f" ({p.at:,})"
         never = "n/a" if p.never is None else f"{100 * p.never:.1f}%"
         lines.append(
-            f"| {p.architecture} | {p.method} vs {p.control} | {p.held or 'n/a'} | {_g(p.d_alpha, '+.4g')} [{_g(p.d_alpha_low, '+.4g')}, "
-            f"{_g(p.d_alpha_high, '+.4g')}] | {_g(p.multiplier)}{at} [{_g(p.multiplier_low)}, "
-            f"{_g(p.multiplier_high)}] | {never} | {_g(p.predicted_gap, '+.4g')} [{_g(p.predicted_low, '+.4g')}, "
-            f"{_g(p.predicted_high, '+.4g')}] | {_span(p.predicted_loo)} | {_g(p.reach_1pct, '.3g')} [{_g(p.reach_low, '.3g')}, "
-            f"{_g(p.reach_high, '.3g')}] | {p.note} |"
+            f"| {p.architecture} | {p.method} vs {p.control} | {p.held or 'n/a'} | {fmt_spec(p.d_alpha, '+.4g')} [{fmt_spec(p.d_alpha_low, '+.4g')}, "
+            f"{fmt_spec(p.d_alpha_high, '+.4g')}] | {fmt_spec(p.multiplier)}{at} [{fmt_spec(p.multiplier_low)}, "
+            f"{fmt_spec(p.multiplier_high)}] | {never} | {fmt_spec(p.predicted_gap, '+.4g')} [{fmt_spec(p.predicted_low, '+.4g')}, "
+            f"{fmt_spec(p.predicted_high, '+.4g')}] | {_span(p.predicted_loo)} | {fmt_spec(p.reach_1pct, '.3g')} [{fmt_spec(p.reach_low, '.3g')}, "
+            f"{fmt_spec(p.reach_high, '.3g')}] | {p.note} |"
         )
     return [*lines, ""]
 
@@ -825,12 +821,12 @@ def _span(span: list[float | None] | None, unit: str = "") -> str:
     """'a to b' of a [low, high] range ('n/a' without one)."""
     if not span or span[0] is None:
         return "n/a"
-    return f"{_g(span[0], '+.3g')}{unit} to {_g(span[1], '+.3g')}{unit}"
+    return f"{fmt_spec(span[0], '+.3g')}{unit} to {fmt_spec(span[1], '+.3g')}{unit}"
 
 
 def _predicted(fit: scaling.DataFit, budget: int) -> str:
     value, low, high = fit.predicted.get(budget) or [None, None, None]
-    return f"{_g(value, '+.3g')}% [{_g(low, '+.3g')}, {_g(high, '+.3g')}]"
+    return f"{fmt_spec(value, '+.3g')}% [{fmt_spec(low, '+.3g')}, {fmt_spec(high, '+.3g')}]"
 
 
 def _data_fit_line(fit: scaling.DataFit) -> str:
@@ -844,8 +840,8 @@ def _data_fit_line(fit: scaling.DataFit) -> str:
     )
     text = (
         f"{head} (L(N, D) over {fit.cells} cells): extrapolated gap at {fit.target / 1e6:g}M parameters "
-        f"{budgets}; the frozen arm's exponent in data minus the control's {_g(fit.d_beta, '+.3g')} "
-        f"[{_g(fit.d_beta_low, '+.3g')}, {_g(fit.d_beta_high, '+.3g')}]."
+        f"{budgets}; the frozen arm's exponent in data minus the control's {fmt_spec(fit.d_beta, '+.3g')} "
+        f"[{fmt_spec(fit.d_beta_low, '+.3g')}, {fmt_spec(fit.d_beta_high, '+.3g')}]."
     )
     for caveat in (scaling.FLOORLESS, scaling.MISFIT_CELL):
         if caveat in fit.note:
@@ -881,11 +877,11 @@ def _render_data_fits(ladder: Ladder) -> list[str]:
     for f in ladder.data_fits:
         lines.append(
             f"| {f.architecture} | {f.method} vs {f.control} | {f.cells} ({f.sizes}, {f.budgets}) | "
-            f"{_g(f.alpha)} / {_g(f.alpha_control)} | {_g(f.d_alpha, '+.4g')} [{_g(f.d_alpha_low, '+.4g')}, "
-            f"{_g(f.d_alpha_high, '+.4g')}] | {_g(f.beta)} / {_g(f.beta_control)} | {_g(f.d_beta, '+.4g')} "
-            f"[{_g(f.d_beta_low, '+.4g')}, {_g(f.d_beta_high, '+.4g')}] | "
+            f"{fmt_spec(f.alpha)} / {fmt_spec(f.alpha_control)} | {fmt_spec(f.d_alpha, '+.4g')} [{fmt_spec(f.d_alpha_low, '+.4g')}, "
+            f"{fmt_spec(f.d_alpha_high, '+.4g')}] | {fmt_spec(f.beta)} / {fmt_spec(f.beta_control)} | {fmt_spec(f.d_beta, '+.4g')} "
+            f"[{fmt_spec(f.d_beta_low, '+.4g')}, {fmt_spec(f.d_beta_high, '+.4g')}] | "
             + " | ".join(f"{_predicted(f, b)} ({_span(f.predicted_loo.get(b))})" for b in scaling.DATA_BUDGETS)
-            + f" | {_g(f.misfit, '.3g')} | {_g(f.seed_se, '.3g')} | {f.note} |"
+            + f" | {fmt_spec(f.misfit, '.3g')} | {fmt_spec(f.seed_se, '.3g')} | {f.note} |"
         )
     return [*lines, ""]
 

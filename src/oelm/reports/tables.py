@@ -89,7 +89,7 @@ def fmt_num(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
-def fmt_spec(x: float | None, spec: str) -> str:
+def fmt_spec(x: float | None, spec: str = ".4g") -> str:
     """A number formatted by the format spec `spec` ('+.3g'), n/a for None, 'never' for inf (a
     fitted crossing that does not come)."""
     if x is None:

@@ -10,7 +10,8 @@ README.md and docs/results/README.md are then refreshed by scripts/results_table
 Markdown and JSON are compared strictly in everything but the last bits of their numbers: keys,
 counts, text and verdicts must be equal; a JSON number may differ by a relative 1e-9 (or, where it was stored rounded to 4-8 significant
 digits, by one unit in its last digit) and a decimal
-printed in Markdown by one unit in its last printed digit (integers stay exact). A float that comes from a fit, a sum
+printed in Markdown by one unit in its last printed digit (a signed integer, a gap printed "+13", too;
+unsigned integers, counts and seeds, stay exact). A float that comes from a fit, a sum
 or BLAS moves in its last bits from one CPU to another (1e-15 relative seen on an AMD EPYC), and
 that is not a stale page; an edited record moves far more. Figures (PNG) are rebuilt but not
 compared (their bytes depend on the matplotlib version, not on the numbers).
@@ -121,16 +122,17 @@ def _same_json(x: object, y: object) -> bool:
 
 
 def _stored_unit(v: float) -> float:
-    """One unit in the last digit of a number stored rounded (4 to 8 significant digits), else 0.
+    """One unit in the last digit of a number stored rounded (2 to 8 significant digits), else 0.
 
-    Trailing zeros do not show in a float (1230.0 may be 4 digits), so at least 4 are assumed.
+    Trailing zeros do not show in a float (1230.0 may be 4 digits): the digits shown count, and
+    `_same_json` takes the finer unit of the two sides, so 1230.0 against 1232.0 is two units.
     """
     if isinstance(v, int) or not math.isfinite(v) or v == 0:
         return 0.0
     digits = len(repr(float(v)).partition("e")[0].replace(".", "").replace("-", "").strip("0"))
     if digits > 8:
         return 0.0
-    return 10.0 ** (math.floor(math.log10(abs(v))) - max(digits, 4) + 1)
+    return 10.0 ** (math.floor(math.log10(abs(v))) - max(digits, 2) + 1)
 
 
 def _last_digit_unit(token: str) -> float:
@@ -141,9 +143,10 @@ def _last_digit_unit(token: str) -> float:
 
 
 def _same_text(x: str, y: str) -> bool:
-    """Equal pages but for printed decimals, each of which may move by one unit in its last digit
-    (a last-bit change that falls on a rounding boundary); the words, the layout, every integer
-    (counts, seeds, hashes) and the count and format of every number must match."""
+    """Equal pages but for printed decimals and signed integers (a gap printed "+13"), each of which
+    may move by one unit in its last digit (a last-bit change that falls on a rounding boundary);
+    the words, the layout, every unsigned integer (counts, seeds, hashes) and the count and format
+    of every number must match."""
     if x == y:
         return True
     if _NUMBER.split(x) != _NUMBER.split(y):
@@ -154,8 +157,8 @@ def _same_text(x: str, y: str) -> bool:
     for u, v in zip(a, b, strict=True):
         if u == v:
             continue
-        if not re.search(r"[.eE]", u):
-            return False  # an integer is a count, a seed or part of a hash: exact
+        if not re.search(r"[.eE]", u) and not (u[0] in "+-" and v[0] in "+-"):
+            return False  # an unsigned integer is a count, a seed or part of a hash: exact
         unit = _last_digit_unit(u)
         if unit != _last_digit_unit(v):
             return False

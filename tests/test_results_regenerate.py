@@ -117,6 +117,26 @@ def test_a_page_may_move_one_unit_in_a_printed_decimal_only(regen, tmp_path: Pat
     assert regen.same_content(a, b) is same
 
 
+@pytest.mark.parametrize(
+    ("other", "same"),
+    [
+        ("gap +6.5% [-1.3, +12] over 10 cells", True),  # an interval's end printed to 2 digits, on a boundary
+        ("gap +6.5% [-1.3, +15] over 10 cells", False),  # two units
+        ("gap +6.5% [-1.3, +13] over 11 cells", False),  # a count stays exact
+        ("gap +6.5% [-1.3, 13] over 10 cells", False),
+    ],
+)
+def test_a_signed_integer_is_a_measured_value_that_may_move_one_unit(
+    regen, tmp_path: Path, other: str, same: bool
+) -> None:
+    """A gap printed as "+13" (2 significant digits) is a value, not a count: it may cross a rounding
+    boundary as a decimal may; an unsigned integer may not."""
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text("gap +6.5% [-1.3, +13] over 10 cells")
+    b.write_text(other)
+    assert regen.same_content(a, b) is same
+
+
 def test_a_number_stored_rounded_may_move_one_unit_in_its_last_digit(regen, tmp_path: Path) -> None:
     """Scaling fits store 4 significant digits (an optimizer's last bits differ by CPU): 0.4067 and
     0.4068 are the same fit at that precision; 0.4069 is not, nor is a full-precision float moved by 1e-4."""
@@ -128,7 +148,15 @@ def test_a_number_stored_rounded_may_move_one_unit_in_its_last_digit(regen, tmp_
         ({"alpha": 0.4069, "E": 1230.0, "loss": 2.718281828459045}, False),
         ({"alpha": 0.4067, "E": 1232.0, "loss": 2.718281828459045}, False),
         ({"alpha": 0.4067, "E": 1230.0, "loss": 2.7183}, False),
+        ({"alpha": 0.4067, "E": 1230.0, "loss": 2.718281828459045, "gap": 12.0}, None),
     ]:
+        if same is None:  # a 2-digit stored extrapolation (13.0 against 12.0): one unit
+            a.write_text(json.dumps({**json.loads(a.read_text()), "gap": 13.0}))
+            b.write_text(json.dumps(other))
+            assert regen.same_content(a, b)
+            b.write_text(json.dumps({**other, "gap": 11.0}))
+            assert not regen.same_content(a, b)
+            continue
         b.write_text(json.dumps(other))
         assert regen.same_content(a, b) is same, other
 

@@ -611,9 +611,9 @@ def _answer_line(t: Trend, pair: scaling.PairFit | None, twin: str) -> str:
     return text
 
 
-def _loo_text(span: list[float | None] | None) -> str:
+def _loo_text(span: list[float | None] | None, spec: str = "+.3g") -> str:
     """' (a to b leaving one rung out)': how far the extrapolation moves without any one size."""
-    return "" if not span or span[0] is None else f" ({_span(span, '%')} leaving one rung out)"
+    return "" if not span or span[0] is None else f" ({_span(span, '%', spec)} leaving one rung out)"
 
 
 def _reach_text(pair: scaling.PairFit) -> str:
@@ -817,16 +817,19 @@ def _render_fits(ladder: Ladder) -> list[str]:
     return [*lines, ""]
 
 
-def _span(span: list[float | None] | None, unit: str = "") -> str:
+def _span(span: list[float | None] | None, unit: str = "", spec: str = "+.3g") -> str:
     """'a to b' of a [low, high] range ('n/a' without one)."""
     if not span or span[0] is None:
         return "n/a"
-    return f"{fmt_spec(span[0], '+.3g')}{unit} to {fmt_spec(span[1], '+.3g')}{unit}"
+    return f"{fmt_spec(span[0], spec)}{unit} to {fmt_spec(span[1], spec)}{unit}"
+
+
+_DATA_SPEC = f"+.{scaling.EXTRAPOLATED_DIGITS}g"  # the L(N, D) extrapolations' stored precision
 
 
 def _predicted(fit: scaling.DataFit, budget: int) -> str:
     value, low, high = fit.predicted.get(budget) or [None, None, None]
-    return f"{fmt_spec(value, '+.3g')}% [{fmt_spec(low, '+.3g')}, {fmt_spec(high, '+.3g')}]"
+    return f"{fmt_spec(value, _DATA_SPEC)}% [{fmt_spec(low, _DATA_SPEC)}, {fmt_spec(high, _DATA_SPEC)}]"
 
 
 def _data_fit_line(fit: scaling.DataFit) -> str:
@@ -835,7 +838,7 @@ def _data_fit_line(fit: scaling.DataFit) -> str:
     if fit.d_beta is None:
         return f"{head}: no L(N, D) fit ({fit.note})."
     budgets = " and ".join(
-        f"{_predicted(fit, b)}{_loo_text(fit.predicted_loo.get(b))} at {b} tokens per parameter"
+        f"{_predicted(fit, b)}{_loo_text(fit.predicted_loo.get(b), _DATA_SPEC)} at {b} tokens per parameter"
         for b in scaling.DATA_BUDGETS
     )
     text = (
@@ -863,7 +866,9 @@ def _render_data_fits(ladder: Ladder) -> list[str]:
         f"apart. The gaps at {scaling.TARGET_PARAMS / 1e6:g}M parameters are extrapolations far beyond the "
         "cells, at each budget. With three seeds a cell the bootstrap intervals are narrower than the "
         "extrapolation's real uncertainty (on a synthetic surface with known exponents, the true gap at "
-        f"{scaling.TARGET_PARAMS / 1e6:g}M falls outside them in some draws): read them as its lower bound.",
+        f"{scaling.TARGET_PARAMS / 1e6:g}M falls outside them in some draws): read them as its lower bound. "
+        f"They are rounded to {scaling.EXTRAPOLATED_DIGITS} digits: the five parameters trade off along a "
+        "flat valley, and the last bits of another CPU's arithmetic move an interval's end by up to about 1%.",
         "",
         "| architecture | method vs control | cells (sizes, budgets) | alpha, method / control | "
         "alpha difference [95% CI] | beta, method / control | beta difference [95% CI] | "
@@ -880,7 +885,9 @@ def _render_data_fits(ladder: Ladder) -> list[str]:
             f"{fmt_spec(f.alpha)} / {fmt_spec(f.alpha_control)} | {fmt_spec(f.d_alpha, '+.4g')} [{fmt_spec(f.d_alpha_low, '+.4g')}, "
             f"{fmt_spec(f.d_alpha_high, '+.4g')}] | {fmt_spec(f.beta)} / {fmt_spec(f.beta_control)} | {fmt_spec(f.d_beta, '+.4g')} "
             f"[{fmt_spec(f.d_beta_low, '+.4g')}, {fmt_spec(f.d_beta_high, '+.4g')}] | "
-            + " | ".join(f"{_predicted(f, b)} ({_span(f.predicted_loo.get(b))})" for b in scaling.DATA_BUDGETS)
+            + " | ".join(
+                f"{_predicted(f, b)} ({_span(f.predicted_loo.get(b), spec=_DATA_SPEC)})" for b in scaling.DATA_BUDGETS
+            )
             + f" | {fmt_spec(f.misfit, '.3g')} | {fmt_spec(f.seed_se, '.3g')} | {f.note} |"
         )
     return [*lines, ""]

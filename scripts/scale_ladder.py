@@ -266,7 +266,8 @@ def save_progress(out: Path) -> list[str]:
         if (STORED / rung_dir.name / "sweep.yaml").is_file():
             continue
         n = store_records.store(rung_dir, PROGRESS / rung_dir.name)
-        atomic_write_text(PROGRESS / rung_dir.name / RUNG_SPEC, (rung_dir / RUNG_SPEC).read_text(encoding="utf-8"))
+        text = store_records.repo_relative((rung_dir / RUNG_SPEC).read_text(encoding="utf-8"))
+        atomic_write_text(PROGRESS / rung_dir.name / RUNG_SPEC, text)  # names no machine's folders
         lines.append(f"{rung_dir.name}: {n} finished runs -> {(PROGRESS / rung_dir.name).as_posix()}")
     return lines
 

@@ -52,8 +52,13 @@ def _top_texts(src: Path) -> dict[str, str]:
             text = (src / name).read_text(encoding="utf-8")
             for root in {src.as_posix(), src.resolve().as_posix()}:
                 text = text.replace(root + "/", "")
-            texts[name] = re.sub(r"/\S*?/(configs/)", r"\1", text)
+            texts[name] = repo_relative(text)
     return texts
+
+
+def repo_relative(text: str) -> str:
+    """Config paths in a file written from another checkout, repository-relative (from configs/ on)."""
+    return re.sub(r"/\S*?/(configs/)", r"\1", text)
 
 
 def _identity(texts: dict[str, str]) -> str:

@@ -31,6 +31,8 @@ from oelm.utils.errors import UserError
 from test_sweep import TINY
 from test_validate_once import count_reads
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 @given(
     method=st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True),
@@ -242,7 +244,7 @@ def test_a_ladder_rung_under_way_resumes_from_its_saved_progress(
     monkeypatch.setattr(ladder, "STORED", tmp_path / "stored")
     out = tmp_path / "runs"
     shutil.copytree(tiny_sweep, out / "gpt-r1")
-    (out / "gpt-r1" / ladder.RUNG_SPEC).write_text("name: the rung as first written\n")
+    (out / "gpt-r1" / ladder.RUNG_SPEC).write_text(f"name: the rung as first written\nbase: {ROOT}/configs/b.yaml\n")
     assert ladder.save_progress(out) == [f"gpt-r1: 4 finished runs -> {(tmp_path / 'under-way' / 'gpt-r1').as_posix()}"]
     shutil.rmtree(out)  # a fresh machine
     calls = []
@@ -256,7 +258,7 @@ def test_a_ladder_rung_under_way_resumes_from_its_saved_progress(
     assert ladder.run_family(spec, "gpt", None, parallel=1, plan=False) == 1
     assert "gpt-r1: 4 finished runs restored" in capsys.readouterr().out
     assert len(list((out / "gpt-r1" / "runs").rglob(RUN_RECORD_FILE))) == 4
-    assert (out / "gpt-r1" / ladder.RUNG_SPEC).read_text() == "name: the rung as first written\n"
+    assert (out / "gpt-r1" / ladder.RUNG_SPEC).read_text() == "name: the rung as first written\nbase: configs/b.yaml\n"
     assert calls[0][:2] == ["sweep", (out / "gpt-r1" / ladder.RUNG_SPEC).as_posix()]
     shutil.rmtree(out)
     (tmp_path / "stored" / "gpt-r1").mkdir(parents=True)

@@ -31,6 +31,7 @@ from oelm.records.compact import (
     dump_record,
     read_records,
     record_text,
+    relative_under,
     write_raw_records,
 )
 from oelm.records.layout import RUNS
@@ -49,10 +50,7 @@ def _top_texts(src: Path) -> dict[str, str]:
             # A spec run from another checkout records its config paths absolutely: keep them
             # repository-relative (from configs/ on), and paths under the sweep directory relative
             # to it (as the run records write them), so the records name no machine's folders.
-            text = (src / name).read_text(encoding="utf-8")
-            for root in {src.as_posix(), src.resolve().as_posix()}:
-                text = text.replace(root + "/", "")
-            texts[name] = repo_relative(text)
+            texts[name] = repo_relative(relative_under((src / name).read_text(encoding="utf-8"), src))
     return texts
 
 

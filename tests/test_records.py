@@ -281,6 +281,46 @@ def test_a_restored_run_trained_otherwise_is_refused_not_skipped(tiny_sweep: Pat
         run_sweep(spec, progress=False)
 
 
+@pytest.mark.parametrize("damage", ['{"format": "oelm run rec', '{"format": "oelm run record", "version": 1}'])
+def test_a_damaged_restored_record_is_refused_before_any_run_trains(
+    tiny_sweep: Path, tmp_path: Path, damage: str
+) -> None:
+    """A restored run whose record.json was cut short or lost its results is one error naming the
+    file and the fix; read as absent, the run would pass for unfinished and train again beside it."""
+    store = load_script("store_records")
+    store.store(tiny_sweep, tmp_path / "saved")
+    fresh = tmp_path / "sweep"
+    store.restore(tmp_path / "saved", fresh)
+    damaged = sorted(fresh.rglob(RUN_RECORD_FILE))[1]
+    damaged.write_text(damage)
+    spec = SweepSpec.from_record(read_sweep_record(tiny_sweep))
+    spec.out = fresh
+    spec.base = {**spec.base, "data": str(tiny_sweep.parent / "data")}
+    with pytest.raises(
+        UserError, match=rf"{damaged.name}.*(corrupt|not an oelm run record).*(restore it|remove the run directory)"
+    ):
+        run_sweep(spec, progress=False)
+    assert not list(fresh.rglob("results.json")) and damaged.read_text() == damage
+
+
+def test_paths_under_the_sweep_are_written_relative_in_plain_and_json_form(tmp_path: Path) -> None:
+    """One rule for a record, a sweep's own files and a plan read against a record: a path under the
+    sweep folder, given or resolved, plain or JSON-escaped, loses the folder; others keep it."""
+    from oelm.records.compact import relative_under
+
+    sweep = tmp_path / "swé ep"
+    sweep.mkdir()
+    (tmp_path / "link").symlink_to(sweep)
+    inside = f"{sweep.as_posix()}/data/x.bin"
+    text = json.dumps({"a": inside, "b": f"{tmp_path / 'link'}/runs/r", "c": f"{tmp_path}/other/y"})
+    assert json.loads(relative_under(text, tmp_path / "link")) == {
+        "a": "data/x.bin",
+        "b": "runs/r",
+        "c": f"{tmp_path}/other/y",
+    }
+    assert relative_under(f"data: {inside}\n", sweep) == "data: data/x.bin\n"
+
+
 @pytest.mark.parametrize(
     "damage",
     [

@@ -13,6 +13,7 @@ from typing import Any
 
 from oelm.core.methods import get_method, validate_method_options
 from oelm.experiments.resolve import read_file, resolve_config, resolve_raw, run_raw
+from oelm.records.compact import relative_under
 from oelm.records.comparable import config_differences
 from oelm.records.layout import RUN_RECORD_FILE
 from oelm.records.load import load_run
@@ -89,10 +90,7 @@ class RunSpec:
         planned = resolve_config(self.config).identity()
         if recorded:
             sweep_dir = self.run_dir.parents[3]  # SWEEP/runs/<method>/<setting>/seed<N>
-            text = json.dumps(planned, default=str)
-            for root in {sweep_dir.as_posix(), sweep_dir.resolve().as_posix()}:
-                text = text.replace(json.dumps(root + "/")[1:-1], "")
-            planned = json.loads(text)
+            planned = json.loads(relative_under(json.dumps(planned, default=str), sweep_dir))
         return config_differences(planned, config)
 
 

@@ -69,9 +69,17 @@ def dump_record(run: RunRecord, relative_to: str | Path | None = None) -> str:
     committed record names no machine's folders."""
     # Strict JSON: a non-finite value (a diverged run's losses) is null, as in results.json.
     text = json.dumps(clean_json(record_of(run)), indent=1, default=str, allow_nan=False) + "\n"
-    if relative_to is not None:
-        for root in {Path(relative_to).as_posix(), Path(relative_to).resolve().as_posix()}:
-            text = text.replace(json.dumps(root + "/")[1:-1], "")
+    return text if relative_to is None else relative_under(text, relative_to)
+
+
+def relative_under(text: str, root: str | Path) -> str:
+    """TEXT (a record, a sweep's YAML or JSON file, a planned config dumped as JSON) with every path
+    under ROOT, as given or resolved, written relative to it, in plain or JSON-escaped form: what a
+    committed record keeps, so that it names no machine's folders. The one rule for records and for
+    the plans compared with them."""
+    for base in {Path(root).as_posix(), Path(root).resolve().as_posix()}:
+        for prefix in {base + "/", json.dumps(base + "/")[1:-1]}:
+            text = text.replace(prefix, "")
     return text
 
 

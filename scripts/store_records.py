@@ -37,7 +37,7 @@ from oelm.records.compact import (
 from oelm.records.layout import RUNS
 from oelm.records.load import load_runs
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_text, load_yaml_text
+from oelm.utils.io import atomic_write_text, load_yaml_text, writable_dir, write_error
 
 TOP_FILES = ("sweep.yaml", "plan.json", "plan-commit.json", "confirmation.md", "confirmation.json")
 
@@ -89,9 +89,9 @@ def store(src: Path, dst: Path) -> int:
     clash = sorted(at for at in set(stored) & set(new) if stored[at] != new[at])
     if clash:
         raise UserError(f"{dst}: {len(clash)} run(s) already stored with other results ({clash[0]}); store elsewhere")
-    dst.mkdir(parents=True, exist_ok=True)
+    _writable(dst, "records folder")
     for name, text in texts.items():
-        (dst / name).write_text(text, encoding="utf-8")
+        atomic_write_text(dst / name, text)
     write_raw_records({**stored, **new}, dst)
     return len(runs)
 
@@ -105,6 +105,7 @@ def restore(stored: Path, dst: Path) -> int:
     if not (stored / RECORDS_FILE).is_file():
         raise UserError(f"{stored} holds no {RECORDS_FILE}: give a folder this script stored records into")
     records = read_records(stored)
+    _writable(dst, "sweep folder")
     here = {at for at in records if (dst / at).exists()}
     clash = sorted(
         at
@@ -120,6 +121,13 @@ def restore(stored: Path, dst: Path) -> int:
     return len(records) - len(here)
 
 
+def _writable(dst: Path, what: str) -> None:
+    """DST is a folder a file can be written in (made if missing), checked before any record is."""
+    if dst.exists() and not dst.is_dir():
+        raise UserError(f"{dst} is a file: give a folder for the {what} (or a new path)")
+    writable_dir(dst, what, "give a folder you can write to")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("src", type=Path, help="the sweep or confirmation directory (with --restore: the stored records)")
@@ -131,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{restore(args.src, args.dst)} run records restored -> {args.dst}")
             return 0
         print(f"{store(args.src, args.dst)} run records -> {args.dst}")
+    except OSError as err:  # a place under DST that is a file, a disk filling up while writing
+        print(f"store_records: error: {write_error(err.filename or args.dst, err)}", file=sys.stderr)
+        return 2
     except UserError as err:
         print(f"store_records: error: {err}", file=sys.stderr)
         return 2

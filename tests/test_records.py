@@ -303,6 +303,27 @@ def test_a_damaged_restored_record_is_refused_before_any_run_trains(
     assert not list(fresh.rglob("results.json")) and damaged.read_text() == damage
 
 
+def test_storing_or_restoring_onto_a_file_is_one_error_before_any_write(
+    tiny_sweep: Path, tmp_path: Path, capsys
+) -> None:
+    """A destination that is a file (or has a file where a run folder goes) ends in one line naming
+    it, not a traceback; the file is left as it was."""
+    store = load_script("store_records")
+    store.store(tiny_sweep, tmp_path / "saved")
+    afile = tmp_path / "afile"
+    afile.write_text("keep\n")
+    for argv in (["--restore", str(tmp_path / "saved"), str(afile)], [str(tiny_sweep), str(afile)]):
+        assert store.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "afile is a file: give a folder" in err
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "runs").write_text("keep\n")
+    assert store.main(["--restore", str(tmp_path / "saved"), str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "could not write" in err and "Not a directory" in err
+    assert afile.read_text() == (tmp_path / "sweep" / "runs").read_text() == "keep\n"
+
+
 def test_paths_under_the_sweep_are_written_relative_in_plain_and_json_form(tmp_path: Path) -> None:
     """One rule for a record, a sweep's own files and a plan read against a record: a path under the
     sweep folder, given or resolved, plain or JSON-escaped, loses the folder; others keep it."""

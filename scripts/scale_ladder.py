@@ -36,7 +36,7 @@ import store_records  # noqa: E402  (scripts/ is not a package)
 from oelm.cli import main as oelm  # noqa: E402
 from oelm.records.compact import RECORDS_FILE  # noqa: E402
 from oelm.utils.errors import UserError  # noqa: E402
-from oelm.utils.io import atomic_write_text, load_yaml_text  # noqa: E402
+from oelm.utils.io import atomic_write_text, load_yaml_text, read_yaml  # noqa: E402
 
 # Where finished rungs are committed (scripts/store_records.py): a later session resumes above them.
 STORED = Path("docs/results/scale-ladder/records")
@@ -68,12 +68,17 @@ RUNG_KEYS = {"name", "n_layer", "d_model", "n_head", "seeds"}
 
 def load(path: Path) -> dict[str, Any]:
     """The ladder spec, checked before any run."""
-    spec = load_yaml_text(path.read_text(encoding="utf-8"))
+    spec = read_yaml(path, "ladder spec")
     unknown = set(spec) - SPEC_KEYS
     if unknown:
-        raise UserError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+        raise UserError(f"{path}: unknown key(s) {sorted(unknown, key=str)}; known: {sorted(SPEC_KEYS)}")
     if "hypothesis" not in spec:
         raise UserError(f"{path}: declare the trend hypothesis and its test (`hypothesis:`) before the ladder runs")
+    missing = sorted(k for k in ("base", "out", "families", "rungs", "arms", "lr") if k not in spec)
+    if missing:
+        raise UserError(f"{path}: missing key(s) {missing}; configs/sweeps/scale-ladder/ladder.yaml shows each")
+    if not isinstance(spec["rungs"], list) or not all(isinstance(r, dict) and "name" in r for r in spec["rungs"]):
+        raise UserError(f"{path}: `rungs` must be a list of mappings, each with a `name`")
     for rung in spec["rungs"]:
         extra = set(rung) - RUNG_KEYS
         if extra:
@@ -313,13 +318,27 @@ def main(argv: list[str] | None = None) -> int:
         help="store the finished runs of the rungs under way for a later session to resume from; train nothing",
     )
     args = p.parse_args(argv)
+    try:
+        return run(args)
+    except UserError as err:
+        print(f"scale_ladder: error: {err}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ladder's command line, every argument checked against the spec before any rung runs."""
     spec = load(args.spec)
+    if args.max_extend is not None and args.max_extend < 0:
+        raise UserError(f"--max-extend {args.max_extend}: give a count of grid extensions per side (0 or more)")
+    names = [r["name"] for r in spec["rungs"]]
+    if args.rungs and (unknown := sorted(set(args.rungs) - set(names))):
+        raise UserError(f"--rungs: no rung {unknown} in {args.spec}; its rungs: {names}")
+    if unknown := sorted(set(args.family or ()) - set(spec["families"])):
+        raise UserError(f"--family: no family {unknown} in {args.spec}; it has {sorted(spec['families'])}")
     if args.save_progress:
         print("\n".join(save_progress(Path(spec["out"]))) or "no rung under way", flush=True)
         return 0
     for family in args.family or list(spec["families"]):
-        if family not in spec["families"]:
-            raise SystemExit(f"unknown family {family!r}; the spec has {sorted(spec['families'])}")
         if args.data_axis:
             run_data_axis(spec, family, args.parallel, args.plan, args.max_extend)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,36 @@ def test_max_extend_raises_a_written_rung_s_limit_and_resumes_it(driver, tmp_pat
     assert calls[-1][:2] == ["sweep", (rung_dir / "ladder-rung.yaml").as_posix()] and len(calls) == 2
     with pytest.raises(UserError, match="only raises it"):
         driver.run_family(spec, "gpt", {"r1"}, parallel=1, plan=False, max_extend=3)
+
+
+@pytest.mark.parametrize(
+    ("spec_text", "argv", "says"),
+    [
+        (None, [], "not found"),
+        ("", [], "declare the trend hypothesis"),
+        ("[1, 2]\n", [], "must hold a mapping"),
+        ("hypothesis: {test: t}\n", [], r"missing key\(s\) \['arms', 'base'"),
+        (
+            "hypothesis: {test: t}\nbase: b\nout: o\nfamilies: {}\narms: []\nlr: {}\nrungs: [r1]\n",
+            [],
+            "list of mappings",
+        ),
+        (SPEC, ["--family", "nope"], r"--family: no family \['nope'\]"),
+        (SPEC, ["--rungs", "r99"], r"--rungs: no rung \['r99'\].*'r7'"),
+        (SPEC, ["--max-extend", "-1"], "0 or more"),
+    ],
+)
+def test_a_bad_spec_or_argument_is_one_line_before_any_rung(
+    driver, tmp_path: Path, capsys, spec_text, argv, says
+) -> None:
+    """A missing, empty or malformed spec, an unknown family or rung, a negative extension limit:
+    one `scale_ladder: error:` line naming it (exit 2), where some ran a rung or ended in a traceback."""
+    path = tmp_path / "ladder.yaml"
+    if isinstance(spec_text, Path):
+        path = spec_text
+    elif spec_text is not None:
+        path.write_text(spec_text)
+    assert driver.main([str(path), "--plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scale_ladder: error:") and err.count("\n") == 1
+    assert re.search(says, err), err

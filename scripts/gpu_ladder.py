@@ -49,7 +49,7 @@ import store_records  # noqa: E402
 from oelm.data.lm import data_fingerprint, read_meta  # noqa: E402
 from oelm.records.compact import RECORDS_FILE  # noqa: E402
 from oelm.utils.errors import UserError  # noqa: E402
-from oelm.utils.io import atomic_write_json, atomic_write_text, load_yaml_text  # noqa: E402
+from oelm.utils.io import atomic_write_json, atomic_write_text, load_yaml_text, read_json_object, read_yaml  # noqa: E402
 
 SPEC = Path("configs/sweeps/scale-ladder/gpu.yaml")
 PACK = Path("data/gpu-pack")
@@ -81,10 +81,13 @@ SPEC_KEYS = {
 
 def load_spec(path: Path, tiny: bool) -> dict[str, Any]:
     """The GPU rungs' spec (its tiny twin with `tiny`), with the CPU ladder's spec under `ladder`."""
-    raw = load_yaml_text(path.read_text(encoding="utf-8"))
+    raw = read_yaml(path, "GPU ladder spec")
     unknown = set(raw) - SPEC_KEYS
     if unknown:
-        raise UserError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+        raise UserError(f"{path}: unknown key(s) {sorted(unknown, key=str)}; known: {sorted(SPEC_KEYS)}")
+    missing = sorted(k for k in ("ladder", "arms", "primary") if k not in raw)
+    if missing:
+        raise UserError(f"{path}: missing key(s) {missing}; configs/sweeps/scale-ladder/gpu.yaml shows each")
     spec = {k: v for k, v in raw.items() if k != "tiny"}
     if tiny:
         spec.update(raw.get("tiny") or {})
@@ -422,7 +425,11 @@ def land(tarball: Path, stored: Path) -> list[str]:
     if not tarball.is_file():
         raise UserError(f"{tarball}: no such file; give the gpu-ladder.tar.gz the device call brought back")
     summary_path = tarball.with_name("gpu-ladder-summary.json")
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {"rungs": {}}
+    summary = (
+        read_json_object(summary_path, "the device call writes it beside the tarball; fetch both again")
+        if (summary_path.is_file())
+        else {"rungs": {}}
+    )
     # (label, archive prefix, destination, the file whose presence means "already stored")
     wanted = [
         (name, f"records/{name}/", stored / name, stored / name)
@@ -441,9 +448,19 @@ def land(tarball: Path, stored: Path) -> list[str]:
     for _label, _prefix, dst, marker in wanted:
         if marker.exists():
             raise UserError(f"{dst}: already stored; move it away to land the new records")
-    with tarfile.open(tarball, "r:gz") as tar:
-        for _label, prefix, dst, _marker in wanted:
-            _extract(tar, prefix, dst)
+    try:
+        with tarfile.open(tarball, "r:gz") as tar:
+            names = set(tar.getnames())
+            if gone := [label for label, prefix, *_ in wanted if not any(n.startswith(prefix) for n in names)]:
+                raise UserError(
+                    f"{tarball}: the summary lists {gone} finished, but the tarball holds none of their records"
+                )
+            for _label, prefix, dst, _marker in wanted:
+                _extract(tar, prefix, dst)
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise UserError(
+            f"{tarball}: not a whole gzip tarball ({type(err).__name__}: {err}); fetch it again from the device call"
+        ) from None
     return [label for label, *_ in wanted]
 
 
@@ -485,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
             size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
             print(f"{args.out}: {meta['splits']['train']:,} train tokens, {size / 2**20:.1f} MiB")
         elif args.verb == "run":
+            if args.budget_s <= 0:
+                raise UserError(f"--budget-s {args.budget_s:g}: give the seconds the rungs may train (more than 0)")
             spec = load_spec(args.spec, args.tiny)
             summary = run(spec, args.out, args.budget_s, args.stored, args.pack, args.data, args.work, args.confirm)
             print(json.dumps(summary, indent=1))

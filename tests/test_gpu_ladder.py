@@ -134,3 +134,36 @@ def test_the_tiny_twin_trains_stores_and_lands_every_rung(
     assert len(runs) == 3 * len(spec["arms"]) and {k.rsplit("seed", 1)[1] for k in runs} == {"1", "2", "3"}
     assert json.loads((home / "plan-commit.json").read_text())["commit"]
     assert gpu.plan(spec, stored, confirm) == []  # planned once
+
+
+def test_a_damaged_tarball_or_spec_is_one_clear_error_before_anything_lands(gpu, tmp_path: Path) -> None:
+    """What a device call brings back can be cut short or not match its summary; a spec can be
+    missing or empty. Each is one UserError naming it, and nothing is written to the stored ladder."""
+    import io
+
+    out, stored = tmp_path / "OUT", tmp_path / "stored"
+    out.mkdir()
+    (out / "gpu-ladder-summary.json").write_text(json.dumps({"rungs": {"gpt-g1": {"state": "finished"}}}))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"x" * 4096
+        info = tarfile.TarInfo("records/gpt-g9/runs.jsonl.gz")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    whole = buf.getvalue()
+    (out / gpu.TARBALL).write_bytes(whole)
+    with pytest.raises(UserError, match=r"lists \['gpt-g1'\] finished.*holds none of their records"):
+        gpu.land(out / gpu.TARBALL, stored)
+    (out / gpu.TARBALL).write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(UserError, match="not a whole gzip tarball.*fetch it again"):
+        gpu.land(out / gpu.TARBALL, stored)
+    (out / "gpu-ladder-summary.json").write_text("{")
+    with pytest.raises(UserError, match="gpu-ladder-summary.json.*corrupt"):
+        gpu.land(out / gpu.TARBALL, stored)
+    assert not stored.exists()
+    with pytest.raises(UserError, match="not found"):
+        gpu.load_spec(tmp_path / "absent.yaml", tiny=True)
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(UserError, match=r"missing key\(s\) \['arms', 'ladder', 'primary'\]"):
+        gpu.load_spec(tmp_path / "empty.yaml", tiny=True)
+    assert gpu.main(["run", "--out", str(out), "--budget-s", "0", "--tiny"]) == 2

@@ -508,6 +508,30 @@ def _finished_run(root: Path) -> Path:
     return run
 
 
+LADDER = Path(__file__).resolve().parent.parent / "docs" / "results" / "scale-ladder"
+
+
+def _a_file(r: Path) -> str:
+    (r / "afile").write_text("keep\n")
+    return str(r / "afile")
+
+
+def _out_is_a_file_cases() -> list[Case]:
+    """An --out that is a file, or lies under one: refused before the records are read."""
+    rung, confirmed = str(LADDER / "records" / "gpt-r1"), str(LADDER / "confirm-gpt-r5" / "records")
+    return [
+        Case(f"{name}-out-{where}", lambda r, argv=argv, sub=sub: [*argv, "--out", _a_file(r) + sub], expect=says)
+        for name, argv in (
+            ("report-ladder", ["report", "--view", "ladder", rung]),
+            ("report-board", ["report", "--view", "board", rung]),
+            ("report-confirmation", ["report", "--view", "confirmation", confirmed]),
+            ("confirm-report", ["confirm", "report", confirmed]),
+            ("confirm-plan", ["confirm", "plan", rung, "--all", "--seeds", "3"]),
+        )
+        for where, sub, says in (("is-a-file", "", "is a file"), ("under-a-file", "/sub", "lies under"))
+    ]
+
+
 def _sample_report_cases() -> list[Case]:
     def sample(*extra: str) -> Callable[[Path], list[str]]:
         return lambda r: ["sample", str(_finished_run(r)), "--tokens", "4", *extra]
@@ -536,6 +560,7 @@ def _sample_report_cases() -> list[Case]:
         Case("sample-corrupt-weights", lambda r: ["sample", _corrupt_weights(r)]),
         Case("report-path-missing", lambda r: ["report", str(r / "nothing-here")], outs=["nothing-here"]),
         Case("report-no-runs", lambda r: ["report", str((r / "noruns").mkdir(exist_ok=True) or r / "noruns")]),
+        *_out_is_a_file_cases(),
         Case("params-unknown-preset", lambda r: ["params", "gpt-hug"]),
         Case("params-unknown-method", lambda r: ["params", "gpt-tiny", "--method", "oelm-frz"]),
         Case("params-num-labels-1", lambda r: ["params", "gpt-tiny", "--num-labels", "1"]),

@@ -39,3 +39,17 @@ def test_bad_input_gives_one_clear_line(case, root: Path, monkeypatch: pytest.Mo
     finally:
         torch.set_num_threads(threads)
     assert outcome.ok, f"{case.id}: {outcome.problems}\n{outcome.stderr}"
+
+
+OUT_IS_A_FILE = [c for c in CASES if "-out-is-a-file" in c.id or "-out-under-a-file" in c.id]
+
+
+@pytest.mark.parametrize("case", OUT_IS_A_FILE, ids=[c.id for c in OUT_IS_A_FILE])
+def test_an_out_that_is_a_file_is_refused_before_the_records_are_read(case, root: Path, monkeypatch) -> None:
+    """Every page a command writes from stored records: an --out that is a file, or lies under one,
+    is one line naming it (the ladder's refusal comes before its minutes of bootstrap refits); the
+    file is left as it was. (All of them, not every third: each is a different writer.)"""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    outcome = run_case(case, root)
+    assert outcome.ok, f"{case.id}: {outcome.problems}\n{outcome.stderr}"
+    assert (root / "afile").read_text() == "keep\n"

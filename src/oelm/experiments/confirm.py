@@ -65,7 +65,7 @@ from oelm.reports.tables import (
 )
 from oelm.utils import git
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_json, atomic_write_text
+from oelm.utils.io import atomic_write_json, atomic_write_text, no_file_in_the_way, writable_dir
 
 CONFIRMED, NOT_CONFIRMED = "confirmed", "not confirmed"
 # An arm planned with --all whose pilot verdict was unresolved: no claim, only its fresh comparison.
@@ -464,6 +464,7 @@ def write_plan(
     out = Path(out)
     if _inside(out, Path(sweep_dir)):
         raise UserError(f"--out {out} lies inside the pilot {sweep_dir}; its runs would count as pilot runs")
+    no_file_in_the_way(out, "confirmation's folder", "pass another --out")
     sweep_dir = _named_relatively(Path(sweep_dir))
     plan = make_plan(sweep_dir, n_seeds, claims, baseline, margin, every, primary, exclude_seeds_from)
     return write_plan_file(out, plan), plan
@@ -818,6 +819,9 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
     (live run directories or committed compact records): trains nothing, writes
     OUT/confirmation.* (default FOLDER), so a stored confirmation regenerates from its records."""
     folder = Path(folder)
+    target = Path(out) if out is not None else folder
+    fix = "pass --out with a writable folder (the records are only read)"
+    no_file_in_the_way(target, "confirmation page's folder", fix)
     plan = read_plan(folder)
     spec = plan_spec(plan, folder, validate_runs=False)
     planned = planned_identities(spec)  # the plan's config validated once, not once per run
@@ -832,8 +836,7 @@ def report_confirmation(folder: str | Path, out: str | Path | None = None) -> Co
     check_fresh_data(plan, runs)
     group, results = judge(plan, runs)
     confirmation = Confirmation(plan, group, results, plan_commit=read_plan_commit(folder, plan))
-    target = Path(out) if out is not None else folder
-    target.mkdir(parents=True, exist_ok=True)
+    writable_dir(target, "confirmation page's folder", fix)
     atomic_write_text(target / "confirmation.md", "\n".join(render(confirmation)) + "\n")
     atomic_write_json(target / "confirmation.json", page_json("confirmation", to_json(confirmation)))
     return confirmation

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_json, clean_json, read_json_object
+from oelm.utils.io import atomic_write_json, clean_json, read_json_object, writable_dir
 
 PLAN_FILE = "plan.json"
 # What `oelm confirm run` found before its runs: the commit that held the plan, or that none did.
@@ -394,7 +394,7 @@ def write_plan_file(folder: str | Path, plan: ConfirmationPlan) -> Path:
                 f"{plan.sha256[:12]}); a plan is fixed once written: pass another --out"
             )
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    writable_dir(path.parent, "confirmation's folder", "pass another --out")
     atomic_write_json(path, content)
     return path
 

@@ -43,7 +43,7 @@ from oelm.reports.aggregate import BASELINE, Arm, compare, compare_pairs
 from oelm.reports.comparison import page_json
 from oelm.reports.tables import fmt_spec, saving_fraction, verdict_text
 from oelm.utils.errors import UserError
-from oelm.utils.io import atomic_write_json, atomic_write_text
+from oelm.utils.io import atomic_write_json, atomic_write_text, no_file_in_the_way, writable_dir
 
 
 @dataclass
@@ -1011,12 +1011,13 @@ def write_ladder(rungs: Sequence[str | Path], out: str | Path) -> tuple[Path, La
     """Read each rung (a sweep or records directory); write OUT/ladder.md, ladder.json, ladder.png."""
     if len(rungs) < 1:
         raise UserError("name at least one rung (a sweep or records directory per size)")
+    fix = "pass --out with a writable folder (rungs are only read)"
+    no_file_in_the_way(out, "ladder folder", fix)
     ladder = build([[r] for r in rungs])
-    out_dir = Path(out)
+    out_dir = writable_dir(out, "ladder folder", fix)
     command = (
         "oelm report --view ladder " + " ".join(Path(r).as_posix() for r in rungs) + f" --out {out_dir.as_posix()}"
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
     plot(ladder, out_dir / "ladder.png")
     if any(p.curves for p in ladder.pair_fits):
         plot_fits(ladder, out_dir / "scaling.png")

@@ -62,10 +62,23 @@ def write_error(path: str | os.PathLike, err: Exception) -> UserError:
     return UserError(f"could not write {str(path)!r} ({reason}); nothing was half-written; {fix}")
 
 
+def no_file_in_the_way(path: str | os.PathLike, what: str, fix: str) -> None:
+    """Refuse an output folder `path` that is a file, or lies under one, before any work starts;
+    creates nothing (a command refused later leaves no folder behind)."""
+    folder = Path(path)
+    for at in (folder, *folder.parents):
+        if at.exists():
+            if not at.is_dir():
+                where = "is a file" if at == folder else f"lies under {str(at)!r}, a file"
+                raise UserError(f"the {what} {str(folder)!r} {where}, not a folder; {fix}")
+            return
+
+
 def writable_dir(path: str | os.PathLike, what: str, fix: str) -> Path:
     """Create folder `path` if needed and prove a file can be written in it, before any output is
-    written; otherwise one UserError naming the folder, the reason (read-only file system, no
-    permission, full disk) and `fix`."""
+    written; otherwise one UserError naming the folder, the reason (a file in its place, read-only
+    file system, no permission, full disk) and `fix`."""
+    no_file_in_the_way(path, what, fix)
     folder = Path(path)
     probe = folder / f".oelm-write-test-{os.getpid()}"
     try:

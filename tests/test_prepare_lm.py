@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -365,6 +366,57 @@ def test_a_split_with_a_shard_missing_or_empty_is_refused(tmp_path: Path, names,
     with pytest.raises(UserError, match=refusal):
         prepare_lm(src, "byte", tmp_path / "out", verbose=False)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _book(i: int) -> str:
+    return f"Book {i}. " + " ".join(f"word{i}x{j}" for j in range(60)) + "\n<|endoftext|>\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "refusal"),
+    [
+        (
+            {"train_00.txt": [0, 1], "train_01.txt": [0, 1], "test.txt": [9]},
+            "train_01.txt is a byte-for-byte copy of train_00",
+        ),
+        ({"train.txt": [0, 1], "valid.txt": [8], "test.txt": [8]}, "valid.txt is a byte-for-byte copy of test.txt"),
+        ({"train.txt": [0, 1, 2], "test.txt": [1, 2]}, r"100% of the 'test' split's text is verbatim in the 'train'"),
+        (
+            {"train.txt": [0, 1], "valid.txt": [5, 6], "test.txt": [6, 5, 7]},
+            r"\d+% of the 'test' split's text is verbatim in the 'val'",
+        ),
+    ],
+)
+def test_held_out_text_copied_from_another_split_is_refused(tmp_path: Path, files, refusal) -> None:
+    """A test file that is the validation file again, a shard saved twice, held-out books that sit in
+    the train split: each was prepared as if it were new text, and the held-out numbers would
+    have read memorized text as unseen. Refused before anything is written."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, books in files.items():
+        (src / name).write_text("".join(_book(i) for i in books))
+    with pytest.raises(UserError, match=refusal):
+        prepare_lm(src, "byte", tmp_path / "out", verbose=False)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_small_verbatim_overlap_is_noted_and_a_shared_heading_is_not(tmp_path: Path, caplog) -> None:
+    """One held-out book of 20 also in train is prepared, with a warning giving its share; short
+    documents every book has ("THE END") are not leaks."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.txt").write_text("".join(_book(i) for i in range(5)) + "THE END\n<|endoftext|>\n")
+    (src / "test.txt").write_text("".join(_book(i) for i in range(4, 24)) + "THE END\n<|endoftext|>\n")
+    with caplog.at_level("WARNING", logger="oelm.data.lm"):
+        prepare_lm(src, "byte", tmp_path / "out", verbose=False)
+    (warning,) = [r.getMessage() for r in caplog.records if "verbatim" in r.getMessage()]
+    share = float(re.search(r"(\d+\.\d)% of the 'test' split's text is verbatim in the 'train' split", warning)[1])
+    assert 4 < share < 6 and "(documents of 200+ characters)" in warning  # one book of 21 held-out documents
+    caplog.clear()
+    (src / "test.txt").write_text("".join(_book(i) for i in range(5, 25)) + "THE END\n<|endoftext|>\n")
+    with caplog.at_level("WARNING", logger="oelm.data.lm"):
+        prepare_lm(src, "byte", tmp_path / "out2", verbose=False)
+    assert not [r for r in caplog.records if "verbatim" in r.getMessage()]
 
 
 def test_shards_are_read_in_number_order_not_name_order(tmp_path: Path) -> None:

@@ -316,7 +316,67 @@ def split_files(folder: Path, note: bool = True) -> dict[str, list[Path]]:
         log.info(f"note: {folder} has official split files; ignoring {', '.join(ignored)}")
     if "train" not in by_split:
         raise UserError(f"folder {str(folder)!r} has split files {sorted(by_split)} but no train file")
+    _refuse_copies(folder, sorted(chosen))
     return {s: by_split[s] for s in SPLITS if s in by_split}
+
+
+def _refuse_copies(folder: Path, paths: list[Path]) -> None:
+    """Two split files (or shards) with the same bytes: a test split that is a copy of the
+    validation split, or a shard copied under the next number, would pass for held-out text or
+    for more data. Only files of equal size are hashed."""
+    by_size: dict[int, list[Path]] = {}
+    for p in paths:
+        by_size.setdefault(p.stat().st_size, []).append(p)
+    for same_size in (ps for ps in by_size.values() if len(ps) > 1):
+        seen: dict[str, Path] = {}
+        for p in same_size:
+            with p.open("rb") as f:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
+            if digest in seen:
+                raise UserError(
+                    f"folder {str(folder)!r}: {p.name} is a byte-for-byte copy of {seen[digest].name}; a held-out "
+                    "split copied from another, or a shard counted twice, is no new text: restore the right file"
+                )
+            seen[digest] = p
+
+
+# A held-out document this long that also appears, verbatim, in the train split is leaked text, not
+# a shared heading ("CHAPTER I.", "THE END"): its share of the held-out split is checked.
+LEAK_MIN_CHARS = 200
+
+
+def _check_held_out_leaks(folder: Path, docs: dict[str, list[str]]) -> None:
+    """Refuse a held-out split (val or test) whose text is mostly verbatim in the train split, or in
+    the other held-out split; note a smaller share (at least 1%). Shares count characters of
+    documents of at least LEAK_MIN_CHARS."""
+    seen: dict[str, set[bytes]] = {}
+    for split in ("train", "val"):
+        seen[split] = {
+            hashlib.blake2b(d.encode(), digest_size=16).digest()
+            for d in docs.get(split, ())
+            if len(d) >= LEAK_MIN_CHARS
+        }
+    for split, others in (("val", ("train",)), ("test", ("train", "val"))):
+        held = docs.get(split) or []
+        total = sum(len(d) for d in held)
+        for other in others:
+            if not total or not seen.get(other):
+                continue
+            shared = sum(
+                len(d)
+                for d in held
+                if len(d) >= LEAK_MIN_CHARS and hashlib.blake2b(d.encode(), digest_size=16).digest() in seen[other]
+            )
+            if shared >= total / 2:
+                raise UserError(
+                    f"folder {str(folder)!r}: {100 * shared / total:.0f}% of the {split!r} split's text is verbatim in the "
+                    f"{other!r} split: it would not be held out; give held-out files that share no document with {other}"
+                )
+            if shared >= total / 100:
+                log.warning(
+                    f"warning: {folder}: {100 * shared / total:.1f}% of the {split!r} split's text is verbatim in the "
+                    f"{other!r} split (documents of {LEAK_MIN_CHARS}+ characters); held-out numbers read it as unseen"
+                )
 
 
 def _checked_shards(folder: Path, split: str, paths: list[Path]) -> list[Path]:
@@ -353,10 +413,12 @@ def _folder_docs(folder: Path, text_field: str) -> dict[str, list[str]]:
             if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in _TEXT_SUFFIXES
         )
         return {"train": [d for p in files for d in _file_docs(p, text_field, whole_if_plain=True)]}
-    return {
+    docs = {
         split: [d for p in paths for d in _file_docs(p, text_field, whole_if_plain=False)]
         for split, paths in by_split.items()
     }
+    _check_held_out_leaks(folder, docs)
+    return docs
 
 
 def source_files(kind: str, path: Path) -> dict[str, list[dict]] | None:

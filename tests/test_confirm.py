@@ -110,6 +110,9 @@ def test_plan_fixes_claims_lrs_and_fresh_seeds_under_a_hash(tmp_path: Path) -> N
         write_plan(pilot, pilot / "confirm", 3)
     with pytest.raises(UserError, match="no claim to confirm"):
         write_plan(pilot, tmp_path / "other", 3, claims=["oelm-qknorm"])
+    with pytest.raises(UserError, match="--baseline 'basline' names no arm of these runs; arms: baseline, "):
+        write_plan(pilot, tmp_path / "typo", 3, baseline="basline")  # not "no reference with finished runs"
+    assert not (tmp_path / "typo").exists()
     named = write_plan(pilot, tmp_path / "named", 3, claims=["oelm-random"])[1]
     assert [c.method for c in named.claims] == ["oelm-random"] and set(named.arms) == {"baseline", "oelm-random"}
 

@@ -51,7 +51,16 @@ from oelm.records.plan import (
 from oelm.records.run import RESULTS_FILE, RunRecord
 from oelm.records.sweep import SWEEP_FILE, check_primary, read_sweep_record
 from oelm.reports import stats
-from oelm.reports.aggregate import MAX_SPREAD, Arm, Group, Versus, compare, gap_by_seed, stability_check
+from oelm.reports.aggregate import (
+    MAX_SPREAD,
+    Arm,
+    Group,
+    Versus,
+    compare,
+    gap_by_seed,
+    require_arm,
+    stability_check,
+)
 from oelm.reports.board import Entry, build
 from oelm.reports.comparison import page_json
 from oelm.reports.tables import (
@@ -350,6 +359,8 @@ def make_plan(
     if len(boards) != 1:
         raise UserError(f"{sweep_dir} holds {len(boards)} tables; a confirmation plans the claims of one table")
     group = boards[0].group
+    if baseline is not None:
+        require_arm([group], baseline)
     if group.baseline is None:
         raise UserError(f"{sweep_dir}: the board has no reference with finished runs; nothing can be claimed")
     ranked = {e.method: e for e in boards[0].ranked}

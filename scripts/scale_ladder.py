@@ -31,10 +31,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import store_records  # noqa: E402  (scripts/ is not a package)
 from oelm.cli import main as oelm  # noqa: E402
 from oelm.records.compact import RECORDS_FILE  # noqa: E402
+from oelm.training.config import format_validation  # noqa: E402
 from oelm.utils.errors import UserError  # noqa: E402
 from oelm.utils.io import atomic_write_text, load_yaml_text, read_yaml  # noqa: E402
 
@@ -44,47 +56,84 @@ STORED = Path("docs/results/scale-ladder/records")
 PROGRESS = Path("docs/results/scale-ladder/under-way")
 RUNG_SPEC = "ladder-rung.yaml"
 VOCAB = 257  # the byte tokenizer's vocabulary (256 bytes and end of text)
-SPEC_KEYS = {
-    "name",
-    "base",
-    "out",
-    "tokens_per_param",
-    "families",
-    "rungs",
-    "arms",
-    "primary",
-    "seeds",
-    "lr",
-    "max_extend",
-    "hypothesis",
-    "data_axis",
-}
 
 
-# A rung's shape, and optionally its own seeds (the top CPU rung runs one seed per LR, as the GPU
-# rungs do, and gets its interval from a fresh-seed confirmation at the chosen LRs).
-RUNG_KEYS = {"name", "n_layer", "d_model", "n_head", "seeds"}
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Rung(_Strict):
+    """A rung's shape, and optionally its own seeds (the top CPU rung runs one seed per LR, as the
+    GPU rungs do, and gets its interval from a fresh-seed confirmation at the chosen LRs)."""
+
+    name: str
+    n_layer: PositiveInt
+    d_model: PositiveInt
+    n_head: PositiveInt
+    seeds: list[NonNegativeInt] | None = Field(default=None, min_length=1)
+
+
+class _Family(_Strict):
+    model: str
+    ffn_mult: PositiveInt | None = None
+    block_size: PositiveInt | None = None
+
+
+class _LR(_Strict):
+    first: list[PositiveFloat] = Field(min_length=1)
+    transfer: list[PositiveFloat] = Field(min_length=1)
+
+
+class _DataAxis(_Strict):
+    rung: str
+    tokens_per_param: list[PositiveFloat] = Field(min_length=1)
+
+
+class _Spec(_Strict):
+    """The ladder spec's schema: every value checked before any rung is sized or trained."""
+
+    name: str
+    base: str
+    out: str
+    tokens_per_param: PositiveFloat
+    families: dict[str, _Family] = Field(min_length=1)
+    rungs: list[_Rung] = Field(min_length=1)
+    arms: list[str] = Field(min_length=1)
+    primary: list[list[str]] = Field(min_length=1)
+    seeds: list[NonNegativeInt] = Field(min_length=1)
+    lr: _LR
+    max_extend: NonNegativeInt
+    hypothesis: dict[str, Any]
+    data_axis: list[_DataAxis] = []
+
+    @model_validator(mode="after")
+    def _agree(self) -> _Spec:
+        names = [r.name for r in self.rungs]
+        for what, values in [("rung names", names), ("seeds", self.seeds), ("arms", self.arms)] + [
+            (f"rung {r.name}'s seeds", r.seeds) for r in self.rungs if r.seeds
+        ]:
+            if len(set(values)) != len(values):
+                raise ValueError(f"{what} repeat: {values}; name each once")
+        for pair in self.primary:
+            if len(pair) != 2 or set(pair) - set(self.arms):
+                raise ValueError(f"primary pair {pair}: give two arms of `arms` ({self.arms})")
+        for cell in self.data_axis:
+            if cell.rung not in names:
+                raise ValueError(f"data_axis names rung {cell.rung!r}; the rungs are {names}")
+        if "test" not in self.hypothesis:
+            raise ValueError("hypothesis: state its `test`")
+        return self
 
 
 def load(path: Path) -> dict[str, Any]:
     """The ladder spec, checked before any run."""
     spec = read_yaml(path, "ladder spec")
-    unknown = set(spec) - SPEC_KEYS
-    if unknown:
-        raise UserError(f"{path}: unknown key(s) {sorted(unknown, key=str)}; known: {sorted(SPEC_KEYS)}")
     if "hypothesis" not in spec:
         raise UserError(f"{path}: declare the trend hypothesis and its test (`hypothesis:`) before the ladder runs")
-    missing = sorted(k for k in ("base", "out", "families", "rungs", "arms", "lr") if k not in spec)
-    if missing:
-        raise UserError(f"{path}: missing key(s) {missing}; configs/sweeps/scale-ladder/ladder.yaml shows each")
-    if not isinstance(spec["rungs"], list) or not all(isinstance(r, dict) and "name" in r for r in spec["rungs"]):
-        raise UserError(f"{path}: `rungs` must be a list of mappings, each with a `name`")
-    for rung in spec["rungs"]:
-        extra = set(rung) - RUNG_KEYS
-        if extra:
-            raise UserError(
-                f"{path}: rung {rung.get('name')!r} has unknown key(s) {sorted(extra)}; known: {sorted(RUNG_KEYS)}"
-            )
+    try:
+        _Spec.model_validate(spec)
+    except ValidationError as err:
+        raise UserError(format_validation(err, f"ladder spec {path}", "required (ladder.yaml shows it)")) from None
     spec["base"] = (path.parent / spec["base"]).resolve()
     return spec
 

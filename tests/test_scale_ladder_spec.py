@@ -60,7 +60,7 @@ def test_a_spec_without_a_declared_hypothesis_is_refused(driver, tmp_path: Path)
     raw = yaml.safe_load(SPEC.read_text())
     raw["rungs"][0]["seed"] = [0]  # a misspelt key would silently run the spec's seeds
     (tmp_path / "ladder.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(UserError, match=r"rung 'r1' has unknown key\(s\) \['seed'\]"):
+    with pytest.raises(UserError, match=r"rungs\.0\.seed: Extra inputs are not permitted"):
         driver.load(tmp_path / "ladder.yaml")
 
 
@@ -110,12 +110,21 @@ def test_max_extend_raises_a_written_rung_s_limit_and_resumes_it(driver, tmp_pat
         (None, [], "not found"),
         ("", [], "declare the trend hypothesis"),
         ("[1, 2]\n", [], "must hold a mapping"),
-        ("hypothesis: {test: t}\n", [], r"missing key\(s\) \['arms', 'base'"),
         (
-            "hypothesis: {test: t}\nbase: b\nout: o\nfamilies: {}\narms: []\nlr: {}\nrungs: [r1]\n",
+            "hypothesis: {test: t}\n",
             [],
-            "list of mappings",
+            r"invalid ladder spec .*name: required \(ladder.yaml shows it\); base: required",
         ),
+        (SPEC.read_text().replace("seeds: [0, 1, 2]", "seeds: [0, 0, 1]"), [], r"seeds repeat: \[0, 0, 1\]"),
+        (SPEC.read_text().replace("{rung: r3,", "{rung: r9,"), [], "data_axis names rung 'r9'"),
+        (SPEC.read_text().replace("max_extend: 2", "max_extend: -1"), [], "max_extend: Input should be greater"),
+        (
+            SPEC.read_text().replace("[[oelm-freeze, oelm-nofreeze],", "[[oelm-freeze, oelm-nofrez],"),
+            [],
+            "primary pair",
+        ),
+        (SPEC.read_text().replace("tokens_per_param: 20", "tokens_per_param: 0"), [], "tokens_per_param: Input should"),
+        (SPEC.read_text().replace("transfer: [0.5, 1.0, 2.0]", "transfer: []"), [], "lr.transfer: List should have"),
         (SPEC, ["--family", "nope"], r"--family: no family \['nope'\]"),
         (SPEC, ["--rungs", "r99"], r"--rungs: no rung \['r99'\].*'r7'"),
         (SPEC, ["--max-extend", "-1"], "0 or more"),

@@ -385,14 +385,17 @@ def make_config(raw: TrainConfig | dict[str, Any], overrides: list[str] | None =
         raise UserError(format_validation(err)) from None
 
 
-def format_validation(err: ValidationError, what: str = "config") -> str:
-    """A pydantic error as one line: 'invalid WHAT: field: problem; ...'."""
+def format_validation(
+    err: ValidationError, what: str = "config", missing: str = "required (set {loc}=... or its flag)"
+) -> str:
+    """A pydantic error as one line: 'invalid WHAT: field: problem; ...' (`missing`: the problem of
+    a required field left out, {loc} its name)."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "missing":
-            msg = f"required (set {loc}=... or its flag)"
+            msg = missing.format(loc=loc)
         lines.append(f"{loc}: {msg}" if loc else msg)
     return f"invalid {what}: " + "; ".join(lines)
 

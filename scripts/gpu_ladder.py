@@ -42,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError, model_validator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_ladder  # noqa: E402  (scripts/ is not a package)
 import store_records  # noqa: E402
 from oelm.data.lm import data_fingerprint, read_meta  # noqa: E402
 from oelm.records.compact import RECORDS_FILE  # noqa: E402
+from oelm.training.config import format_validation  # noqa: E402
 from oelm.utils.errors import UserError  # noqa: E402
 from oelm.utils.io import atomic_write_json, atomic_write_text, load_yaml_text, read_json_object, read_yaml  # noqa: E402
 
@@ -60,42 +62,63 @@ TARBALL = "gpu-ladder.tar.gz"
 CHUNK = 8_000_000  # tokens per compressed chunk (compressed and expanded in parallel)
 # What the GPU machine's image lacks of oelm's dependencies (/work/.library/device/KINDS.md).
 WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection")
-SPEC_KEYS = {
-    "ladder",
-    "family",
-    "lr_from",
-    "rungs",
-    "arms",
-    "primary",
-    "seeds",
-    "max_extend",
-    "batch_size",
-    "train_tokens",
-    "device",
-    "dtype",
-    "parallel",
-    "tiny",
-    "tokens_per_param",
-}
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class _GpuSpec(scale_ladder._Strict):
+    """The GPU rungs' spec (the whole file, or with its `tiny` twin merged in): every value checked
+    before anything is packed, planned or trained."""
+
+    ladder: str
+    family: str
+    lr_from: str
+    rungs: list[scale_ladder._Rung] = Field(min_length=1)
+    arms: list[str] = Field(min_length=1)
+    primary: list[list[str]] = Field(min_length=1)
+    seeds: list[NonNegativeInt] = Field(min_length=1)
+    max_extend: NonNegativeInt
+    batch_size: PositiveInt
+    train_tokens: PositiveInt
+    device: str
+    dtype: str
+    parallel: PositiveInt
+    tokens_per_param: PositiveFloat | None = None
+    tiny: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _agree(self) -> _GpuSpec:
+        names = [r.name for r in self.rungs]
+        for what, values in (("rung names", names), ("seeds", self.seeds), ("arms", self.arms)):
+            if len(set(values)) != len(values):
+                raise ValueError(f"{what} repeat: {values}; name each once")
+        for pair in self.primary:
+            if len(pair) != 2 or set(pair) - set(self.arms):
+                raise ValueError(f"primary pair {pair}: give two arms of `arms` ({self.arms})")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(DTYPES)}")
+        if self.tiny and set(self.tiny) - set(type(self).model_fields):
+            raise ValueError(f"tiny: unknown key(s) {sorted(set(self.tiny) - set(type(self).model_fields))}")
+        return self
 
 
 def load_spec(path: Path, tiny: bool) -> dict[str, Any]:
     """The GPU rungs' spec (its tiny twin with `tiny`), with the CPU ladder's spec under `ladder`."""
     raw = read_yaml(path, "GPU ladder spec")
-    unknown = set(raw) - SPEC_KEYS
-    if unknown:
-        raise UserError(f"{path}: unknown key(s) {sorted(unknown, key=str)}; known: {sorted(SPEC_KEYS)}")
-    missing = sorted(k for k in ("ladder", "arms", "primary") if k not in raw)
-    if missing:
-        raise UserError(f"{path}: missing key(s) {missing}; configs/sweeps/scale-ladder/gpu.yaml shows each")
     spec = {k: v for k, v in raw.items() if k != "tiny"}
     if tiny:
         spec.update(raw.get("tiny") or {})
+    try:
+        _GpuSpec.model_validate(raw)
+        _GpuSpec.model_validate(spec)
+    except ValidationError as err:
+        raise UserError(format_validation(err, f"GPU ladder spec {path}", "required (gpu.yaml shows it)")) from None
     spec["ladder"] = scale_ladder.load(path.parent / raw["ladder"])
     spec.setdefault("tokens_per_param", spec["ladder"]["tokens_per_param"])
-    missing = [a for pair in spec["primary"] for a in pair if a not in spec["arms"]]
-    if missing:
-        raise UserError(f"{path}: primary pairs name arms {missing} that `arms` does not list")
+    ladder = spec["ladder"]
+    if spec["family"] not in ladder["families"]:
+        raise UserError(f"{path}: family {spec['family']!r} is not one of the ladder's {sorted(ladder['families'])}")
+    if spec["lr_from"] not in (rungs := [r["name"] for r in ladder["rungs"]]):
+        raise UserError(f"{path}: lr_from {spec['lr_from']!r} is no rung of the ladder ({rungs})")
     return spec
 
 

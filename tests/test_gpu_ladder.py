@@ -164,6 +164,18 @@ def test_a_damaged_tarball_or_spec_is_one_clear_error_before_anything_lands(gpu,
     with pytest.raises(UserError, match="not found"):
         gpu.load_spec(tmp_path / "absent.yaml", tiny=True)
     (tmp_path / "empty.yaml").write_text("")
-    with pytest.raises(UserError, match=r"missing key\(s\) \['arms', 'ladder', 'primary'\]"):
+    with pytest.raises(UserError, match=r"invalid GPU ladder spec .*ladder: required \(gpu.yaml shows it\)"):
         gpu.load_spec(tmp_path / "empty.yaml", tiny=True)
     assert gpu.main(["run", "--out", str(out), "--budget-s", "0", "--tiny"]) == 2
+    spec_text = (ROOT / "configs/sweeps/scale-ladder/gpu.yaml").read_text()
+    shutil.copy(ROOT / "configs/sweeps/scale-ladder/ladder.yaml", tmp_path / "ladder.yaml")
+    for edit, says in (
+        (("dtype: bfloat16", "dtype: bf16"), "dtype 'bf16': one of"),
+        (("lr_from: r6", "lr_from: r66"), "lr_from 'r66' is no rung of the ladder"),
+        (("family: gpt", "family: gtp"), "family 'gtp' is not one of the ladder's"),
+        (("batch_size: 4", "batch_size: 0"), "batch_size: Input should be greater than 0"),  # in the tiny twin
+        (("seeds: [0]", "seeds: [0, 0]"), r"seeds repeat: \[0, 0\]"),
+    ):
+        (tmp_path / "gpu.yaml").write_text(spec_text.replace(*edit))
+        with pytest.raises(UserError, match=says):
+            gpu.load_spec(tmp_path / "gpu.yaml", tiny=True)

@@ -233,3 +233,23 @@ def test_every_view_counts_a_seed_at_chance_the_same_way(tmp_path: Path) -> None
     assert row["accuracy"] == pytest.approx(arm.primary.mean * 100)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "except a seed at chance level at its arm's chosen setting" in md
+
+
+def test_a_peak_recorded_as_the_process_lifetime_peak_is_shown_as_an_upper_bound(
+    board_dir: Path, tmp_path: Path
+) -> None:
+    """Runs recorded before each run's peak was measured from its start carry the process's
+    lifetime peak (a sweep worker's earlier runs included): the board marks it ≤ and says why,
+    and a board of per-run peaks says nothing of it."""
+    for run in board_dir.glob("runs/*/*/seed*"):
+        kind = "process_max_rss" if "bitfit" in run.parts else "run_peak_rss"
+        (run / "timing_stats.json").write_text(json.dumps({"peak_memory_bytes": 1000, "memory_kind": kind}))
+    assert main(["report", "--view", "finetune", str(board_dir), "--out", str(tmp_path / "a")]) == 0
+    page = (tmp_path / "a" / "board.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| ")}
+    assert "≤ 1 KiB" in rows["bitfit"] and "≤" not in rows["baseline"]
+    assert "a figure marked ≤ was recorded as the process's lifetime peak" in page
+    for run in board_dir.glob("runs/bitfit/*/seed*"):
+        (run / "timing_stats.json").write_text(json.dumps({"peak_memory_bytes": 1000, "memory_kind": "run_peak_rss"}))
+    assert main(["report", "--view", "finetune", str(board_dir), "--out", str(tmp_path / "b")]) == 0
+    assert "≤" not in (tmp_path / "b" / "board.md").read_text()

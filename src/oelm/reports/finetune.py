@@ -51,6 +51,8 @@ FROZEN_QK = "freeze-qk"  # the practitioner's "freeze Q/K": pretrained Q/K kept,
 MARGIN_POINTS = 0.5  # the field's scale of a difference that matters (accuracy points)
 ADAMW_BYTES = 8  # two fp32 moments per trainable parameter
 COSTS = ("trainable_params", "optimizer_bytes", "step_ratio")
+# The memory_kind of a run that recorded its process's lifetime peak (training.timing.PeakMemory).
+LIFETIME_PEAK = "process_max_rss"
 
 
 @dataclass
@@ -79,6 +81,9 @@ class Row:
     optimizer_bytes: int | None = None
     step_ratio: float | None = None
     peak_memory_bytes: float | None = None
+    # The runs recorded the process's lifetime peak (before each run's peak was measured from its
+    # start): an upper bound of the run's, shown as such and not compared across arms.
+    memory_upper_bound: bool = False
     dominated_by: list[str] = field(default_factory=list)
     unstable: str = ""
     at_chance: int = 0  # seeds at the chosen LR that ended at chance level on validation (kept, counted)
@@ -226,6 +231,7 @@ def _row(arm: Arm) -> Row:
         trainable_params=arm.trainable_params,
         optimizer_bytes=None if arm.trainable_params is None else ADAMW_BYTES * int(arm.trainable_params),
         peak_memory_bytes=_mean_result(arm, "peak_memory_bytes"),
+        memory_upper_bound=any(r.timing.get("memory_kind") == LIFETIME_PEAK for r in arm.runs),
         unstable=f"{unstable} of {finished}" if finished else "",
     )
 
@@ -315,7 +321,7 @@ def _table(rows: list[Row], ref_name: str) -> list[str]:
             f"| {r.method} | {_fmt(r.lr, 'g')} | {len(r.seeds)} | {_chance(r)} | {acc} | {diff} | "
             f"{_fmt(r.holm_p, '.3g')} | "
             f"{r.verdict} | {_params(r.trainable_params)} | {_bytes(r.optimizer_bytes)} | "
-            f"{_bytes(r.peak_memory_bytes)} | {_fmt(r.step_ratio)} | {', '.join(r.dominated_by) or 'no'} |"
+            f"{'≤ ' * r.memory_upper_bound}{_bytes(r.peak_memory_bytes)} | {_fmt(r.step_ratio)} | {', '.join(r.dominated_by) or 'no'} |"
         )
     return lines
 
@@ -607,8 +613,16 @@ def render(boards: Sequence[FinetuneBoard], command: str, figure: str = "pareto.
         f"![accuracy against trainable parameters, optimizer state and step time]({figure})",
         "",
         "Costs: trainable parameters from the freeze audit; AdamW state = 2 fp32 moments per trainable "
-        "parameter; peak memory as the runs recorded it (on CPU the process's peak resident memory, which "
-        "includes the data and the interpreter); step time = the runs' own mean step time over full "
+        "parameter; peak memory as the runs recorded it (on CPU the run's peak resident memory, which "
+        "includes the data and the interpreter"
+        + (
+            "; a figure marked ≤ was recorded as the process's lifetime peak, which includes what the process "
+            "held before the run (a sweep worker's earlier runs, the data its parent prepared): it bounds the "
+            "run's from above, and is not a difference between arms"
+            if any(r.memory_upper_bound for b in boards for r in b.rows + b.exploratory)
+            else ""
+        )
+        + "); step time = the runs' own mean step time over full "
         "fine-tuning's, paired by seed "
         "(runs shared the machine, so this ratio is rough). Dominated: another arm has at least the "
         "same mean accuracy at no more of every cost and less of one (means, not tests).",

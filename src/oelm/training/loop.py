@@ -36,7 +36,7 @@ from oelm.training.rundir import RunPlan, open_run_dir, plan_run
 from oelm.training.runlog import MetricsLog, TensorBoard
 from oelm.training.strategy import Strategy, make_strategy
 from oelm.training.task import Task, make_task
-from oelm.training.timing import StepTimer, peak_memory
+from oelm.training.timing import PeakMemory, StepTimer
 from oelm.training.wandb import FanOut, WandbLogger
 from oelm.utils.errors import AgreedRefusal, Diverged, UserError
 from oelm.utils.io import atomic_write_json
@@ -125,6 +125,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, dist: DistInfo, device: torch.device) -> None:
         self.cfg, self.dist, self.device = cfg, dist, device
+        self.memory = PeakMemory(device)  # this run's peak, from here (not the process's)
         with refusals_agreed(dist):  # each rank reads its own data: one rank's refusal stops all alike
             self.amp = resolve_amp(cfg.dtype, device)
             self.task: Task = make_task(cfg, dist, device)
@@ -515,7 +516,7 @@ class Trainer:
         # The test metric per item (LM window, example), in a fixed order shared by every arm:
         # reports pair two runs item by item.
         items = test.pop("items", None) if test else None
-        mem, mem_kind = peak_memory(self.device)
+        mem, mem_kind = self.memory.read()
         comm = self.strategy.comm_bytes()
         facts = RunFacts(
             cfg=self.cfg,

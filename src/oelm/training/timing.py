@@ -8,6 +8,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,13 +74,53 @@ def summarize(times: list[float], warmup: int) -> dict[str, Any]:
     }
 
 
-def peak_memory(device: torch.device) -> tuple[int | None, str]:
-    """Peak memory in bytes and what it measures (CUDA allocator peak, else process max RSS)."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_memory_allocated"
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # ru_maxrss is KiB on Linux, bytes on macOS.
-    return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
+# Where Linux keeps a process's resident-memory high-water mark (VmHWM), and how it is reset.
+PROC_STATUS = Path("/proc/self/status")
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+class PeakMemory:
+    """One run's peak memory, from where the run starts: the CUDA allocator's peak, reset now; on
+    Linux the resident-memory high-water mark (VmHWM), reset now. Without a reset the figure
+    would be the process's: a sweep worker's runs one after another, and a child process inherits
+    its parent's peak across exec (data prepared before the workers start), so every run of a
+    sweep read the same largest figure. Where no reset is possible (macOS, a /proc that refuses the
+    write) it falls back to the process's lifetime peak and says so in its kind."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            self.kind = "cuda_max_memory_allocated"
+            return
+        self.kind = "process_max_rss"  # includes what the process did before this run
+        try:
+            PROC_CLEAR_REFS.write_text("5")  # 5: reset the peak resident set size (Linux 4.0+)
+            if _vm_hwm() is not None:
+                self.kind = "run_peak_rss"
+        except OSError:
+            pass
+
+    def read(self) -> tuple[int | None, str]:
+        """Peak memory in bytes since the start, and what it measures."""
+        if self.kind == "cuda_max_memory_allocated":
+            return int(torch.cuda.max_memory_allocated(self.device)), self.kind
+        if self.kind == "run_peak_rss" and (hwm := _vm_hwm()) is not None:
+            return hwm, self.kind
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # ru_maxrss is KiB on Linux, bytes on macOS.
+        return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
+
+
+def _vm_hwm() -> int | None:
+    """The process's resident-memory high-water mark in bytes (Linux), else None."""
+    try:
+        for line in PROC_STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 # What the FLOPs behind MFU count (oelm.core.flops): every matmul, the LM head and attention included.

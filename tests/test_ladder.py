@@ -306,3 +306,28 @@ def test_a_confirmation_gives_a_one_seed_rung_its_interval_and_enters_the_test(t
         ladder_run(other, method, 0, 20.0, 60_000, lr=2e-3, model="gpt-tiny", tokens_seen=20 * 60_000)
     assert main(["report", "--view", "ladder", *map(str, [*rungs, other, fresh]), "--out", str(tmp_path / "o3")]) == 2
     assert "where its pilot rung chose 0.002" in capsys.readouterr().err
+
+
+def test_a_gap_that_shrinks_only_above_the_smallest_rung_shows_in_the_refits_from_each_start(
+    tmp_path: Path,
+) -> None:
+    """No gap at the smallest rung (a model that learns next to nothing), then a gap falling with
+    size: the declared test over every rung cannot say it shrinks; the exploratory refits from each
+    larger start show that it does above the smallest rung, and the answer says so as exploratory."""
+    gaps = {4_000: 0.0, 10_000: 14.0, 25_000: 10.0, 60_000: 6.0}
+    rungs = [law_rung(tmp_path, n, g) for n, g in gaps.items()]
+    assert main(["report", "--view", "ladder", *map(str, rungs), "--out", str(tmp_path / "out")]) == 0
+    (trend,) = page_sections(tmp_path / "out" / "ladder.json")["trends"]
+    assert not trend["verdict"].startswith("shrinks")
+    (start,) = trend["from_start"]  # from 25,000 two rungs remain: no line with an interval
+    assert (
+        (start["from"], start["rungs"]) == (10_000, 3)
+        and start["slope"] < 0
+        and start["verdict"] == "shrinks with size (resolved)"
+    )
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "### Without the smallest rungs (exploratory, not the declared test)" in md
+    assert "| gpt | oelm-freeze vs oelm-nofreeze | 20 tokens per parameter | 10,000 | 3 |" in md
+    answer = md[md.index("## The answer") : md.index("\n## ", md.index("## The answer") + 1)]
+    assert "**Without the smallest rungs** (exploratory, not the declared test)" in answer
+    assert "(gpt from 10,000 parameters), 1 of 1 slopes are negative" in answer and "1 shrink (resolved)" in answer

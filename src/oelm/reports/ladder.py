@@ -113,6 +113,10 @@ class Trend:
     # over those refits, and in how many of them the verdict stays what it is with every rung.
     loo_slope: list[float] | None = None
     loo_holds: str = ""
+    # Exploratory, not the declared test: the line over size refitted from each larger starting rung
+    # (the smallest rungs dropped one at a time, while 3 weighed rungs remain), each start judged as
+    # the test judges, Holm over the family at that start: {"from", "rungs", "slope", "low", "high", "verdict"}.
+    from_start: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -392,6 +396,7 @@ def build(rungs: Sequence[Sequence[str | Path]]) -> Ladder:
         _fit_data(ladder)
     judge_trends(ladder.trends)
     _judge_without_each_rung(lines)
+    _judge_from_each_start(lines)
     ladder.steps.sort(key=lambda s: (s.architecture, s.method, (s.budget or 0) if data_axis else 0, s.params or 0))
     return ladder
 
@@ -471,6 +476,36 @@ def _judge_without_each_rung(lines: list[tuple[Trend, list[Step]]]) -> None:
                 continue
             t.loo_slope = [min(slopes), max(slopes)]
             t.loo_holds = f"{sum(_kind(r.verdict) == _kind(t.verdict) for r in refits[i])} of {len(refits[i])}"
+
+
+def _judge_from_each_start(lines: list[tuple[Trend, list[Step]]]) -> None:
+    """Each line over size refitted with its smallest rungs dropped one at a time, while at least 3
+    weighed rungs remain, and judged as the declared test judges (Holm over the lines of its family
+    refitted from the same start). Exploratory: which start to believe is not declared; every start
+    is shown, so that a verdict that lives or dies with the smallest models shows it."""
+    families: dict[tuple[str, str], list[tuple[Trend, list[Step]]]] = {}
+    for trend, points in lines:
+        if trend.axis == SIZE:
+            families.setdefault((trend.architecture, trend.held), []).append((trend, points))
+    for family in families.values():
+        sizes = sorted({_x(p, SIZE) for _, points in family for p in points if _weighed(p, SIZE)})
+        for start in sizes[1:]:
+            redone = [fit_trend([p for p in points if (_x(p, SIZE) or 0) >= start]) for _, points in family]
+            for r, (t, _) in zip(redone, family):
+                r.held = t.held
+            judge_trends(redone)
+            for r, (t, _) in zip(redone, family):
+                if r.slope is not None:
+                    t.from_start.append(
+                        {
+                            "from": int(start),
+                            "rungs": r.rungs,
+                            "slope": r.slope,
+                            "low": r.slope_low,
+                            "high": r.slope_high,
+                            "verdict": r.verdict,
+                        }
+                    )
 
 
 def _data_trends(ladder: Ladder) -> list[tuple[Trend, list[Step]]]:
@@ -638,7 +673,7 @@ def _render_answer(ladder: Ladder) -> list[str]:
         f"{scaling.MIN_RUNGS} rungs; fitted extrapolations are far outside the rungs and say so.",
         "",
     ]
-    lines += _tally(ladder.trends) + _untested(ladder.steps)
+    lines += _tally(ladder.trends) + _without_smallest(ladder.trends) + _untested(ladder.steps)
     for t in sorted(ladder.trends, key=lambda t: (t.architecture, t.axis != SIZE, t.held, t.method)):
         pair = fits.get((t.architecture, t.method, t.held)) if t.axis == SIZE else None
         lines.append(_answer_line(t, pair, twins.get((t.architecture, t.method), "its control")))
@@ -665,6 +700,25 @@ def _tally(trends: Sequence[Trend]) -> list[str]:
             f"{len(lines) - shrink - grow}; {positive} of {len(lines)} slopes are positive (the gap growing)."
         )
     return [*out, ""] if out else []
+
+
+def _without_smallest(trends: Sequence[Trend]) -> list[str]:
+    """One line on the exploratory refits: each line over size from its largest start that keeps 3
+    rungs with an interval, how many slopes point each way and how many resolve."""
+    last = [(t, t.from_start[-1]) for t in trends if t.from_start]
+    if not last:
+        return []
+    negative = sum(r["slope"] < 0 for _, r in last)
+    kinds = [_kind(r["verdict"]) for _, r in last]
+    starts = ", ".join(f"{a} from {n:,}" for a, n in sorted({(t.architecture, r["from"]) for t, r in last}))
+    return [
+        f"**Without the smallest rungs** (exploratory, not the declared test): refitted from the largest start "
+        f"that keeps 3 rungs with an interval ({starts} parameters), {negative} of {len(last)} slopes are "
+        f"negative (the gap shrinking with size); {kinds.count('shrinks with size')} shrink (resolved), "
+        f"{kinds.count('grows with size')} grow (resolved). Every start is in the table 'Without the smallest "
+        "rungs'.",
+        "",
+    ]
 
 
 def _untested(steps: Sequence[Step]) -> list[str]:
@@ -707,6 +761,32 @@ def _render_trend_test(ladder: Ladder) -> list[str]:
             f"{t.held or 'n/a'} | {t.rungs} | "
             f"{_f(t.slope)} [{_f(t.slope_low)}, {_f(t.slope_high)}] | {_f(t.p_shrink, '.3g')} | "
             f"{_f(t.p_grow, '.3g')} | {t.verdict} |"
+        )
+    return [*lines, "", *_render_from_each_start(ladder, twins)]
+
+
+def _render_from_each_start(ladder: Ladder, twins: dict[tuple[str, str], str]) -> list[str]:
+    """The exploratory refits from each larger starting rung (_judge_from_each_start)."""
+    rows = [(t, r) for t in ladder.trends for r in t.from_start]
+    if not rows:
+        return []
+    lines = [
+        "### Without the smallest rungs (exploratory, not the declared test)",
+        "",
+        "The line over size refitted from each larger starting rung, the smaller ones dropped, while at least 3 "
+        "rungs with an interval remain; each start judged as the declared test judges, Holm over the methods of "
+        "its architecture and line at that start. The smallest rungs sit near the loss of a model that learns "
+        "little beyond byte frequencies, where every arm is alike; no start was declared, so none of these "
+        "verdicts is a finding of the ladder: they show which of its answers depend on those rungs.",
+        "",
+        "| architecture | method vs control | held fixed | from, parameters | rungs | slope, % per decade [95% CI] "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t, r in rows:
+        lines.append(
+            f"| {t.architecture} | {t.method} vs {twins.get((t.architecture, t.method), 'n/a')} | {t.held or 'n/a'} | "
+            f"{r['from']:,} | {r['rungs']} | {_f(r['slope'])} [{_f(r['low'])}, {_f(r['high'])}] | {r['verdict']} |"
         )
     return [*lines, ""]
 

@@ -65,14 +65,14 @@ WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-class _GpuSpec(scale_ladder._Strict):
+class _GpuSpec(scale_ladder.StrictModel):
     """The GPU rungs' spec (the whole file, or with its `tiny` twin merged in): every value checked
     before anything is packed, planned or trained."""
 
     ladder: str
     family: str
     lr_from: str
-    rungs: list[scale_ladder._Rung] = Field(min_length=1)
+    rungs: list[scale_ladder.RungSpec] = Field(min_length=1)
     arms: list[str] = Field(min_length=1)
     primary: list[list[str]] = Field(min_length=1)
     seeds: list[NonNegativeInt] = Field(min_length=1)

@@ -58,11 +58,11 @@ RUNG_SPEC = "ladder-rung.yaml"
 VOCAB = 257  # the byte tokenizer's vocabulary (256 bytes and end of text)
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class _Rung(_Strict):
+class RungSpec(StrictModel):
     """A rung's shape, and optionally its own seeds (the top CPU rung runs one seed per LR, as the
     GPU rungs do, and gets its interval from a fresh-seed confirmation at the chosen LRs)."""
 
@@ -73,23 +73,23 @@ class _Rung(_Strict):
     seeds: list[NonNegativeInt] | None = Field(default=None, min_length=1)
 
 
-class _Family(_Strict):
+class _Family(StrictModel):
     model: str
     ffn_mult: PositiveInt | None = None
     block_size: PositiveInt | None = None
 
 
-class _LR(_Strict):
+class _LR(StrictModel):
     first: list[PositiveFloat] = Field(min_length=1)
     transfer: list[PositiveFloat] = Field(min_length=1)
 
 
-class _DataAxis(_Strict):
+class _DataAxis(StrictModel):
     rung: str
     tokens_per_param: list[PositiveFloat] = Field(min_length=1)
 
 
-class _Spec(_Strict):
+class _Spec(StrictModel):
     """The ladder spec's schema: every value checked before any rung is sized or trained."""
 
     name: str
@@ -97,7 +97,7 @@ class _Spec(_Strict):
     out: str
     tokens_per_param: PositiveFloat
     families: dict[str, _Family] = Field(min_length=1)
-    rungs: list[_Rung] = Field(min_length=1)
+    rungs: list[RungSpec] = Field(min_length=1)
     arms: list[str] = Field(min_length=1)
     primary: list[list[str]] = Field(min_length=1)
     seeds: list[NonNegativeInt] = Field(min_length=1)

@@ -256,12 +256,22 @@ def run_family(
     return done
 
 
-def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool, max_extend: int | None = None) -> None:
-    """The tokens-per-parameter axis: listed rungs again at larger budgets, each arm's grid centred on
-    the LR the same rung chose at the ladder's budget (the same transfer rule)."""
+def run_data_axis(
+    spec: dict[str, Any],
+    family: str,
+    parallel: int,
+    plan: bool,
+    max_extend: int | None = None,
+    only: set[str] | None = None,
+) -> None:
+    """The tokens-per-parameter axis: listed rungs (or only those named) again at larger budgets, each
+    arm's grid centred on the LR the same rung chose at the ladder's budget (the same transfer rule),
+    read from the rung's run folder or, once committed, from its stored records."""
     out = Path(spec["out"])
     rungs = {r["name"]: r for r in spec["rungs"]}
     for entry in spec.get("data_axis") or []:
+        if only is not None and entry["rung"] not in only:
+            continue
         rung = rungs[entry["rung"]]
         for ratio in entry["tokens_per_param"]:
             rung_dir = out / f"{family}-{rung['name']}-t{ratio:g}"
@@ -275,11 +285,12 @@ def run_data_axis(spec: dict[str, Any], family: str, parallel: int, plan: bool, 
                 rs = load_yaml_text(spec_path.read_text(encoding="utf-8"))
             else:
                 base_dir = out / f"{family}-{rung['name']}"
-                if not (base_dir / "runs").is_dir() and (STORED / base_dir.name / "sweep.yaml").is_file():
-                    base_dir = STORED / base_dir.name
-                if plan and not (base_dir / "runs").is_dir():
+                finished = (base_dir / "runs").is_dir()
+                if not finished and (STORED / base_dir.name / "sweep.yaml").is_file():
+                    base_dir, finished = STORED / base_dir.name, True  # committed records: no runs/ folder
+                if plan and not finished:
                     below = {a: math.sqrt(spec["lr"]["first"][0] * spec["lr"]["first"][-1]) for a in spec["arms"]}
-                elif not (base_dir / "runs").is_dir():
+                elif not finished:
                     print(f"{family} {rung['name']} at {ratio:g} tokens per parameter: waits for the rung", flush=True)
                     continue
                 else:
@@ -351,7 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("spec", type=Path)
     p.add_argument("--family", nargs="+", default=None, help="families to run (default: all, in the spec's order)")
-    p.add_argument("--rungs", nargs="+", default=None, help="only these rungs (the ones below must be finished)")
+    p.add_argument(
+        "--rungs",
+        nargs="+",
+        default=None,
+        help="only these rungs (the ones below must be finished); with --data-axis, only these rungs' cells",
+    )
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--plan", action="store_true", help="print each rung's size and budget; train nothing")
     p.add_argument("--data-axis", action="store_true", help="run the spec's tokens-per-parameter rungs instead")
@@ -387,11 +403,11 @@ def run(args: argparse.Namespace) -> int:
     if args.save_progress:
         print("\n".join(save_progress(Path(spec["out"]))) or "no rung under way", flush=True)
         return 0
+    only = set(args.rungs) if args.rungs else None
     for family in args.family or list(spec["families"]):
         if args.data_axis:
-            run_data_axis(spec, family, args.parallel, args.plan, args.max_extend)
+            run_data_axis(spec, family, args.parallel, args.plan, args.max_extend, only)
         else:
-            only = set(args.rungs) if args.rungs else None
             run_family(spec, family, only, args.parallel, args.plan, args.max_extend)
     return 0
 

@@ -104,6 +104,29 @@ def test_max_extend_raises_a_written_rung_s_limit_and_resumes_it(driver, tmp_pat
         driver.run_family(spec, "gpt", {"r1"}, parallel=1, plan=False, max_extend=3)
 
 
+def test_the_data_axis_starts_from_a_committed_rung(driver, tmp_path: Path, monkeypatch, capsys) -> None:
+    """A data-axis cell whose rung is stored only as committed records (no runs/ folder) centres its
+    grid on the LRs those records chose and runs; --rungs keeps only the named rungs' cells. (It
+    waited for the rung forever before: it looked for a runs/ folder in the stored records.)"""
+    stored = ROOT / "docs" / "results" / "scale-ladder" / "records"
+    if not (stored / "gpt-r3" / "sweep.yaml").is_file():
+        pytest.skip("no stored gpt-r3 rung")
+    monkeypatch.chdir(ROOT)
+    spec = driver.load(SPEC)
+    spec["out"] = str(tmp_path / "runs")
+    spec["data_axis"] = [{"rung": "r2", "tokens_per_param": [80]}, {"rung": "r3", "tokens_per_param": [80]}]
+    calls = []
+    monkeypatch.setattr(driver, "oelm", lambda argv: calls.append(argv) or 0)
+    driver.run_data_axis(spec, "gpt", parallel=1, plan=False, only={"r3"})
+    assert "waits for the rung" not in capsys.readouterr().out
+    cell = tmp_path / "runs" / "gpt-r3-t80"
+    assert [c[:2] for c in calls] == [["sweep", (cell / "ladder-rung.yaml").as_posix()]]  # r3 only
+    written = yaml.safe_load((cell / "ladder-rung.yaml").read_text())
+    chosen = driver.chosen_lrs(stored / "gpt-r3")
+    assert written["methods"]["oelm-freeze"]["lr"] == driver.grid_from(spec, chosen)["oelm-freeze"]
+    assert written["overrides"]["steps"] == 1839  # 80 tokens per parameter at 23,544 parameters
+
+
 @pytest.mark.parametrize(
     ("spec_text", "argv", "says"),
     [

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import PositiveFloat, PositiveInt, ValidationError, model_validator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_ladder  # noqa: E402  (scripts/ is not a package)
@@ -65,18 +65,13 @@ WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-class _GpuSpec(scale_ladder.StrictModel):
+class _GpuSpec(scale_ladder.LadderPlan):
     """The GPU rungs' spec (the whole file, or with its `tiny` twin merged in): every value checked
     before anything is packed, planned or trained."""
 
     ladder: str
     family: str
     lr_from: str
-    rungs: list[scale_ladder.RungSpec] = Field(min_length=1)
-    arms: list[str] = Field(min_length=1)
-    primary: list[list[str]] = Field(min_length=1)
-    seeds: list[NonNegativeInt] = Field(min_length=1)
-    max_extend: NonNegativeInt
     batch_size: PositiveInt
     train_tokens: PositiveInt
     device: str
@@ -87,13 +82,6 @@ class _GpuSpec(scale_ladder.StrictModel):
 
     @model_validator(mode="after")
     def _agree(self) -> _GpuSpec:
-        names = [r.name for r in self.rungs]
-        for what, values in (("rung names", names), ("seeds", self.seeds), ("arms", self.arms)):
-            if len(set(values)) != len(values):
-                raise ValueError(f"{what} repeat: {values}; name each once")
-        for pair in self.primary:
-            if len(pair) != 2 or set(pair) - set(self.arms):
-                raise ValueError(f"primary pair {pair}: give two arms of `arms` ({self.arms})")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: one of {', '.join(DTYPES)}")
         if self.tiny and set(self.tiny) - set(type(self).model_fields):

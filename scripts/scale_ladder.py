@@ -89,25 +89,18 @@ class _DataAxis(StrictModel):
     tokens_per_param: list[PositiveFloat] = Field(min_length=1)
 
 
-class _Spec(StrictModel):
-    """The ladder spec's schema: every value checked before any rung is sized or trained."""
+class LadderPlan(StrictModel):
+    """What every ladder spec (the CPU ladder's, the GPU rungs') declares: its rungs, arms, primary
+    pairs and seeds, each named once, every primary pair two listed arms."""
 
-    name: str
-    base: str
-    out: str
-    tokens_per_param: PositiveFloat
-    families: dict[str, _Family] = Field(min_length=1)
     rungs: list[RungSpec] = Field(min_length=1)
     arms: list[str] = Field(min_length=1)
     primary: list[list[str]] = Field(min_length=1)
     seeds: list[NonNegativeInt] = Field(min_length=1)
-    lr: _LR
     max_extend: NonNegativeInt
-    hypothesis: dict[str, Any]
-    data_axis: list[_DataAxis] = []
 
     @model_validator(mode="after")
-    def _agree(self) -> _Spec:
+    def _named_once(self) -> LadderPlan:
         names = [r.name for r in self.rungs]
         for what, values in [("rung names", names), ("seeds", self.seeds), ("arms", self.arms)] + [
             (f"rung {r.name}'s seeds", r.seeds) for r in self.rungs if r.seeds
@@ -117,6 +110,24 @@ class _Spec(StrictModel):
         for pair in self.primary:
             if len(pair) != 2 or set(pair) - set(self.arms):
                 raise ValueError(f"primary pair {pair}: give two arms of `arms` ({self.arms})")
+        return self
+
+
+class _Spec(LadderPlan):
+    """The ladder spec's schema: every value checked before any rung is sized or trained."""
+
+    name: str
+    base: str
+    out: str
+    tokens_per_param: PositiveFloat
+    families: dict[str, _Family] = Field(min_length=1)
+    lr: _LR
+    hypothesis: dict[str, Any]
+    data_axis: list[_DataAxis] = []
+
+    @model_validator(mode="after")
+    def _agree(self) -> _Spec:
+        names = [r.name for r in self.rungs]
         for cell in self.data_axis:
             if cell.rung not in names:
                 raise ValueError(f"data_axis names rung {cell.rung!r}; the rungs are {names}")

@@ -28,7 +28,7 @@ an interval keeps its own gap: the declared test reads pilots.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -452,22 +452,35 @@ def _kind(verdict: str) -> str:
     return verdict.split(" (")[0]
 
 
+def _holm_families(lines: list[tuple[Trend, list[Step]]]) -> dict[tuple[str, str, str], list[tuple[Trend, list[Step]]]]:
+    """The lines the declared test judges together (one Holm family): one architecture, axis and
+    quantity held fixed."""
+    families: dict[tuple[str, str, str], list[tuple[Trend, list[Step]]]] = {}
+    for trend, points in lines:
+        families.setdefault((trend.architecture, trend.axis, trend.held), []).append((trend, points))
+    return families
+
+
+def _refit_family(family: list[tuple[Trend, list[Step]]], axis: str, keep: Callable[[Step], bool]) -> list[Trend]:
+    """Every line of one Holm family refitted on the rungs `keep` admits and judged as the declared
+    test judges them (Holm over the family's refitted lines)."""
+    redone = [fit_trend([p for p in points if keep(p)], axis=axis) for _, points in family]
+    for r, (t, _) in zip(redone, family):
+        r.held = t.held
+    judge_trends(redone)
+    return redone
+
+
 def _judge_without_each_rung(lines: list[tuple[Trend, list[Step]]]) -> None:
     """The declared test redone with each rung (one size, or one budget on a line over data) left
     out of every line of a Holm family at once: each line's slope range over those refits and in
     how many its verdict keeps its kind. A verdict resting on one rung shows it here."""
-    families: dict[tuple[str, str, str], list[tuple[Trend, list[Step]]]] = {}
-    for trend, points in lines:
-        families.setdefault((trend.architecture, trend.axis, trend.held), []).append((trend, points))
-    for (_, axis, _), family in families.items():
+    for (_, axis, _), family in _holm_families(lines).items():
         if max(t.rungs for t, _ in family) < 4:
             continue  # without one of 3 rungs no line has an interval
         refits: dict[int, list[Trend]] = {}
         for left in sorted({_x(p, axis) for _, points in family for p in points if _weighed(p, axis)}):
-            redone = [fit_trend([p for p in points if _x(p, axis) != left], axis=axis) for _, points in family]
-            for r, (t, _) in zip(redone, family):
-                r.held = t.held
-            judge_trends(redone)
+            redone = _refit_family(family, axis, lambda p, left=left: _x(p, axis) != left)
             for i, r in enumerate(redone):
                 refits.setdefault(i, []).append(r)
         for i, (t, _) in enumerate(family):
@@ -483,17 +496,12 @@ def _judge_from_each_start(lines: list[tuple[Trend, list[Step]]]) -> None:
     weighed rungs remain, and judged as the declared test judges (Holm over the lines of its family
     refitted from the same start). Exploratory: which start to believe is not declared; every start
     is shown, so that a verdict that lives or dies with the smallest models shows it."""
-    families: dict[tuple[str, str], list[tuple[Trend, list[Step]]]] = {}
-    for trend, points in lines:
-        if trend.axis == SIZE:
-            families.setdefault((trend.architecture, trend.held), []).append((trend, points))
-    for family in families.values():
+    for (_, axis, _), family in _holm_families(lines).items():
+        if axis != SIZE:
+            continue
         sizes = sorted({_x(p, SIZE) for _, points in family for p in points if _weighed(p, SIZE)})
         for start in sizes[1:]:
-            redone = [fit_trend([p for p in points if (_x(p, SIZE) or 0) >= start]) for _, points in family]
-            for r, (t, _) in zip(redone, family):
-                r.held = t.held
-            judge_trends(redone)
+            redone = _refit_family(family, SIZE, lambda p, start=start: (_x(p, SIZE) or 0) >= start)
             for r, (t, _) in zip(redone, family):
                 if r.slope is not None:
                     t.from_start.append(

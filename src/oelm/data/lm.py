@@ -349,24 +349,21 @@ def _check_held_out_leaks(folder: Path, docs: dict[str, list[str]]) -> None:
     """Refuse a held-out split (val or test) whose text is mostly verbatim in the train split, or in
     the other held-out split; note a smaller share (at least 1%). Shares count characters of
     documents of at least LEAK_MIN_CHARS."""
-    seen: dict[str, set[bytes]] = {}
-    for split in ("train", "val"):
-        seen[split] = {
-            hashlib.blake2b(d.encode(), digest_size=16).digest()
+    # each document of each split hashed once: (its length, its digest, or None when too short to count)
+    hashed = {
+        split: [
+            (len(d), hashlib.blake2b(d.encode(), digest_size=16).digest() if len(d) >= LEAK_MIN_CHARS else None)
             for d in docs.get(split, ())
-            if len(d) >= LEAK_MIN_CHARS
-        }
+        ]
+        for split in ("train", "val", "test")
+    }
+    seen = {split: {h for _, h in hashed[split] if h is not None} for split in ("train", "val")}
     for split, others in (("val", ("train",)), ("test", ("train", "val"))):
-        held = docs.get(split) or []
-        total = sum(len(d) for d in held)
+        total = sum(n for n, _ in hashed[split])
         for other in others:
-            if not total or not seen.get(other):
+            if not total or not seen[other]:
                 continue
-            shared = sum(
-                len(d)
-                for d in held
-                if len(d) >= LEAK_MIN_CHARS and hashlib.blake2b(d.encode(), digest_size=16).digest() in seen[other]
-            )
+            shared = sum(n for n, h in hashed[split] if h is not None and h in seen[other])
             if shared >= total / 2:
                 raise UserError(
                     f"folder {str(folder)!r}: {100 * shared / total:.0f}% of the {split!r} split's text is verbatim in the "

@@ -13,11 +13,23 @@ from oelm.utils.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "configs" / "sweeps" / "scale-ladder" / "ladder.yaml"
+STORED = ROOT / "docs" / "results" / "scale-ladder" / "records"
 
 
 @pytest.fixture(scope="module")
 def driver():
     return load_script("scale_ladder")
+
+
+def _spec_beside_stored(driver, rung: str, tmp_path: Path, monkeypatch) -> dict:
+    """The declared spec, run from the repository root (where the committed rungs are) with its run
+    folders in tmp_path; skipped when `rung` is not stored."""
+    if not (STORED / rung / "sweep.yaml").is_file():
+        pytest.skip(f"no stored {rung} rung")
+    monkeypatch.chdir(ROOT)
+    spec = driver.load(SPEC)
+    spec["out"] = str(tmp_path / "runs")
+    return spec
 
 
 def test_the_ladder_spans_two_decades_at_20_tokens_per_parameter_in_both_families(driver) -> None:
@@ -67,17 +79,12 @@ def test_a_spec_without_a_declared_hypothesis_is_refused(driver, tmp_path: Path)
 def test_a_later_session_resumes_above_the_committed_rungs(driver, tmp_path: Path, monkeypatch, capsys) -> None:
     """With no run directories, the rungs already committed under docs/results/scale-ladder/records
     are skipped and their records carry the LR transfer on (here: every rung the repo stores)."""
-    stored = ROOT / "docs" / "results" / "scale-ladder" / "records"
-    if not (stored / "gpt-r1" / "sweep.yaml").is_file():
-        pytest.skip("no stored rung")
-    monkeypatch.chdir(ROOT)
-    spec = driver.load(SPEC)
-    spec["out"] = str(tmp_path / "runs")
+    spec = _spec_beside_stored(driver, "gpt-r2", tmp_path, monkeypatch)
     spec["rungs"] = spec["rungs"][:2]  # r1 and r2, both stored
     assert driver.run_family(spec, "gpt", None, parallel=1, plan=False) == 2
     assert "gpt r1: stored in docs/results/scale-ladder/records/gpt-r1" in capsys.readouterr().out
     assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
-    lrs = driver.chosen_lrs(stored / "gpt-r2")
+    lrs = driver.chosen_lrs(STORED / "gpt-r2")
     assert set(lrs) == set(spec["arms"]) and all(lr > 0 for lr in lrs.values())
 
 
@@ -108,12 +115,7 @@ def test_the_data_axis_starts_from_a_committed_rung(driver, tmp_path: Path, monk
     """A data-axis cell whose rung is stored only as committed records (no runs/ folder) centres its
     grid on the LRs those records chose and runs; --rungs keeps only the named rungs' cells. (It
     waited for the rung forever before: it looked for a runs/ folder in the stored records.)"""
-    stored = ROOT / "docs" / "results" / "scale-ladder" / "records"
-    if not (stored / "gpt-r3" / "sweep.yaml").is_file():
-        pytest.skip("no stored gpt-r3 rung")
-    monkeypatch.chdir(ROOT)
-    spec = driver.load(SPEC)
-    spec["out"] = str(tmp_path / "runs")
+    spec = _spec_beside_stored(driver, "gpt-r3", tmp_path, monkeypatch)
     spec["data_axis"] = [{"rung": "r2", "tokens_per_param": [80]}, {"rung": "r3", "tokens_per_param": [80]}]
     calls = []
     monkeypatch.setattr(driver, "oelm", lambda argv: calls.append(argv) or 0)
@@ -122,7 +124,7 @@ def test_the_data_axis_starts_from_a_committed_rung(driver, tmp_path: Path, monk
     cell = tmp_path / "runs" / "gpt-r3-t80"
     assert [c[:2] for c in calls] == [["sweep", (cell / "ladder-rung.yaml").as_posix()]]  # r3 only
     written = yaml.safe_load((cell / "ladder-rung.yaml").read_text())
-    chosen = driver.chosen_lrs(stored / "gpt-r3")
+    chosen = driver.chosen_lrs(STORED / "gpt-r3")
     assert written["methods"]["oelm-freeze"]["lr"] == driver.grid_from(spec, chosen)["oelm-freeze"]
     assert written["overrides"]["steps"] == 1839  # 80 tokens per parameter at 23,544 parameters
 

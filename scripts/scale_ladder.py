@@ -409,6 +409,11 @@ def run(args: argparse.Namespace) -> int:
     names = [r["name"] for r in spec["rungs"]]
     if args.rungs and (unknown := sorted(set(args.rungs) - set(names))):
         raise UserError(f"--rungs: no rung {unknown} in {args.spec}; its rungs: {names}")
+    axis = [cell["rung"] for cell in spec.get("data_axis") or []]
+    if args.data_axis and args.rungs and (off := sorted(set(args.rungs) - set(axis))):
+        raise UserError(
+            f"--rungs {off} with --data-axis: no data-axis cells at those rungs in {args.spec}; it has {axis}"
+        )
     if unknown := sorted(set(args.family or ()) - set(spec["families"])):
         raise UserError(f"--family: no family {unknown} in {args.spec}; it has {sorted(spec['families'])}")
     if args.save_progress:

@@ -153,6 +153,7 @@ def test_the_data_axis_starts_from_a_committed_rung(driver, tmp_path: Path, monk
         (SPEC, ["--family", "nope"], r"--family: no family \['nope'\]"),
         (SPEC, ["--rungs", "r99"], r"--rungs: no rung \['r99'\].*'r7'"),
         (SPEC, ["--max-extend", "-1"], "0 or more"),
+        (SPEC, ["--data-axis", "--rungs", "r5"], r"--rungs \['r5'\] with --data-axis: no data-axis cells"),
     ],
 )
 def test_a_bad_spec_or_argument_is_one_line_before_any_rung(

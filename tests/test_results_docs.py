@@ -82,7 +82,7 @@ def test_the_ladder_block_is_the_pages_trend_test_row_by_row(results_tables, tmp
         (row,) = [r for r in rows if slope in r]
         assert t["verdict"] in row and f"slope {slope.replace(' [', '% per decade [')}" in ladder_md
     fit = next(f for f in page["pair_fits"] if f["multiplier"] is not None)
-    (row,) = [r for r in rows if f"| {fit['architecture']} | {fit['method']} vs" in r and "size at" in r]
+    (row,) = [r for r in rows if f"| {fit['architecture']} | {fit['method']} vs" in r and f"size at {fit['held']}" in r]
     assert f"{fit['multiplier']:.3g}x [" in row and f"{fit['predicted_gap']:+.3g}% [" in row
     doc = tmp_path / "README.md"
     doc.write_text("<!-- generated: ladder quickstart/report.json -->\n<!-- /generated -->\n")

@@ -116,17 +116,18 @@ def test_the_data_axis_starts_from_a_committed_rung(driver, tmp_path: Path, monk
     grid on the LRs those records chose and runs; --rungs keeps only the named rungs' cells. (It
     waited for the rung forever before: it looked for a runs/ folder in the stored records.)"""
     spec = _spec_beside_stored(driver, "gpt-r3", tmp_path, monkeypatch)
-    spec["data_axis"] = [{"rung": "r2", "tokens_per_param": [80]}, {"rung": "r3", "tokens_per_param": [80]}]
+    # a budget no stored cell has (a stored cell is skipped as finished)
+    spec["data_axis"] = [{"rung": "r2", "tokens_per_param": [40]}, {"rung": "r3", "tokens_per_param": [40]}]
     calls = []
     monkeypatch.setattr(driver, "oelm", lambda argv: calls.append(argv) or 0)
     driver.run_data_axis(spec, "gpt", parallel=1, plan=False, only={"r3"})
     assert "waits for the rung" not in capsys.readouterr().out
-    cell = tmp_path / "runs" / "gpt-r3-t80"
+    cell = tmp_path / "runs" / "gpt-r3-t40"
     assert [c[:2] for c in calls] == [["sweep", (cell / "ladder-rung.yaml").as_posix()]]  # r3 only
     written = yaml.safe_load((cell / "ladder-rung.yaml").read_text())
     chosen = driver.chosen_lrs(STORED / "gpt-r3")
     assert written["methods"]["oelm-freeze"]["lr"] == driver.grid_from(spec, chosen)["oelm-freeze"]
-    assert written["overrides"]["steps"] == 1839  # 80 tokens per parameter at 23,544 parameters
+    assert written["overrides"]["steps"] == 920  # 40 tokens per parameter at 23,544 parameters, batch 8 x 128
 
 
 @pytest.mark.parametrize(

@@ -220,6 +220,13 @@ def grid_from(spec: dict[str, Any], below: dict[str, float] | None) -> dict[str,
     return {arm: [float(f"{below[arm] * f:.4g}") for f in spec["lr"]["transfer"]] for arm in spec["arms"]}
 
 
+def committed(rung_dir: Path) -> Path | None:
+    """The committed records of a rung or data-axis cell finished in an earlier session (they stand
+    in for its run folder, which a later session does not have); None while this session runs it."""
+    stored = STORED / rung_dir.name
+    return stored if not (rung_dir / "runs").is_dir() and (stored / "sweep.yaml").is_file() else None
+
+
 def run_family(
     spec: dict[str, Any], family: str, only: set[str] | None, parallel: int, plan: bool, max_extend: int | None = None
 ) -> int:
@@ -230,11 +237,9 @@ def run_family(
     for rung in spec["rungs"]:
         rung_dir = out / f"{family}-{rung['name']}"
         spec_path = rung_dir / RUNG_SPEC
-        stored = STORED / f"{family}-{rung['name']}"
         if not plan and (only is None or rung["name"] in only):
             resume_progress(rung_dir)
-        if not (rung_dir / "runs").is_dir() and (stored / "sweep.yaml").is_file():
-            # Finished in an earlier session and committed: its records carry the transfer on.
+        if stored := committed(rung_dir):  # its records carry the transfer on
             print(f"{family} {rung['name']}: stored in {stored.as_posix()}", flush=True)
             below = chosen_lrs(stored)
             done += 1
@@ -289,23 +294,21 @@ def run_data_axis(
             spec_path = rung_dir / RUNG_SPEC
             if not plan:
                 resume_progress(rung_dir)
-            if not (rung_dir / "runs").is_dir() and (STORED / rung_dir.name / "sweep.yaml").is_file():
-                print(f"{rung_dir.name}: stored in {(STORED / rung_dir.name).as_posix()}", flush=True)
+            if stored := committed(rung_dir):
+                print(f"{rung_dir.name}: stored in {stored.as_posix()}", flush=True)
                 continue
             if spec_path.is_file():
                 rs = load_yaml_text(spec_path.read_text(encoding="utf-8"))
             else:
                 base_dir = out / f"{family}-{rung['name']}"
-                finished = (base_dir / "runs").is_dir()
-                if not finished and (STORED / base_dir.name / "sweep.yaml").is_file():
-                    base_dir, finished = STORED / base_dir.name, True  # committed records: no runs/ folder
-                if plan and not finished:
+                source = committed(base_dir) or (base_dir if (base_dir / "runs").is_dir() else None)
+                if plan and source is None:
                     below = {a: math.sqrt(spec["lr"]["first"][0] * spec["lr"]["first"][-1]) for a in spec["arms"]}
-                elif not finished:
+                elif source is None:
                     print(f"{family} {rung['name']} at {ratio:g} tokens per parameter: waits for the rung", flush=True)
                     continue
                 else:
-                    below = chosen_lrs(base_dir)
+                    below = chosen_lrs(source)
                 rs = rung_spec(spec, family, rung, grid_from(spec, below), ratio=ratio)
             steps = rs["overrides"]["steps"]
             print(f"{family} {rung['name']} at {ratio:g} tokens per parameter: {steps} steps", flush=True)
